@@ -1,0 +1,79 @@
+"""The ``evenflow`` command.
+
+Every subcommand lives in its own module under :mod:`evenflow.commands` with two
+functions, ``add_parser(subparsers)`` and ``run(args) -> int``; those modules import
+their frameworks lazily, inside ``run``, so ``evenflow --help`` is instant.
+
+Bad input (a ``ValueError``, ``TypeError`` or file error raised while running a
+command) prints one line, ``evenflow <command>: error: <reason>``, and exits 2.
+Set ``EVENFLOW_DEBUG=1`` to see the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+__all__ = ["main", "COMMANDS", "UsageError"]
+
+# name -> module; the order is the order of `evenflow --help`.
+COMMANDS: dict[str, str] = {
+    "demo": "evenflow.commands.demo",
+    "train": "evenflow.commands.train",
+    "inspect": "evenflow.commands.inspect",
+    "convert": "evenflow.commands.convert",
+    "index": "evenflow.commands.index",
+}
+
+EPILOG = """examples:
+  evenflow demo                                   # digits, 4 replicas, MirroredStrategy
+  evenflow inspect --samples 10000 --replicas 8 --batch-size 256 --weights 1,1,1,1,1,1,1,0.5
+  evenflow train --config run.toml
+"""
+
+
+class UsageError(ValueError):
+    """Bad input from the user; the CLI prints it on one line and exits 2."""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evenflow", description="Data-parallel training where every replica gets a fair, deterministic "
+        "share of the samples at every step.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name == module:
+                continue  # a command that is not built yet
+            raise
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 2 bad input)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"evenflow {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError, KeyError) as e:
+        if os.environ.get("EVENFLOW_DEBUG"):
+            raise
+        msg = str(e) if not isinstance(e, KeyError) else f"missing key {e}"
+        if isinstance(e, OSError) and e.filename and str(e.filename) not in msg:
+            msg = f"{e.filename}: {msg}"
+        print(f"evenflow {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

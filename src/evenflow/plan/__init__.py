@@ -1,0 +1,8 @@
+"""Pure planning: which replica gets which sample at which step. numpy and the stdlib only."""
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.index import Index
+from evenflow.plan.options import BALANCE_MODES, PlanOptions
+from evenflow.plan.plan import EpochPlan, Plan
+from evenflow.plan.topology import Topology
+
+__all__ = ["BALANCE_MODES", "Cursor", "EpochPlan", "Index", "Plan", "PlanOptions", "Topology"]

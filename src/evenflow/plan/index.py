@@ -1,0 +1,122 @@
+"""The dataset as the planner sees it: how many samples, their labels, their costs.
+
+An :class:`Index` is all the planner needs to know about the data. Labels drive
+stratification; costs (sequence lengths, pixels, measured seconds) drive cost
+balancing and bucketing. The index holds no sample data, so it is cheap to build,
+to compare across workers and to fingerprint.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Index"]
+
+
+def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
+    try:
+        arr = np.asarray(values)
+    except Exception as e:  # ragged lists and the like
+        raise TypeError(f"Index {name} must be a 1-D array of numbers, got {type(values).__name__}") from e
+    if arr.ndim != 1:
+        raise ValueError(
+            f"Index {name} must be 1-D with one entry per sample, got shape {arr.shape}; "
+            f"flatten it or pass one value per sample")
+    if arr.shape[0] != num_samples:
+        raise ValueError(
+            f"Index {name} must have one entry per sample: num_samples is {num_samples} but "
+            f"{name} has {arr.shape[0]} entries; pass exactly {num_samples} {name}")
+    if arr.dtype.kind not in "iufb":
+        raise TypeError(f"Index {name} must be numeric, got dtype {arr.dtype}; convert them to numbers first")
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise ValueError(
+            f"Index {name} must be finite, but {name}[{bad}] is {arr[bad]}; "
+            f"fix or drop that sample before planning")
+    return arr.astype(dtype, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Index:
+    """What the planner knows about a dataset.
+
+    Args:
+        num_samples: number of samples N, at least 1. Sample ids are ``0..N-1``.
+        labels: optional integer class per sample, shape ``[N]``. Any integers;
+            only their equality matters.
+        costs: optional non-negative cost per sample, shape ``[N]`` (e.g. tokens).
+    """
+
+    num_samples: int
+    labels: np.ndarray | None = None
+    costs: np.ndarray | None = None
+    _codes: np.ndarray | None = field(default=None, init=False, repr=False)
+    _classes: np.ndarray | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        n = self.num_samples
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"num_samples must be an int, got {type(n).__name__} ({n!r})")
+        if n < 1:
+            raise ValueError(f"num_samples must be at least 1, got {n}; an empty dataset cannot be planned")
+        object.__setattr__(self, "num_samples", int(n))
+        if self.labels is not None:
+            labels = _as_vector("labels", self.labels, n, np.int64)
+            if np.asarray(self.labels).dtype.kind == "f" and not np.array_equal(labels, self.labels):
+                raise ValueError("Index labels must be whole numbers; got fractional values. "
+                                 "Map your classes to integers first")
+            classes, codes = np.unique(labels, return_inverse=True)
+            labels.flags.writeable = False
+            object.__setattr__(self, "labels", labels)
+            object.__setattr__(self, "_classes", classes)
+            object.__setattr__(self, "_codes", codes.astype(np.int64))
+        if self.costs is not None:
+            costs = _as_vector("costs", self.costs, n, np.float64)
+            if np.any(costs < 0):
+                bad = int(np.flatnonzero(costs < 0)[0])
+                raise ValueError(f"Index costs must be >= 0, but costs[{bad}] is {costs[bad]}; "
+                                 f"use a length, a size or a time")
+            costs.flags.writeable = False
+            object.__setattr__(self, "costs", costs)
+
+    @property
+    def num_classes(self) -> int:
+        """Number of distinct labels, 0 without labels."""
+        return 0 if self._classes is None else int(self._classes.shape[0])
+
+    @property
+    def classes(self) -> np.ndarray | None:
+        """Sorted distinct labels, shape ``[num_classes]``, or None."""
+        return self._classes
+
+    @property
+    def label_codes(self) -> np.ndarray | None:
+        """Labels as dense codes ``0..num_classes-1``, shape ``[N]`` int64, or None."""
+        return self._codes
+
+    def cost_or_ones(self) -> np.ndarray:
+        """Costs, or ones when the index has none. Shape ``[N]`` float64."""
+        return self.costs if self.costs is not None else np.ones(self.num_samples)
+
+    def fingerprint(self) -> str:
+        """A short hash of N, labels and costs; equal indexes give equal fingerprints."""
+        h = hashlib.sha256(str(self.num_samples).encode())
+        for arr in (self.labels, self.costs):
+            h.update(b"|" if arr is None else np.ascontiguousarray(arr).tobytes())
+        return h.hexdigest()[:16]
+
+    def __eq__(self, other):
+        return isinstance(other, Index) and self.fingerprint() == other.fingerprint()
+
+    def __hash__(self):
+        return hash(self.fingerprint())
+
+    def __repr__(self):
+        parts = [f"num_samples={self.num_samples}"]
+        if self.labels is not None:
+            parts.append(f"num_classes={self.num_classes}")
+        if self.costs is not None:
+            parts.append(f"total_cost={float(self.costs.sum()):.6g}")
+        return f"Index({', '.join(parts)})"

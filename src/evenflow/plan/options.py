@@ -1,0 +1,82 @@
+"""Planning options, validated once, shared by every epoch and every topology."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["PlanOptions", "BALANCE_MODES"]
+
+Balance = Literal["count", "cost"]
+BALANCE_MODES: tuple[str, ...] = ("cost", "count")
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How samples are grouped into global steps and split among replicas.
+
+    Args:
+        global_batch_size: samples per global step G, summed over replicas, >= 1.
+        seed: non-negative integer; with the epoch it fixes every random choice.
+        stratify: keep each step's label mix close to the dataset's and give each
+            replica its proportional share of every label (needs labels).
+        balance: ``"count"`` (equal sample counts scaled by weight) or ``"cost"``
+            (equal summed cost scaled by weight; needs costs to matter).
+        bucket: group samples of similar cost into the same step (needs costs).
+        drop_remainder: drop the last, partial global step of each epoch.
+        bucket_window: with ``bucket``, how many global steps' worth of samples
+            are sorted together; larger means less padding and less randomness.
+    """
+
+    global_batch_size: int
+    seed: int = 0
+    stratify: bool = False
+    balance: Balance = "count"
+    bucket: bool = False
+    drop_remainder: bool = False
+    bucket_window: int = 256
+
+    def __post_init__(self):
+        object.__setattr__(self, "global_batch_size", _check_int("global_batch_size", self.global_batch_size, 1))
+        object.__setattr__(self, "seed", _check_int("seed", self.seed, 0))
+        object.__setattr__(self, "bucket_window", _check_int("bucket_window", self.bucket_window, 1))
+        if self.balance not in BALANCE_MODES:
+            raise ValueError(
+                f"balance must be one of {', '.join(map(repr, BALANCE_MODES))}, got {self.balance!r}")
+        for name in ("stratify", "bucket", "drop_remainder"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+
+    def check_against(self, index, topology) -> None:
+        """Raise if these options cannot plan ``index`` on ``topology``; warn if they are pointless."""
+        g, r = self.global_batch_size, topology.replicas
+        if g < r:
+            raise ValueError(
+                f"global_batch_size must be at least the number of replicas so every replica gets a "
+                f"sample in each full step: global_batch_size is {g} and replicas is {r}; "
+                f"use a global batch size of at least {r} (a multiple of {r} is best) or fewer replicas")
+        if self.stratify and index.labels is None:
+            raise ValueError("stratify=True needs labels, but the index has none; "
+                             "build the Index with labels=... or turn stratify off")
+        if self.bucket and index.costs is None:
+            raise ValueError("bucket=True needs costs, but the index has none; "
+                             "build the Index with costs=... (e.g. sequence lengths) or turn bucket off")
+        if self.balance == "cost" and index.costs is None:
+            warnings.warn("balance='cost' without costs treats every sample as cost 1, "
+                          "which is the same as balance='count'", stacklevel=3)
+        if self.drop_remainder and index.num_samples < g:
+            raise ValueError(
+                f"drop_remainder=True with fewer samples than one global batch leaves nothing to train: "
+                f"num_samples is {index.num_samples} and global_batch_size is {g}; "
+                f"use drop_remainder=False or a global batch size of at most {index.num_samples}")

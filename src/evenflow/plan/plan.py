@@ -1,0 +1,215 @@
+"""The plan: which replica trains on which sample at which step.
+
+``Plan(index, topology, ...)`` is a pure function of its arguments. ``plan.epoch(e)``
+returns an :class:`EpochPlan` whose ``ids[step, replica, slot]`` array is the whole
+route of epoch e (-1 marks padding). Planning is split in two halves:
+
+* the global order (:mod:`evenflow.plan.order`) fixes which samples form each
+  global step and depends only on index, seed, epoch and global batch size, so it
+  is the same for every topology (world-size invariance);
+* the split of each step among replicas (``assign_*``) depends on the topology:
+  counts by weight (:mod:`evenflow.plan.apportion`), then a count, stratified or
+  cost-balanced assignment.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from evenflow.plan import metrics as _metrics
+from evenflow.plan.apportion import replica_counts
+from evenflow.plan.assign_cost import assign_cost, cost_slots
+from evenflow.plan.assign_count import assign_contiguous
+from evenflow.plan.assign_stratified import assign_stratified
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.index import Index
+from evenflow.plan.options import PlanOptions
+from evenflow.plan.order import epoch_order, step_bounds
+from evenflow.plan.topology import Topology
+
+__all__ = ["Plan", "EpochPlan"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EpochPlan:
+    """The route of every sample in (the rest of) one epoch.
+
+    Attributes:
+        ids: int64 ``[num_steps, replicas, slots]``; ``ids[s, r, j]`` is the sample id
+            that replica r trains on in slot j of step ``start_step + s``, or -1 (padding).
+        epoch: the epoch number.
+        start_step: global step index of ``ids[0]`` (0 unless resumed from a cursor).
+        total_steps: number of global steps in the whole epoch.
+        index: the index that was planned.
+        topology: the topology that was planned for.
+    """
+
+    ids: np.ndarray
+    epoch: int
+    start_step: int
+    total_steps: int
+    index: Index
+    topology: Topology
+
+    @property
+    def num_steps(self) -> int:
+        """Steps in this plan (``total_steps - start_step``)."""
+        return int(self.ids.shape[0])
+
+    @property
+    def replicas(self) -> int:
+        return int(self.ids.shape[1])
+
+    @property
+    def slots(self) -> int:
+        """Per-replica batch size: the largest number of samples any replica gets in a step."""
+        return int(self.ids.shape[2])
+
+    @property
+    def mask(self) -> np.ndarray:
+        """bool ``[num_steps, replicas, slots]``, True where a slot holds a real sample."""
+        return self.ids >= 0
+
+    @property
+    def real_counts(self) -> np.ndarray:
+        """int64 ``[num_steps, replicas]``: real samples per replica per step."""
+        return self.mask.sum(axis=2)
+
+    @property
+    def global_real_counts(self) -> np.ndarray:
+        """int64 ``[num_steps]``: real samples per global step (the loss denominator)."""
+        return self.mask.sum(axis=(1, 2))
+
+    def cursor_at(self, s: int) -> Cursor:
+        """The cursor after ``s`` steps of this plan."""
+        return Cursor(self.epoch, self.start_step + s)
+
+    def step_ids(self, s: int) -> np.ndarray:
+        """Sorted real ids of step ``start_step + s`` (all replicas), int64 ``[n]``."""
+        row = self.ids[s].ravel()
+        return np.sort(row[row >= 0])
+
+    def summary(self) -> dict:
+        """Balance metrics as plain numbers (see :mod:`evenflow.plan.metrics`)."""
+        return _metrics.summarize(self)
+
+
+class Plan:
+    """A deterministic, world-size invariant plan for every epoch.
+
+    Args:
+        index: the dataset (:class:`Index`).
+        topology: replicas and their weights (:class:`Topology`).
+        global_batch_size, seed, stratify, balance, bucket, drop_remainder,
+        bucket_window: see :class:`PlanOptions`.
+        options: a ready :class:`PlanOptions` instead of the keywords above.
+    """
+
+    def __init__(self, index: Index, topology: Topology, global_batch_size: int | None = None, seed: int = 0,
+                 stratify: bool = False, balance: str = "count", bucket: bool = False,
+                 drop_remainder: bool = False, bucket_window: int = 256, *, options: PlanOptions | None = None):
+        if not isinstance(index, Index):
+            raise TypeError(f"index must be an evenflow Index, got {type(index).__name__}")
+        if not isinstance(topology, Topology):
+            raise TypeError(f"topology must be an evenflow Topology, got {type(topology).__name__}")
+        if options is None:
+            if global_batch_size is None:
+                raise TypeError("Plan needs global_batch_size (samples per global step, summed over replicas)")
+            options = PlanOptions(global_batch_size=global_batch_size, seed=seed, stratify=stratify,
+                                  balance=balance, bucket=bucket, drop_remainder=drop_remainder,
+                                  bucket_window=bucket_window)
+        options.check_against(index, topology)
+        self.index, self.topology, self.options = index, topology, options
+        bounds = step_bounds(index.num_samples, options.global_batch_size, options.drop_remainder)
+        self._sizes = np.diff(bounds)
+        counts = replica_counts(self._sizes, topology.shares)
+        full = self._sizes == options.global_batch_size
+        if full.any() and counts[full].min() == 0:
+            self._raise_starved(counts[full])
+        self._slots = int(counts.max()) if counts.size else 0
+        if options.balance == "cost":
+            self._slots = cost_slots(self._slots, options.global_batch_size)
+
+    def _raise_starved(self, counts: np.ndarray) -> None:
+        r = int(np.flatnonzero(counts.min(axis=0) == 0)[0])
+        w = np.asarray(self.topology.weights)
+        g = self.options.global_batch_size
+        need = (w.sum() - w[r]) / (g - 1) if g > 1 else float("inf")
+        raise ValueError(
+            f"every replica needs at least one sample in each full step, but weight {w[r]:g} of replica {r} "
+            f"gives it 0 of the {g} samples of a step; raise its weight to at least {need:.3g}, "
+            f"use a larger global batch size, or drop that replica")
+
+    @property
+    def num_steps(self) -> int:
+        """Global steps per epoch (same for every epoch and topology)."""
+        return int(self._sizes.shape[0])
+
+    @property
+    def slots(self) -> int:
+        """Per-replica batch size (slot axis of ``EpochPlan.ids``)."""
+        return self._slots
+
+    def with_topology(self, topology: Topology) -> "Plan":
+        """The same plan for another topology: same global steps, new split among replicas."""
+        return Plan(self.index, topology, options=self.options)
+
+    def with_options(self, **changes) -> "Plan":
+        """The same index and topology with some options changed."""
+        return Plan(self.index, self.topology, options=dataclasses.replace(self.options, **changes))
+
+    def fingerprint(self) -> str:
+        """A short string that two workers compare to prove they plan identically."""
+        o = self.options
+        return (f"{self.index.fingerprint()}-g{o.global_batch_size}-s{o.seed}-{o.balance}"
+                f"-st{int(o.stratify)}-b{int(o.bucket)}w{o.bucket_window}-d{int(o.drop_remainder)}")
+
+    def epoch(self, epoch: int, start: Cursor | None = None) -> EpochPlan:
+        """Plan epoch ``epoch``, or its remainder from ``start``.
+
+        Args:
+            epoch: epoch number, >= 0.
+            start: optional cursor in this epoch; the plan then covers steps
+                ``start.step..num_steps-1`` only. ``epoch(e, Cursor(e, s)).ids``
+                equals ``epoch(e).ids[s:]``.
+
+        Returns:
+            An :class:`EpochPlan`.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+            raise TypeError(f"epoch must be an int, got {type(epoch).__name__} ({epoch!r})")
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        first = 0
+        if start is not None:
+            if not isinstance(start, Cursor):
+                raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
+            if start.epoch != epoch:
+                raise ValueError(f"the start cursor is in epoch {start.epoch} but epoch {epoch} was asked for; "
+                                 f"pass epoch={start.epoch} or a cursor in epoch {epoch}")
+            if start.step > self.num_steps:
+                raise ValueError(f"the start cursor must be within the epoch's {self.num_steps} steps, "
+                                 f"got step {start.step}; the last valid cursor is Cursor({epoch}, {self.num_steps})")
+            first = start.step
+        o, idx = self.options, self.index
+        order, bounds = epoch_order(idx, o, int(epoch))
+        counts = replica_counts(self._sizes, self.topology.shares)
+        if o.stratify and o.balance == "count":
+            # Epoch-level label balance carries state from step to step: plan all, then slice.
+            ids = assign_stratified(order, bounds, counts, self._slots, idx.label_codes, idx.num_classes)[first:]
+        else:
+            lo = int(bounds[first])
+            sub_order, sub_bounds, sub_counts = order[lo:], bounds[first:], counts[first:]
+            if o.balance == "cost":
+                ids = assign_cost(sub_order, sub_bounds, sub_counts, self._slots, idx.cost_or_ones(),
+                                  np.asarray(self.topology.shares))
+            else:
+                ids = assign_contiguous(sub_order, sub_bounds, sub_counts, self._slots)
+        return EpochPlan(ids=ids, epoch=int(epoch), start_step=first, total_steps=self.num_steps,
+                         index=idx, topology=self.topology)
+
+    def __repr__(self):
+        o = self.options
+        return (f"Plan({self.index!r}, {self.topology!r}, global_batch_size={o.global_batch_size}, seed={o.seed}, "
+                f"stratify={o.stratify}, balance={o.balance!r}, bucket={o.bucket}, drop_remainder={o.drop_remainder})")
