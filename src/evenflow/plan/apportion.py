@@ -3,8 +3,9 @@
 Replica r's quota in a step of n samples is ``n * w_r / sum(w)``; each replica
 gets the floor of its quota and the leftover samples go to the largest
 fractional parts. Ties (always the case with equal weights) are broken by a
-rotation that starts at replica ``step % R``, so over an epoch no replica is
-systematically given more.
+rotation that starts where the previous step's extra samples stopped, so the
+extras are dealt round-robin over the epoch and, with equal weights, epoch
+totals differ by at most one.
 """
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ import numpy as np
 __all__ = ["replica_counts"]
 
 
-def replica_counts(step_sizes: np.ndarray, shares: np.ndarray, first_step: int = 0) -> np.ndarray:
-    """Real samples per replica for each step.
+def replica_counts(step_sizes: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """Real samples per replica for each step of an epoch.
 
     Args:
-        step_sizes: int ``[S]``, real samples in each global step.
+        step_sizes: int ``[S]``, real samples in each global step of the whole epoch.
         shares: float ``[R]``, each replica's fraction of the work, summing to 1.
-        first_step: global index of the first step (fixes the tie rotation).
 
     Returns:
         int64 ``[S, R]`` whose rows sum to ``step_sizes``.
@@ -30,8 +30,8 @@ def replica_counts(step_sizes: np.ndarray, shares: np.ndarray, first_step: int =
     base = np.floor(quota + 1e-9).astype(np.int64)
     frac = np.round(quota - base, 9)
     left = sizes - base.sum(axis=1)
-    steps = np.arange(first_step, first_step + sizes.shape[0])
-    rotation = (np.arange(r)[None, :] - steps[:, None]) % r
+    start = (np.cumsum(left) - left) % r
+    rotation = (np.arange(r)[None, :] - start[:, None]) % r
     # Rank replicas by (larger fraction first, then rotation); the first `left` get one more.
     rank_order = np.lexsort((rotation, -frac), axis=-1)
     rank = np.empty_like(rank_order)

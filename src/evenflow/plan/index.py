@@ -81,6 +81,20 @@ class Index:
             costs.flags.writeable = False
             object.__setattr__(self, "costs", costs)
 
+    @classmethod
+    def from_records(cls, path, **kwargs) -> "Index":
+        """The index of a TFRecord dataset, with labels and costs from its sidecars.
+
+        Args:
+            path: a dataset directory written by ``evenflow convert`` (or its
+                ``dataset.json``), a TFRecord file, or a list of them, each indexed by
+                ``evenflow index``.
+            **kwargs: passed to :class:`evenflow.records.RecordDataset`, e.g. ``check="headers"``.
+        """
+        # Imported here: plan/ depends on numpy and the stdlib only.
+        from evenflow.records import RecordDataset
+        return RecordDataset(path, **kwargs).index()
+
     @property
     def num_classes(self) -> int:
         """Number of distinct labels, 0 without labels."""

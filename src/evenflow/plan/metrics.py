@@ -82,7 +82,8 @@ def summarize(ep) -> dict:
         "slots": ep.slots,
         "real_samples": int(real.sum()),
         "per_replica": [
-            {"replica": i, "weight": float(ep.topology.shares[i] * ep.replicas), "real": int(real[:, i].sum()),
+            {"replica": i, "weight": 1.0 if ep.topology.weights is None else ep.topology.weights[i],
+             "real": int(real[:, i].sum()),
              "padding": int(pad[:, i].sum()), "cost": float(loads[:, i].sum())}
             for i in range(ep.replicas)
         ],

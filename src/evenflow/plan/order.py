@@ -6,8 +6,9 @@ job that changes its topology mid-epoch keeps the same global steps.
 
 Three orderings compose:
 * a seeded permutation (always);
-* stratification: each class's samples are spread evenly through the epoch,
-  so every prefix, and so every step, carries the dataset's label mix;
+* stratification: each step's class counts are apportioned from the dataset's
+  mix, carrying rounding debts forward, so every prefix of steps is within one
+  sample per class of the dataset's mix and every step within two;
 * bucketing: windows of ``bucket_window`` steps are sorted by cost, cut into
   steps, then the steps are shuffled, so a step holds samples of similar cost
   while the order of steps stays random.
@@ -40,20 +41,52 @@ def step_bounds(num_samples: int, global_batch_size: int, drop_remainder: bool) 
     return np.asarray(ends, dtype=np.int64)
 
 
-def _stratified(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    # Each class's members, in random order, sit at evenly spaced positions
-    # (k + 0.5) / n_c of the epoch; merging the classes by position gives an
-    # order whose every window holds each class in proportion. Random ties.
+def _class_counts_per_step(sizes: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    # Running apportionment: each step's class counts are its quota n_s * p_c plus what
+    # earlier steps still owe the class, rounded by largest remainder. The owed amount
+    # stays in (-1, 1), so every prefix of steps is within one sample of the dataset's
+    # mix per class and every step within two.
+    p = totals / totals.sum()
+    left = totals.astype(np.int64).copy()
+    owed = np.zeros(p.shape[0])
+    out = np.zeros((sizes.shape[0], p.shape[0]), dtype=np.int64)
+    for s, n in enumerate(sizes):
+        want = n * p + owed
+        x = np.minimum(np.maximum(np.floor(want + 1e-9), 0).astype(np.int64), left)
+        short = int(n - x.sum())
+        if short > 0:
+            room = left - x
+            order = np.lexsort((np.arange(p.shape[0]), -(want - x)))
+            order = order[room[order] > 0]
+            give = np.zeros_like(x)
+            while short > 0:  # normally one pass; more only when classes run out
+                take = order[room[order] > give[order]][:short]
+                give[take] += 1
+                short -= take.shape[0]
+            x += give
+        out[s] = x
+        left -= x
+        owed = want - x
+    return out
+
+
+def _stratified(codes: np.ndarray, bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     n = codes.shape[0]
+    totals = np.bincount(codes)
+    sizes = np.diff(bounds)
+    per_step = _class_counts_per_step(sizes, totals)          # [S, C]
+    used = per_step.sum(axis=0)
     perm = rng.permutation(n)
-    by_class = perm[np.argsort(codes[perm], kind="stable")]
-    counts = np.bincount(codes)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    cls = codes[by_class]
-    rank = np.arange(n) - starts[cls]
-    position = (rank + 0.5) / counts[cls]
-    tiebreak = rng.random(n)
-    return by_class[np.lexsort((tiebreak, position))]
+    by_class = perm[np.argsort(codes[perm], kind="stable")]  # each class's members, in random order
+    starts = np.concatenate(([0], np.cumsum(totals)[:-1]))
+    # The first used[c] members of class c go to steps in order, per_step[s, c] to step s.
+    take = np.concatenate([by_class[starts[c]: starts[c] + used[c]] for c in range(totals.shape[0])])
+    step_of = np.concatenate([np.repeat(np.arange(sizes.shape[0]), per_step[:, c]) for c in range(totals.shape[0])])
+    order = take[np.lexsort((rng.random(take.shape[0]), step_of))]
+    if int(bounds[-1]) < n:  # drop_remainder: the unused members follow, never planned
+        rest = np.setdiff1d(perm, order, assume_unique=True)
+        order = np.concatenate((order, rest))
+    return order
 
 
 def _bucketed(order: np.ndarray, costs: np.ndarray, g: int, window_steps: int,
@@ -84,7 +117,7 @@ def epoch_order(index, options, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     n, g = index.num_samples, options.global_batch_size
     bounds = step_bounds(n, g, options.drop_remainder)
     if options.stratify:
-        order = _stratified(index.label_codes, epoch_rng(options.seed, epoch, _STREAM_STRATIFY))
+        order = _stratified(index.label_codes, bounds, epoch_rng(options.seed, epoch, _STREAM_STRATIFY))
     else:
         order = epoch_rng(options.seed, epoch, _STREAM_ORDER).permutation(n).astype(np.int64)
     if options.bucket:

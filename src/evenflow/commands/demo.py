@@ -1,0 +1,60 @@
+"""``evenflow demo``: digits on 4 data-parallel replicas, end to end, in well under a minute."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from evenflow.tf.config import add_config_flags, flag_values, load_config
+
+# What the demo trains unless a flag says otherwise; reaches ~0.98 test accuracy on digits.
+DEMO_DEFAULTS = {
+    "dataset": "builtin:digits",
+    "model": "mlp",
+    "optimizer": "adam",
+    "learning_rate": 3e-3,
+    "epochs": 20,
+    "global_batch_size": 64,
+    "replicas": 4,
+    "seed": 0,
+    "stratify": True,
+    "output_dir": "runs/demo",
+}
+
+EXAMPLES = """examples:
+  evenflow demo                          # 4 replicas (logical CPUs, or one per GPU), prints test accuracy
+  evenflow demo --replicas 2 --seed 1
+  evenflow demo --model cnn --epochs 30  # depthwise-separable convolutions instead of the MLP
+
+What it does: loads scikit-learn's digits (no download), splits off a fixed test set,
+plans every epoch with ef.Plan(..., stratify=True), trains a MirroredStrategy custom
+loop on the per-replica tf.data pipelines, prints the per-replica balance table, a
+progress bar per epoch, and the exact test accuracy. Writes runs/demo/summary.json and
+TensorBoard events (tensorboard --logdir runs/demo).
+"""
+
+_DEMO_FLAGS = ("replicas", "epochs", "seed", "model", "global_batch_size", "learning_rate", "precision",
+               "output_dir")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "demo", help="train on scikit-learn digits with 4 data-parallel replicas",
+        description="Train a small classifier on scikit-learn's digits with a MirroredStrategy over "
+                    "several replicas, fed by an evenflow plan, and report exact test accuracy.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_flags(parser, only=_DEMO_FLAGS)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args) -> int:
+    from evenflow.tf._lazy import MissingFrameworkError
+
+    config = load_config(None, overrides=flag_values(args), defaults=DEMO_DEFAULTS)
+    try:
+        from evenflow.tf.job import run_training
+        run_training(config, title="evenflow demo")
+    except MissingFrameworkError as e:
+        print(f"evenflow demo: error: {e}", file=sys.stderr)
+        return 2
+    return 0

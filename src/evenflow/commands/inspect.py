@@ -1,0 +1,112 @@
+"""``evenflow inspect``: show how a plan splits a dataset among replicas, before training."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+EPILOG = """examples:
+  evenflow inspect --samples 10000 --replicas 8 --batch-size 256
+  evenflow inspect --samples 10000 --replicas 4 --batch-size 256 --weights 1,1,1,0.5
+  evenflow inspect --samples 5000 --replicas 4 --batch-size 64 --labels labels.npy --stratify
+  evenflow inspect --replicas 8 --batch-size 256 --costs lengths.txt --balance cost --bucket --plot load.png
+  evenflow inspect --samples 1000 --replicas 3 --batch-size 100 --json
+
+Labels and costs files are .npy arrays or text with one number per line; with one of
+them, --samples may be left out (it is the file's length).
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("inspect", help="show the per-replica split of a plan", description=__doc__,
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--samples", type=int, help="number of samples N (default: length of --labels/--costs)")
+    p.add_argument("--replicas", type=int, required=True, help="number of replicas R")
+    p.add_argument("--batch-size", type=int, required=True, help="global batch size G (summed over replicas)")
+    p.add_argument("--weights", help="comma-separated relative replica speeds, e.g. 1,1,1,0.5")
+    p.add_argument("--labels", help="labels file (.npy or one integer per line)")
+    p.add_argument("--costs", help="costs file (.npy or one number per line), e.g. sequence lengths")
+    p.add_argument("--stratify", action="store_true", help="stratify steps and replicas by label")
+    p.add_argument("--balance", default="count", help="count (default) or cost")
+    p.add_argument("--bucket", action="store_true", help="bucket samples of similar cost into the same step")
+    p.add_argument("--bucket-window", type=int, default=256, help="steps per sorted bucket window (default 256)")
+    p.add_argument("--drop-remainder", action="store_true", help="drop the last partial step")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epoch", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    p.add_argument("--plot", metavar="PNG", help="write a plot of per-replica load per step")
+    p.set_defaults(run=run)
+
+
+def load_column(path: str, what: str, integer: bool) -> np.ndarray:
+    """Read a .npy array or a text file with one number per line."""
+    if not os.path.exists(path):
+        raise ValueError(f"{what} file {path} does not exist; pass a .npy file or a text file with one number per line")
+    if path.endswith(".npy"):
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except ValueError as e:
+            raise ValueError(f"{what} file {path} is not a numeric .npy array ({e})") from e
+    else:
+        values = []
+        with open(path) as f:
+            for line_no, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    values.append(float(line))
+                except ValueError:
+                    raise ValueError(f"{what} file {path}, line {line_no}: {line[:40]!r} is not a number; "
+                                     f"write one number per line") from None
+        arr = np.asarray(values, dtype=np.float64)
+    arr = np.ravel(arr)
+    if integer and arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.array_equal(arr, np.round(arr)):
+            raise ValueError(f"{what} file {path} must hold whole numbers (class ids)")
+        arr = arr.astype(np.int64)
+    return arr
+
+
+def parse_weights(text: str | None):
+    if not text:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--weights must be comma-separated numbers like 1,1,1,0.5, got {text!r}") from None
+
+
+def run(args) -> int:
+    import evenflow as ef
+    from evenflow.report.table import plan_table
+
+    labels = load_column(args.labels, "labels", integer=True) if args.labels else None
+    costs = load_column(args.costs, "costs", integer=False) if args.costs else None
+    n = args.samples
+    if n is None:
+        known = [a for a in (labels, costs) if a is not None]
+        if not known:
+            raise ValueError("--samples is required unless --labels or --costs gives the dataset's length")
+        n = known[0].shape[0]
+    index = ef.Index(n, labels=labels, costs=costs)
+    topo = ef.Topology(args.replicas, weights=parse_weights(args.weights))
+    plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
+                   balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder,
+                   bucket_window=args.bucket_window)
+    ep = plan.epoch(args.epoch)
+    summary = ep.summary()
+    if args.plot:
+        from evenflow.report.plot import plot_plan
+        plot_plan(ep, args.plot)
+        summary["plot"] = args.plot
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{plan!r}\n")
+        print(plan_table(summary))
+        if args.plot:
+            print(f"\nplot written to {args.plot}")
+    return 0

@@ -1,0 +1,183 @@
+"""Write a source (npz, image folder, builtin) as a sharded, indexed TFRecord dataset.
+
+The output directory ends up holding ``data-00000-of-0000N.tfrecord`` shards, each with
+its ``.idx`` and ``.meta.npz`` sidecars, and ``dataset.json``. Samples keep the source's
+order and shard ``i`` holds a contiguous range of it, so sample id = position in the
+source. Everything is written into a hidden staging directory next to ``OUT_DIR`` and
+renamed into place at the end: a conversion that fails or is interrupted leaves
+``OUT_DIR`` as it was and nothing else behind.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from evenflow.records.errors import RecordError
+from evenflow.records.framing import RecordWriter
+from evenflow.records.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
+from evenflow.records.progress import Progress
+from evenflow.records.sources import Source, open_source
+
+__all__ = ["ConvertResult", "convert", "shard_name"]
+
+
+def shard_name(i: int, n: int) -> str:
+    return f"data-{i:05d}-of-{n:05d}.tfrecord"
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """What :func:`convert` wrote."""
+
+    out_dir: str
+    manifest: Manifest
+    num_bytes: int
+    seconds: float
+    notes: tuple = ()
+
+
+def _dataset_files(out_dir: str) -> set[str] | None:
+    """Names belonging to the evenflow dataset in ``out_dir``, or None if it has no manifest."""
+    try:
+        manifest = read_manifest(os.path.join(out_dir, MANIFEST_NAME))
+    except (RecordError, OSError):
+        return None
+    names = {MANIFEST_NAME}
+    for s in manifest.shards:
+        names |= {s.file, s.file + ".idx", s.file + ".meta.npz"}
+    return names
+
+
+def _check_out_dir(out_dir: str, overwrite: bool) -> bool:
+    """Refuse a non-empty OUT_DIR unless --overwrite replaces an evenflow dataset; returns whether it exists."""
+    if not os.path.exists(out_dir):
+        return False
+    if not os.path.isdir(out_dir):
+        raise RecordError(out_dir, "exists and is not a directory; pick a directory for the dataset", kind="input")
+    entries = sorted(os.listdir(out_dir))
+    if not entries:
+        return True
+    if not overwrite:
+        raise RecordError(out_dir, f"is not empty ({len(entries)} entries, e.g. {entries[0]}); pass --overwrite to "
+                          f"replace the dataset in it, or pick another directory", kind="input")
+    ours = _dataset_files(out_dir)
+    foreign = [e for e in entries if ours is None or e not in ours]
+    if foreign:
+        raise RecordError(out_dir, f"--overwrite only replaces an evenflow dataset, but {foreign[0]!r} is not part "
+                          f"of one; empty the directory yourself or pick another", kind="input")
+    return True
+
+
+def _write_shards(source: Source, staging: str, shards: int, progress: Progress) -> tuple[list[ShardEntry], int]:
+    n = source.num_samples
+    bounds = [i * n // shards for i in range(shards + 1)]
+    entries, total = [], 0
+    for i in range(shards):
+        start, stop = bounds[i], bounds[i + 1]
+        name = shard_name(i, shards)
+        writer = RecordWriter(os.path.join(staging, name))
+        costs = []
+        try:
+            for rec, cost in source.records(start, stop):
+                writer.write(rec)
+                costs.append(float(len(rec)) if cost is None and source.cost_key == "bytes" else cost)
+                progress.update()
+        except BaseException:
+            writer.abort()
+            raise
+        if source.costs is not None:
+            shard_costs = source.costs[start:stop]
+        elif costs and costs[0] is not None:
+            shard_costs = np.asarray(costs, dtype=np.float64)
+        else:
+            shard_costs = None
+        labels = None if source.labels is None else source.labels[start:stop]
+        writer.close(labels=labels, costs=shard_costs)
+        size = os.path.getsize(writer.path)
+        entries.append(ShardEntry(name, stop - start, size))
+        total += size
+    return entries, total
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def convert(src: str, out_dir, *, shards: int = 1, label_key: str | None = None, cost_key: str | None = None,
+            feature_keys: Sequence[str] | None = None, image_format: str | None = None, overwrite: bool = False,
+            progress: bool | None = None) -> ConvertResult:
+    """Convert ``src`` into a sharded TFRecord dataset in ``out_dir``.
+
+    Args:
+        src: a ``.npz`` file, a folder of ``<class>/<image>`` files, or ``builtin:digits``.
+        out_dir: output directory; must be empty or absent, or hold an evenflow dataset
+            and ``overwrite=True``.
+        shards: number of shard files, 1..N.
+        label_key: npz key with the class of each sample (images and digits: the name
+            of the stored label feature, default ``"label"``).
+        cost_key: npz key with a per-sample cost (e.g. a length), or ``"bytes"`` (record
+            size), or for images ``"pixels"``.
+        feature_keys: npz keys to store; default all but the label.
+        image_format: for ``builtin:digits``, store 32x32 ``"png"`` or ``"jpeg"`` images.
+        overwrite: replace an existing evenflow dataset in ``out_dir``.
+        progress: draw a progress bar on stderr (default: when stderr is a terminal).
+
+    Returns:
+        A :class:`ConvertResult`.
+
+    Raises:
+        RecordError: bad source, bad image, unusable ``out_dir``; nothing is written.
+    """
+    t0 = time.perf_counter()
+    if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
+        raise ValueError(f"--shards must be an integer >= 1, got {shards!r}")
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    existed = _check_out_dir(out_dir, overwrite)
+    source = open_source(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,
+                         image_format=image_format)
+    if shards > source.num_samples:
+        raise ValueError(f"--shards must be at most the number of samples, {source.num_samples}, got {shards}; "
+                         f"an empty shard helps no one")
+    parent, base = os.path.split(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = os.path.join(parent, f".{base}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    os.mkdir(staging)
+    try:
+        with Progress(source.num_samples, f"convert {base}", enabled=progress) as bar:
+            entries, total = _write_shards(source, staging, int(shards), bar)
+        manifest = Manifest(features=source.specs, shards=entries, label_key=source.label_key,
+                            cost_key=source.cost_key, class_names=source.class_names, source=source.description,
+                            image=source.image)
+        write_manifest(staging, manifest)  # last: a directory with a manifest is complete
+        _fsync_dir(staging)
+        if existed:
+            old = os.path.join(parent, f".{base}.old-{os.getpid()}")
+            os.rename(out_dir, old)
+            try:
+                os.rename(staging, out_dir)
+            except BaseException:
+                os.rename(old, out_dir)  # put the previous dataset back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, out_dir)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ConvertResult(out_dir, manifest, total, time.perf_counter() - t0, tuple(source.notes))

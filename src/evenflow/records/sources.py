@@ -1,0 +1,312 @@
+"""Inputs that ``evenflow convert`` turns into records: ``.npz`` arrays, image folders, digits.
+
+Each source is opened into a :class:`Source`: how many samples, the feature specs, the
+labels (known up front, so they can go in the sidecar), and a generator that yields
+``(serialized Example, cost or None)`` for a range of samples. Everything that can be
+checked before writing is checked when the source is opened; images are checked (fully
+decoded with Pillow) as they are read, so each file is read once.
+"""
+from __future__ import annotations
+
+import io
+import os
+import warnings
+import zipfile
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from evenflow.records.errors import RecordError
+from evenflow.records.example import ExampleEncoder, FeatureSpec, spec_for_array
+
+__all__ = ["IMAGE_EXTENSIONS", "Source", "open_source"]
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+IMAGE_FORMATS = ("png", "jpeg")
+IMAGE_COSTS = ("bytes", "pixels")
+
+
+@dataclass
+class Source:
+    """A dataset ready to be written as records.
+
+    Attributes:
+        description: where it came from, for the manifest.
+        num_samples: number of samples N.
+        specs: key -> :class:`FeatureSpec` of each stored feature.
+        records: ``records(start, stop)`` yields ``(example_bytes, cost)`` per sample;
+            ``cost`` is None unless the source computes it while reading.
+        labels: int64 ``[N]`` or None.
+        costs: float64 ``[N]`` known up front, or None.
+        label_key, cost_key, class_names, image: as in the manifest.
+    """
+
+    description: str
+    num_samples: int
+    specs: dict[str, FeatureSpec]
+    records: Callable[[int, int], Iterator[tuple[bytes, float | None]]]
+    labels: np.ndarray | None = None
+    costs: np.ndarray | None = None
+    label_key: str | None = None
+    cost_key: str | None = None
+    class_names: list[str] | None = None
+    image: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _pillow():
+    try:
+        from PIL import Image
+    except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
+        raise ModuleNotFoundError("converting images needs Pillow; install it with `pip install pillow`",
+                                  name=e.name) from e
+    return Image
+
+
+def _labels_column(path: str, key: str, arr: np.ndarray) -> tuple[np.ndarray, list[str] | None]:
+    """Integer labels (and class names for string labels) from an npz column."""
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise RecordError(path, f"label key {key!r} must be 1-D with one class per sample, got shape {arr.shape}",
+                          kind="input")
+    if arr.dtype.kind in "SU":
+        names, codes = np.unique(arr, return_inverse=True)
+        names = [n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n) for n in names.tolist()]
+        return codes.astype(np.int64), names
+    if arr.dtype.kind in "iub":
+        return arr.astype(np.int64), None
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.array_equal(arr, np.round(arr)):
+        return arr.astype(np.int64), None
+    raise RecordError(path, f"label key {key!r} must hold integers or strings, got {arr.dtype}; map classes to "
+                      f"integers first", kind="input")
+
+
+def _costs_column(path: str, key: str, arr: np.ndarray) -> np.ndarray:
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1 or arr.dtype.kind not in "iubf":
+        raise RecordError(path, f"cost key {key!r} must be 1-D numbers, one per sample (e.g. a sequence length), "
+                          f"got {arr.dtype} of shape {arr.shape}", kind="input")
+    costs = arr.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(costs) | (costs < 0))
+    if bad.size:
+        raise RecordError(path, f"cost key {key!r} must be finite and >= 0, but sample {int(bad[0])} has "
+                          f"{costs[bad[0]]}", record=int(bad[0]), kind="input")
+    return costs
+
+
+def _from_arrays(description: str, path: str, columns: dict[str, np.ndarray], *, label_key, cost_key,
+                 feature_keys: Sequence[str] | None, class_names=None) -> Source:
+    keys = list(columns)
+    for name, k in (("label key", label_key), ("cost key", cost_key)):
+        if k is not None and k not in columns and not (name == "cost key" and k == "bytes"):
+            raise RecordError(path, f"{name} {k!r} is not in the file; it holds {', '.join(keys)}", kind="feature")
+    if feature_keys:
+        missing = [k for k in feature_keys if k not in columns]
+        if missing:
+            raise RecordError(path, f"feature key {missing[0]!r} is not in the file; it holds {', '.join(keys)}",
+                              kind="feature")
+        fkeys = [k for k in dict.fromkeys(feature_keys) if k != label_key]
+    else:
+        fkeys = [k for k in keys if k != label_key]
+    if not fkeys and label_key is None:
+        raise RecordError(path, "no features to store; the file holds no arrays", kind="input")
+    used = list(dict.fromkeys(fkeys + [k for k in (label_key, cost_key) if k in columns]))
+    lengths = {k: (columns[k].shape[0] if columns[k].ndim else None) for k in used}
+    for k, n in lengths.items():
+        if n is None:
+            raise RecordError(path, f"array {k!r} is a scalar, not one row per sample; leave it out by naming the "
+                              f"features with --feature-key", kind="input")
+    ns = set(lengths.values())
+    if len(ns) > 1:
+        first = next(iter(lengths))
+        other = next(k for k, n in lengths.items() if n != lengths[first])
+        raise RecordError(path, f"arrays disagree on the number of samples: {first!r} has {lengths[first]} rows, "
+                          f"{other!r} has {lengths[other]}", kind="input")
+    n = ns.pop()
+    if n == 0:
+        raise RecordError(path, "the arrays have 0 rows; nothing to convert", kind="input")
+    specs = {k: spec_for_array(k, columns[k]) for k in fkeys}
+    store = {k: columns[k] for k in fkeys}
+    labels = None
+    if label_key is not None:
+        labels, names = _labels_column(path, label_key, columns[label_key])
+        class_names = names or class_names
+        specs[label_key] = FeatureSpec("int64", ())
+        store[label_key] = labels
+    # A "bytes" cost that is not an array of that name is the record size, filled in while writing.
+    costs = _costs_column(path, cost_key, columns[cost_key]) if cost_key in columns else None
+    encoder = ExampleEncoder(specs)
+
+    def records(start: int, stop: int):
+        for rec in encoder.encode_rows(store, start, stop):
+            yield rec, None
+
+    return Source(description, n, specs, records, labels=labels, costs=costs, label_key=label_key,
+                  cost_key=cost_key, class_names=class_names)
+
+
+def _open_npz(path: str, **kw) -> Source:
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic == b"\x93NUMPY":
+        raise RecordError(path, "is a single .npy array, not an .npz archive of named arrays; save with "
+                          "np.savez(path, x=..., label=...)", kind="input")
+    if magic[:4] != b"PK\x03\x04":  # np.load would take anything else for a pickle
+        raise RecordError(path, "not a readable .npz file (no zip header); save arrays with "
+                          "np.savez(path, x=..., label=...)", kind="input")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            columns = {k: z[k] for k in z.files}
+    except ValueError as e:
+        raise RecordError(path, f"cannot load without pickle ({e}); store plain numeric, bytes or string arrays",
+                          kind="input") from e
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
+        raise RecordError(path, f"not a readable .npz file ({e})", kind="input") from e
+    return _from_arrays(f"npz:{os.path.basename(path)}", path, columns, **kw)
+
+
+def _check_image(path: str, data: bytes) -> tuple[str, int]:
+    """Fully decode an encoded image; returns ``(format, pixels)`` or raises RecordError."""
+    Image = _pillow()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            fmt = (im.format or "").lower()
+            im.load()
+            w, h = im.size
+    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, DecompressionBombError...
+        raise RecordError(path, f"image does not decode: {type(e).__name__}: {e}; remove or replace the file",
+                          kind="image") from e
+    if fmt not in IMAGE_FORMATS:
+        raise RecordError(path, f"is a {fmt.upper() or 'unknown'} image; only PNG and JPEG are stored as they are, "
+                          f"convert it first", kind="image")
+    return fmt, w * h
+
+
+def _open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -> Source:
+    if image_format is not None:
+        raise RecordError(root, "--image-format only applies to builtin:digits; image folders are stored "
+                          "as they are, without re-encoding", kind="input")
+    if feature_keys and list(feature_keys) != ["image"]:
+        raise RecordError(root, f"an image folder has one feature, 'image'; got --feature-key "
+                          f"{', '.join(feature_keys)}", kind="feature")
+    if cost_key not in (None, *IMAGE_COSTS):
+        raise RecordError(root, f"--cost-key for an image folder must be one of {', '.join(IMAGE_COSTS)}, got "
+                          f"{cost_key!r}", kind="input")
+    label_key = label_key or "label"
+    classes = sorted(d for d in os.listdir(root) if not d.startswith(".") and os.path.isdir(os.path.join(root, d)))
+    if not classes:
+        raise RecordError(root, "no class sub-folders: put images in ROOT/<class name>/<image>.png|jpg", kind="input")
+    files, labels, ignored = [], [], []
+    for c, name in enumerate(classes):
+        folder = os.path.join(root, name)
+        for f in sorted(os.listdir(folder)):
+            p = os.path.join(folder, f)
+            if f.startswith(".") or not os.path.isfile(p):
+                continue
+            if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS:
+                files.append(p)
+                labels.append(c)
+            else:
+                ignored.append(p)
+    if not files:
+        raise RecordError(root, f"no .png/.jpg/.jpeg files in the class folders ({', '.join(classes[:5])})",
+                          kind="input")
+    notes = []
+    if ignored:
+        notes.append(f"ignored {len(ignored)} files that are not .png/.jpg/.jpeg, e.g. {ignored[0]}")
+        warnings.warn(notes[-1], stacklevel=3)
+    specs = {"image": FeatureSpec("bytes", ()), label_key: FeatureSpec("int64", ())}
+    encoder = ExampleEncoder(specs)
+    labels_arr = np.asarray(labels, dtype=np.int64)
+    formats: set[str] = set()
+
+    def records(start: int, stop: int):
+        for i in range(start, stop):
+            with open(files[i], "rb") as f:
+                data = f.read()
+            fmt, pixels = _check_image(files[i], data)
+            formats.add(fmt)
+            source.image["format"] = formats.copy().pop() if len(formats) == 1 else "mixed"
+            cost = float(len(data)) if cost_key == "bytes" else float(pixels) if cost_key == "pixels" else None
+            yield encoder.encode({"image": data, label_key: labels_arr[i]}), cost
+
+    source = Source(f"images:{os.path.basename(os.path.normpath(root))}", len(files), specs, records,
+                    labels=labels_arr, label_key=label_key, cost_key=cost_key, class_names=classes,
+                    image={"key": "image", "format": None}, notes=notes)
+    return source
+
+
+def _open_digits(*, label_key, cost_key, feature_keys, image_format) -> Source:
+    try:
+        from sklearn.datasets import load_digits
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError("builtin:digits needs scikit-learn; install it with `pip install scikit-learn`",
+                                  name=e.name) from e
+    digits = load_digits()
+    label_key = label_key or "label"
+    names = [str(c) for c in range(10)]
+    if image_format is None:
+        columns = {"x": digits.images.astype(np.float32), label_key: digits.target.astype(np.int64)}
+        if feature_keys and any(k not in columns for k in feature_keys):
+            bad = next(k for k in feature_keys if k not in columns)
+            raise RecordError("builtin:digits", f"feature key {bad!r} is not in the records; digits has 'x' (8x8 "
+                              f"floats, 0..16) and {label_key!r}", kind="feature")
+        return _from_arrays("builtin:digits", "builtin:digits", columns, label_key=label_key, cost_key=cost_key,
+                            feature_keys=feature_keys, class_names=names)
+    if image_format not in IMAGE_FORMATS:
+        raise RecordError("builtin:digits", f"--image-format must be one of {', '.join(IMAGE_FORMATS)}, got "
+                          f"{image_format!r}", kind="input")
+    if feature_keys and list(feature_keys) != ["image"]:
+        raise RecordError("builtin:digits", "with --image-format the only feature is 'image'", kind="feature")
+    if cost_key not in (None, *IMAGE_COSTS):
+        raise RecordError("builtin:digits", f"--cost-key must be one of {', '.join(IMAGE_COSTS)} for images, got "
+                          f"{cost_key!r}", kind="input")
+    Image = _pillow()
+    pix = np.clip(np.round(digits.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    specs = {"image": FeatureSpec("bytes", ()), label_key: FeatureSpec("int64", ())}
+    encoder = ExampleEncoder(specs)
+    labels = digits.target.astype(np.int64)
+
+    def records(start: int, stop: int):
+        for i in range(start, stop):
+            buf = io.BytesIO()
+            im = Image.fromarray(pix[i], mode="L").resize((32, 32), Image.BILINEAR)
+            im.save(buf, format=image_format.upper(), **({"quality": 95} if image_format == "jpeg" else {}))
+            data = buf.getvalue()
+            cost = float(len(data)) if cost_key == "bytes" else 1024.0 if cost_key == "pixels" else None
+            yield encoder.encode({"image": data, label_key: labels[i]}), cost
+
+    return Source(f"builtin:digits ({image_format} 32x32)", len(labels), specs, records, labels=labels,
+                  label_key=label_key, cost_key=cost_key, class_names=names,
+                  image={"key": "image", "format": image_format})
+
+
+BUILTINS = {"builtin:digits": _open_digits}
+
+
+def open_source(src: str, *, label_key: str | None = None, cost_key: str | None = None,
+                feature_keys: Sequence[str] | None = None, image_format: str | None = None) -> Source:
+    """Open ``src``: a ``.npz`` file, a folder of class sub-folders of images, or ``builtin:digits``.
+
+    Raises:
+        RecordError: unknown source, missing keys, inconsistent arrays (one line, naming
+            the file).
+    """
+    src = os.fspath(src)
+    if src.startswith("builtin:"):
+        if src not in BUILTINS:
+            raise RecordError(src, f"unknown builtin dataset; choose one of {', '.join(BUILTINS)}", kind="input")
+        return BUILTINS[src](label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,
+                             image_format=image_format)
+    if os.path.isdir(src):
+        return _open_images(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,
+                            image_format=image_format)
+    if not os.path.exists(src):
+        raise RecordError(src, "no such file or directory; SRC is a .npz file, an image folder or builtin:digits",
+                          kind="input")
+    if image_format is not None:
+        raise RecordError(src, "--image-format only applies to builtin:digits", kind="input")
+    return _open_npz(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys)

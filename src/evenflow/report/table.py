@@ -1,0 +1,39 @@
+"""Fixed-width tables for the terminal."""
+from __future__ import annotations
+
+__all__ = ["format_table", "plan_table"]
+
+
+def format_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
+    """Render rows as a fixed-width table; numbers right-aligned, text left-aligned."""
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    if align is None:
+        align = "".join("r" if rows and isinstance(rows[0][i], (int, float)) else "l" for i in range(len(headers)))
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if a == "r" else v.ljust(w) for v, w, a in zip(vals, widths, align)).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"
+    return str(v)
+
+
+def plan_table(summary: dict) -> str:
+    """The per-replica table and step-balance lines of an ``EpochPlan.summary()``."""
+    rows = [[d["replica"], round(d["weight"], 4), d["real"], d["padding"], round(d["cost"], 1)]
+            for d in summary["per_replica"]]
+    text = format_table(["replica", "weight", "real", "padding", "cost"], rows)
+    text += (f"\n\nsteps {summary['num_steps']}  slots/replica {summary['slots']}  real samples {summary['real_samples']}"
+             f"\nper-step imbalance max(load/share)/total: mean {summary['imbalance_mean']:.4f}  "
+             f"p99 {summary['imbalance_p99']:.4f}  max {summary['imbalance_max']:.4f}"
+             f"\ntoken efficiency (pad to longest per replica batch): {summary['token_efficiency']:.4f}"
+             f"\nlabel deviation |count - share|: per step {summary['label_deviation_step']:.3f}  "
+             f"epoch {summary['label_deviation_epoch']:.3f}")
+    return text

@@ -1,0 +1,55 @@
+"""Import TensorFlow and Keras on first use, with an error that names the extra to install.
+
+Everything under :mod:`evenflow.tf` that needs TensorFlow calls :func:`tf` or
+:func:`keras` inside a function body, never at module level, so that
+``import evenflow`` and ``evenflow --help`` stay instant and work without
+TensorFlow installed.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+
+__all__ = ["tf", "keras", "MissingFrameworkError", "INSTALL_HINT"]
+
+INSTALL_HINT = "pip install 'evenflow[tf]'"
+
+
+class MissingFrameworkError(ImportError):
+    """TensorFlow (or Keras) is not installed in this environment."""
+
+
+_MODULES: dict = {}
+
+
+def _import(name: str):
+    module = _MODULES.get(name)
+    if module is not None:
+        return module
+    # TensorFlow prints several lines of C++ start-up chatter at the default level 0;
+    # level 2 keeps warnings-as-errors and real errors (level 3 would hide those too).
+    # A value the user set wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        module = _MODULES[name] = importlib.import_module(name)
+        return module
+    except ModuleNotFoundError as e:
+        if e.name is not None and e.name.split(".")[0] == name.split(".")[0]:
+            raise MissingFrameworkError(
+                f"evenflow.tf needs {name}, which is not installed; run {INSTALL_HINT}") from e
+        raise
+
+
+# These two are called inside functions that tf.function / tf.data trace, and AutoGraph
+# converts every function it meets: after the first call they must do nothing but a dict
+# lookup, or AutoGraph warns about (and re-walks) importlib internals on every trace.
+def tf():
+    """The ``tensorflow`` module (imported on the first call)."""
+    module = _MODULES.get("tensorflow")
+    return module if module is not None else _import("tensorflow")
+
+
+def keras():
+    """The ``keras`` module (Keras 3, imported on the first call)."""
+    module = _MODULES.get("keras")
+    return module if module is not None else _import("keras")

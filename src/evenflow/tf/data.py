@@ -1,0 +1,174 @@
+"""Datasets by name: ``builtin:digits``, ``path.npz`` arrays, and a hook for records directories.
+
+:func:`load_dataset` turns :class:`~evenflow.tf.config.DataOptions` into a
+:class:`LoadedData`: a train and a test :class:`~evenflow.tf.reader.Source`
+plus what the model needs to know (feature shape, number of classes). Loading
+uses numpy only, so every data error surfaces before TensorFlow starts.
+
+Kinds of dataset are tried in order:
+
+* ``builtin:<name>`` — a key of :data:`BUILTINS`;
+* a path ending in ``.npz`` — arrays named by ``feature_key`` and ``label_key``,
+  loaded without pickle;
+* a directory — handled by a loader registered with :func:`register_loader`
+  (the records layer registers one for TFRecord directories).
+
+The test set is split off with ``split_seed`` (not the training seed), stratified
+by label, so it is the same whatever the training seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from evenflow.tf.reader import ArraySource
+
+__all__ = ["LoadedData", "BUILTINS", "load_dataset", "register_loader", "split_indices"]
+
+
+@dataclass(frozen=True)
+class LoadedData:
+    """A dataset ready for training.
+
+    Attributes:
+        train: training :class:`~evenflow.tf.reader.Source`.
+        test: test source (evaluated exactly once per sample).
+        num_classes: K; labels are ``0..K-1``.
+        feature_shape: shape of one sample's features, e.g. ``(8, 8, 1)``.
+        description: one line for logs and ``summary.json``.
+    """
+
+    train: object
+    test: object
+    num_classes: int
+    feature_shape: tuple[int, ...]
+    description: str
+
+
+def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split sample positions into (train, test), stratified by label.
+
+    Each label contributes ``round(n_c * test_fraction)`` test samples, clipped so a
+    label with two or more samples has at least one on each side; a label with a
+    single sample stays in training. Chosen with ``numpy.random.default_rng(seed)``.
+
+    Returns:
+        Two sorted int64 arrays that partition ``0..N-1``.
+    """
+    rng = np.random.default_rng(seed)
+    test = []
+    for c in np.unique(labels):
+        pos = np.flatnonzero(labels == c)
+        # Every label with two or more samples keeps at least one on each side of the split.
+        k = min(max(int(round(len(pos) * test_fraction)), 1), len(pos) - 1) if len(pos) >= 2 else 0
+        test.append(rng.permutation(pos)[:k])
+    test = np.sort(np.concatenate(test)).astype(np.int64)
+    train = np.setdiff1d(np.arange(len(labels), dtype=np.int64), test)
+    return train, test
+
+
+def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData:
+    if x.ndim < 2:
+        raise ValueError(f"{what}: features must have shape [N, ...] with at least one feature axis, "
+                         f"got {x.shape}; store one row per sample")
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(f"{what}: labels must have shape [N] = ({x.shape[0]},) to match the features, got "
+                         f"{y.shape}")
+    if y.dtype.kind not in "iu":
+        raise TypeError(f"{what}: labels must be integers 0..K-1, got dtype {y.dtype}; map classes to integers")
+    if x.dtype.kind not in "iufb":
+        raise TypeError(f"{what}: features must be numeric, got dtype {x.dtype}")
+    if y.min() < 0:
+        raise ValueError(f"{what}: labels must be integers 0..K-1, got a label {int(y.min())}")
+    num_classes = int(y.max()) + 1
+    if num_classes < 2:
+        raise ValueError(f"{what}: a classifier needs at least 2 classes, but every label is {int(y.max())}")
+    train, test = split_indices(y, options.test_fraction, options.split_seed)
+    if len(train) == 0 or len(test) == 0:
+        raise ValueError(f"{what}: {x.shape[0]} samples are too few to split with test_fraction "
+                         f"{options.test_fraction:g}; use more samples or another test_fraction")
+    x = x.astype(np.float32, copy=False)
+    return LoadedData(
+        train=ArraySource(x[train], y[train]), test=ArraySource(x[test], y[test]), num_classes=num_classes,
+        feature_shape=tuple(int(d) for d in x.shape[1:]),
+        description=f"{what}: {len(train)} train / {len(test)} test samples, {num_classes} classes, "
+                    f"features {tuple(x.shape[1:])}")
+
+
+def _digits(options) -> LoadedData:
+    try:
+        from sklearn.datasets import load_digits
+    except ModuleNotFoundError as e:
+        raise ValueError("builtin:digits needs scikit-learn; run pip install 'evenflow[tf]'") from e
+    d = load_digits()  # ships with scikit-learn: no download
+    x = (d.images / 16.0).astype(np.float32)[..., None]  # [1797, 8, 8, 1] in [0, 1]
+    return _from_arrays(x, d.target.astype(np.int64), options, "builtin:digits")
+
+
+BUILTINS: dict[str, Callable] = {"digits": _digits}
+
+
+def _npz(options) -> LoadedData:
+    path = Path(options.dataset)
+    try:
+        npz = np.load(path, allow_pickle=False)  # never unpickle: a data file must not run code
+    except ValueError as e:
+        raise ValueError(f"{path}: cannot read it as a .npz of plain arrays ({e}); save it with "
+                         f"numpy.savez without object arrays") from e
+    with npz:
+        for key in (options.feature_key, options.label_key):
+            if key not in npz.files:
+                flag = "feature" if key == options.feature_key else "label"
+                raise ValueError(f"{path}: has no array {key!r}; its arrays are {', '.join(npz.files) or 'none'}; "
+                                 f"pass --{flag}-key NAME")
+        x, y = npz[options.feature_key], npz[options.label_key]
+    return _from_arrays(x, y, options, str(path))
+
+
+_LOADERS: list[tuple[str, Callable[[str], bool], Callable]] = []
+
+
+def register_loader(kind: str, matches: Callable[[str], bool], load: Callable) -> None:
+    """Teach :func:`load_dataset` a new kind of dataset (e.g. a directory of TFRecords).
+
+    Args:
+        kind: a short name for messages, e.g. ``"records"``.
+        matches: ``fn(dataset: str) -> bool``; the first registered loader that
+            matches wins.
+        load: ``fn(options: DataOptions) -> LoadedData``.
+    """
+    _LOADERS.append((kind, matches, load))
+
+
+def load_dataset(options) -> LoadedData:
+    """Load the dataset named by ``options.dataset``.
+
+    Raises:
+        ValueError: unknown builtin name, missing file, unknown array key, a
+            directory no registered loader understands, or unusable arrays.
+    """
+    name = options.dataset
+    if name.startswith("builtin:"):
+        key = name.split(":", 1)[1]
+        if key not in BUILTINS:
+            valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTINS))
+            raise ValueError(f"dataset {name!r} is not a builtin dataset; builtins are {valid}")
+        return BUILTINS[key](options)
+    for _kind, matches, load in _LOADERS:
+        if matches(name):
+            return load(options)
+    path = Path(name)
+    if name.endswith(".npz"):
+        if not path.is_file():
+            raise ValueError(f"dataset file {name} does not exist; check the path")
+        return _npz(options)
+    if path.is_dir():
+        raise ValueError(f"dataset {name} is a directory, but no loader for directories is installed in this "
+                         f"version; convert the data to a .npz file (arrays {options.feature_key!r}, "
+                         f"{options.label_key!r}) or use builtin:digits")
+    valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTINS))
+    raise ValueError(f"dataset must be one of {valid}, a path ending in .npz, or a records directory; "
+                     f"got {name!r}")

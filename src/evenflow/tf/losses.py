@@ -1,0 +1,44 @@
+"""The masked loss that makes a padded, unevenly split step exactly the mean over its real samples.
+
+Replica r computes ``sum_j(mask[r, j] * loss[r, j]) / global_real_count`` and the
+optimizer sums gradients over replicas, so the applied gradient is the gradient
+of ``sum(all real losses) / global_real_count``: the plain mean over the step's
+real samples. It does not depend on how many replicas there are, how many
+samples each got, or how many slots were padding. A replica with no real samples
+contributes zero. (The usual ``tf.nn.compute_average_loss(..., global_batch_size)``
+divides by the *nominal* batch size and so under-weights every partial step.)
+"""
+from __future__ import annotations
+
+from evenflow.tf._lazy import tf as _tf
+
+__all__ = ["masked_loss", "per_sample_cross_entropy"]
+
+
+def per_sample_cross_entropy(labels, logits):
+    """Softmax cross-entropy per sample, float32 ``[slots]``, from integer labels and logits."""
+    tf = _tf()
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int64), logits=tf.cast(logits, tf.float32))
+
+
+def masked_loss(per_sample, mask, global_real_count):
+    """One replica's share of the step loss.
+
+    Args:
+        per_sample: float ``[slots]`` loss of each slot (padding slots may hold anything finite).
+        mask: float ``[slots]``, 1 for real samples, 0 for padding.
+        global_real_count: int or float scalar, real samples in the step over all replicas.
+
+    Returns:
+        float32 scalar ``sum(mask * per_sample) / max(global_real_count, 1)``. Summed
+        over replicas it is the mean loss of the step's real samples.
+    """
+    tf = _tf()
+    per_sample = tf.cast(per_sample, tf.float32)
+    # Padding slots hold real (dummy) rows, so their losses are finite; `where` rather than
+    # `mask * loss` still keeps the value exact if a user's map function leaves garbage there.
+    masked = tf.where(mask > 0, per_sample, tf.zeros_like(per_sample))
+    # max(., 1): a step without real samples cannot come from a Plan, but must not divide by 0.
+    denom = tf.maximum(tf.cast(global_real_count, tf.float32), 1.0)
+    return tf.reduce_sum(masked) / denom

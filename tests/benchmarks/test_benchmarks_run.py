@@ -1,0 +1,82 @@
+"""Smoke test of the benchmark scripts: they run on tiny sizes and write the documented JSON.
+
+Timings never gate a test; only the shape of the output and evenflow's exactly-once
+figures (no duplicated, no dropped samples) are checked.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+BALANCE_ROW_KEYS = {"method", "duplicated", "dropped", "steps_min", "steps_max", "partial_batches",
+                    "imbalance_mean_full", "imbalance_p99_full", "imbalance_p99_all", "imbalance_max_full",
+                    "token_efficiency", "label_dev_step", "label_dev_epoch"}
+SPEED_ROW_KEYS = {"num_samples", "method", "seconds_median", "seconds_all", "ratio_to_permutation",
+                  "ns_per_sample", "peak_extra_bytes", "peak_extra_bytes_per_sample", "output_bytes_per_sample"}
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def balance(tmp_path_factory):
+    bench = _load("balance")
+    out = tmp_path_factory.mktemp("bench") / "balance.json"
+    # 1003 samples is not a multiple of R = 8, so the torch baselines must pad or drop.
+    args = bench.parse_args(["--quick", "--num-samples", "1003", "--json-out", str(out)])
+    bench.main(args)
+    return json.loads(out.read_text())
+
+
+def test_balance_json_has_every_workload_and_column(balance):
+    assert [w["name"] for w in balance["workloads"]] == ["uniform", "lognormal", "stdlib"]
+    for w in balance["workloads"]:
+        assert w["num_samples"] == 1003
+        methods = [row["method"] for row in w["rows"]]
+        assert len(methods) == 7 and len(set(methods)) == 7
+        for row in w["rows"]:
+            assert set(row) == BALANCE_ROW_KEYS
+            assert 0.0 < row["token_efficiency"] <= 1.0
+            assert row["imbalance_p99_full"] >= 1.0 - 1e-9
+        assert [s["bucket_window"] for s in w["bucket_windows"]] == ["16", "64", "256", "epoch"]
+
+
+def test_balance_evenflow_rows_are_exactly_once_and_baselines_are_not(balance):
+    for w in balance["workloads"]:
+        rows = {row["method"]: row for row in w["rows"]}
+        evenflow = [row for name, row in rows.items() if "evenflow" in name]
+        assert len(evenflow) == 4
+        for row in evenflow:
+            assert row["duplicated"] == 0 and row["dropped"] == 0, row
+            assert row["steps_min"] == row["steps_max"], row
+        # 1003 = 8 * 125 + 3: DistributedSampler pads 5 repeats or drops 3 samples.
+        assert rows["(b) torch DS drop_last=False"]["duplicated"] == 5
+        assert rows["(b) torch DS drop_last=True"]["dropped"] == 3
+        assert rows["(a) tf.data shard"]["duplicated"] == rows["(a) tf.data shard"]["dropped"] == 0
+
+
+def test_plan_speed_json_has_every_size_method_and_column(tmp_path):
+    bench = _load("plan_speed")
+    out = tmp_path / "plan_speed.json"
+    args = bench.parse_args(["--quick", "--sizes", "3000,6000", "--replicas", "16", "--global-batch-size", "256",
+                             "--json-out", str(out)])
+    bench.main(args)
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert [(r["num_samples"], r["method"]) for r in rows] == [
+        (n, m) for n in (3000, 6000) for m in ("permutation", "count", "cost")]
+    for r in rows:
+        assert set(SPEED_ROW_KEYS) <= set(r)
+        assert r["seconds_median"] > 0 and len(r["seconds_all"]) == 1
+        # The permutation allocates exactly its int64 result; a plan at least its ids array.
+        assert r["peak_extra_bytes"] >= 8 * r["num_samples"]
+    assert set(result["targets"]) == {"count_ratio_max", "cost_ratio_max", "peak_extra_bytes_per_sample_max"}

@@ -1,0 +1,150 @@
+"""Table tests for edge cases, bad input and cross-process determinism of Plan."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import evenflow as ef
+from evenflow.plan import metrics
+
+from .conftest import real_ids
+
+
+@pytest.mark.parametrize("n,r,g,weights,expect_steps,expect_slots", [
+    (10, 4, 32, None, 1, 8),            # N < G: one partial step
+    (3, 8, 8, None, 1, 1),              # N < replicas: some replicas are all padding
+    (1, 1, 1, None, 1, 1),              # the smallest plan
+    (1000, 1, 100, None, 10, 100),      # one replica takes everything
+    (1000, 4, 100, (1, 1, 1, 0.02), 10, 33),  # a weight far smaller than the others: still >= 1 per step
+    (257, 8, 256, None, 2, 32),         # one sample in the last step
+])
+def test_edge_cases(n, r, g, weights, expect_steps, expect_slots):
+    plan = ef.Plan(ef.Index(n), ef.Topology(r, weights=weights), global_batch_size=g)
+    ep = plan.epoch(0)
+    assert (ep.num_steps, ep.slots) == (expect_steps, expect_slots)
+    assert np.array_equal(np.sort(real_ids(ep)), np.arange(n))
+    full = ep.global_real_counts == g
+    if full.any():
+        assert ep.real_counts[full].min() >= 1
+
+
+def test_all_costs_equal_cost_mode_matches_count_balance():
+    index = ef.Index(1000, costs=np.full(1000, 7.0))
+    ep = ef.Plan(index, ef.Topology(8), global_batch_size=64, balance="cost").epoch(0)
+    assert np.all(metrics.step_imbalance(ep) == 1.0)
+    assert np.array_equal(np.sort(real_ids(ep)), np.arange(1000))
+
+
+def test_cost_mode_beats_count_mode_on_lognormal_lengths():
+    rng = np.random.default_rng(0)
+    index = ef.Index(20_000, costs=rng.lognormal(3, 1, 20_000))
+    count = ef.Plan(index, ef.Topology(8), global_batch_size=256).epoch(0)
+    cost = ef.Plan(index, ef.Topology(8), global_batch_size=256, balance="cost").epoch(0)
+    imb_count, imb_cost = metrics.step_imbalance(count)[:-1], metrics.step_imbalance(cost)[:-1]
+    assert imb_cost.mean() < imb_count.mean()
+    assert np.percentile(imb_cost, 50) < 1.01          # median step is nearly perfect
+
+
+def test_weighted_cost_mode_scales_load_by_weight():
+    rng = np.random.default_rng(1)
+    index = ef.Index(20_000, costs=rng.lognormal(3, 0.5, 20_000))
+    ep = ef.Plan(index, ef.Topology(4, weights=(1, 1, 1, 0.5)), global_batch_size=256, balance="cost").epoch(0)
+    loads = metrics.replica_loads(ep)[:-1].sum(axis=0)
+    assert loads[3] / loads[:3].mean() == pytest.approx(0.5, rel=0.02)
+
+
+def test_bucketing_raises_token_efficiency():
+    rng = np.random.default_rng(2)
+    index = ef.Index(50_000, costs=rng.lognormal(3, 1, 50_000))
+    plain = ef.Plan(index, ef.Topology(8), global_batch_size=256, balance="cost").epoch(0)
+    bucketed = ef.Plan(index, ef.Topology(8), global_batch_size=256, balance="cost", bucket=True).epoch(0)
+    assert metrics.token_efficiency(bucketed) > 2 * metrics.token_efficiency(plain)
+
+
+def test_bucketing_keeps_step_order_random_across_epochs():
+    rng = np.random.default_rng(3)
+    index = ef.Index(5000, costs=rng.integers(1, 50, 5000))
+    plan = ef.Plan(index, ef.Topology(4), global_batch_size=64, bucket=True)
+    a, b = plan.epoch(0), plan.epoch(1)
+    assert not np.array_equal(a.step_ids(0), b.step_ids(0))
+    first_costs = [index.costs[a.step_ids(s)].mean() for s in range(a.num_steps - 1)]
+    assert not np.all(np.diff(first_costs) >= 0)        # steps are not in cost order
+
+
+def test_epochs_differ_and_seeds_differ():
+    plan = ef.Plan(ef.Index(1000), ef.Topology(4), global_batch_size=100, seed=5)
+    assert not np.array_equal(plan.epoch(0).ids, plan.epoch(1).ids)
+    other = ef.Plan(ef.Index(1000), ef.Topology(4), global_batch_size=100, seed=6)
+    assert not np.array_equal(plan.epoch(0).ids, other.epoch(0).ids)
+
+
+def test_same_plan_in_another_process():
+    # Invariant 3 across processes: a fresh interpreter computes the same array.
+    code = ("import numpy as np, evenflow as ef, hashlib;"
+            "i=ef.Index(5000, labels=np.arange(5000)%7, costs=np.arange(5000)%13+1.0);"
+            "e=ef.Plan(i, ef.Topology(3, weights=(1,2,3)), global_batch_size=96, seed=11, stratify=True).epoch(4);"
+            "print(hashlib.sha256(e.ids.tobytes()).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    import hashlib
+    i = ef.Index(5000, labels=np.arange(5000) % 7, costs=np.arange(5000) % 13 + 1.0)
+    e = ef.Plan(i, ef.Topology(3, weights=(1, 2, 3)), global_batch_size=96, seed=11, stratify=True).epoch(4)
+    assert out.stdout.strip() == hashlib.sha256(e.ids.tobytes()).hexdigest()
+
+
+def test_cursor_at_end_gives_empty_plan():
+    plan = ef.Plan(ef.Index(100), ef.Topology(2), global_batch_size=10)
+    ep = plan.epoch(0, start=ef.Cursor(0, 10))
+    assert ep.num_steps == 0 and ep.ids.shape == (0, 2, 5)
+
+
+def test_fingerprint_changes_with_seed_and_options():
+    idx = ef.Index(100)
+    a = ef.Plan(idx, ef.Topology(2), global_batch_size=10, seed=1)
+    assert a.fingerprint() == ef.Plan(idx, ef.Topology(4), global_batch_size=10, seed=1).fingerprint()
+    assert a.fingerprint() != ef.Plan(idx, ef.Topology(2), global_batch_size=10, seed=2).fingerprint()
+    assert a.fingerprint() != ef.Plan(ef.Index(101), ef.Topology(2), global_batch_size=10, seed=1).fingerprint()
+
+
+@pytest.mark.parametrize("build,error,match", [
+    (lambda: ef.Index(0), ValueError, r"at least 1, got 0"),
+    (lambda: ef.Index(2.5), TypeError, r"must be an int"),
+    (lambda: ef.Topology(0), ValueError, r"replicas must be at least 1, got 0"),
+    (lambda: ef.Topology(3, weights=(1, 1)), ValueError, r"replicas is 3 but 2 weights"),
+    (lambda: ef.Topology(2, weights=(1, -1)), ValueError, r"weight 1 is -1"),
+    (lambda: ef.Topology(2, weights=(1, 0)), ValueError, r"weight 1 is 0"),
+    (lambda: ef.Index(3, labels=[1, 2]), ValueError, r"num_samples is 3 but labels has 2"),
+    (lambda: ef.Index(3, costs=[1.0, float("nan"), 2.0]), ValueError, r"costs\[1\] is nan"),
+    (lambda: ef.Index(3, costs=[1.0, -1.0, 2.0]), ValueError, r"costs\[1\] is -1"),
+    (lambda: ef.Index(2, labels=[0.5, 1.0]), ValueError, r"whole numbers"),
+    (lambda: ef.Plan(ef.Index(10), ef.Topology(8), global_batch_size=4), ValueError,
+     r"global_batch_size is 4 and replicas is 8; use a global batch size of at least 8"),
+    (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4, balance="tokens"), ValueError,
+     r"balance must be one of 'cost', 'count', got 'tokens'"),
+    (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4, stratify=True), ValueError,
+     r"needs labels"),
+    (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4, bucket=True), ValueError, r"needs costs"),
+    (lambda: ef.Plan(ef.Index(100), ef.Topology(3, weights=(1, 1, 0.001)), global_batch_size=16), ValueError,
+     r"replica 2 gives it 0 of the 16 samples.*at least 0.133"),
+    (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4).epoch(0, start=ef.Cursor(0, 4)),
+     ValueError, r"within the epoch's 3 steps, got step 4"),
+    (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4).epoch(1, start=ef.Cursor(0, 1)),
+     ValueError, r"cursor is in epoch 0 but epoch 1"),
+    (lambda: ef.Cursor(0, -1), ValueError, r"Cursor.step must be >= 0, got -1"),
+    (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4, seed=-1), ValueError, r"seed"),
+])
+def test_bad_input_messages(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_cost_mode_without_costs_warns():
+    with pytest.warns(UserWarning, match="same as balance='count'"):
+        ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4, balance="cost")
+
+
+def test_public_surface_is_sorted_and_light():
+    assert ef.__all__ == sorted(ef.__all__)
+    code = "import sys, evenflow; print(any(m in sys.modules for m in ('tensorflow', 'torch', 'keras')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
