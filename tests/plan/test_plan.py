@@ -12,7 +12,7 @@ from .conftest import real_ids
 
 
 @pytest.mark.parametrize("n,r,g,weights,expect_steps,expect_slots", [
-    (10, 4, 32, None, 1, 8),            # N < G: one partial step
+    (10, 4, 32, None, 1, 3),            # N < G: one partial step, slots from the real split
     (3, 8, 8, None, 1, 1),              # N < replicas: some replicas are all padding
     (1, 1, 1, None, 1, 1),              # the smallest plan
     (1000, 1, 100, None, 10, 100),      # one replica takes everything
