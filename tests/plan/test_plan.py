@@ -148,3 +148,20 @@ def test_public_surface_is_sorted_and_light():
     code = "import sys, evenflow; print(any(m in sys.modules for m in ('tensorflow', 'torch', 'keras')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def test_testing_helpers_pass_and_fail():
+    from evenflow import testing
+    plan = ef.Plan(ef.Index(1000, labels=np.arange(1000) % 5), ef.Topology(4), global_batch_size=64, stratify=True)
+    testing.assert_exactly_once(plan, 3)
+    testing.assert_resumes_identically(plan, 3, 7)
+    testing.assert_resumes_identically(plan, 3, 7, topology=ef.Topology(6, weights=(1, 1, 1, 1, 2, 2)))
+
+    class Broken(ef.Plan):     # a planner that repeats a sample must be caught
+        def epoch(self, epoch, start=None):
+            ep = super().epoch(epoch, start)
+            ep.ids[0, 0, 0] = ep.ids[0, 0, 1]
+            return ep
+    broken = Broken(ef.Index(100), ef.Topology(2), global_batch_size=10)
+    with pytest.raises(AssertionError, match="not exactly-once"):
+        testing.assert_exactly_once(broken, 0)
