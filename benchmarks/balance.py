@@ -58,7 +58,8 @@ TARGETS = {"cost_p99_imbalance_max": 1.02, "cost_bucket_token_efficiency_min": 0
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("Examples:")[1])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("Examples:")[1])
     p.add_argument("--num-samples", type=int, default=None,
                    help="samples per workload (default 100003, or 3003 with --quick); the stdlib workload "
                         "takes a seeded sample of this many lines")
@@ -279,7 +280,8 @@ def run_workload(w: dict, args) -> dict:
         sweep.append({"bucket_window": win, "steps": steps, "token_efficiency": row["token_efficiency"],
                       "imbalance_p99_full": row["imbalance_p99_full"]})
     out = {k: v for k, v in w.items() if k not in ("costs", "labels")}
-    out.update(num_samples=n, rows=rows, shard_uneven_fraction=shard_uneven_fraction(n, r, g), bucket_windows=sweep, plan_seconds=seconds,
+    out.update(num_samples=n, rows=rows, shard_uneven_fraction=shard_uneven_fraction(n, r, g),
+               bucket_windows=sweep, plan_seconds=seconds,
                cost_mean=float(w["costs"].mean()), cost_max=float(w["costs"].max()))
     return out
 
@@ -302,8 +304,8 @@ def format_table(result: dict) -> str:
         lines.append(f"(a) shard gives replicas unequal step counts for {w['shard_uneven_fraction']:.1%} of "
                      f"the N in [N - 5000, N + 5000)")
         lines.append("(e) bucket_window sweep: " + "  ".join(
-            f"{s['bucket_window']}({s['steps']} steps): eff {s['token_efficiency']:.4f} p99 {s['imbalance_p99_full']:.4f}"
-            for s in w["bucket_windows"]))
+            f"{s['bucket_window']}({s['steps']} steps): eff {s['token_efficiency']:.4f} "
+            f"p99 {s['imbalance_p99_full']:.4f}" for s in w["bucket_windows"]))
         lines.append("")
     lines.append("mean / p99 = per-step max_r(load_r/share_r)/total over full steps (all G real samples); "
                  "p99 all = over every step;\npart = per-replica batches with 0 < real < G/R "
@@ -326,6 +328,7 @@ def machine() -> dict:
 
 def main(args) -> dict:
     t0 = time.perf_counter()
+    where = machine()                                       # before the run: the code it ran on
     names = [x.strip() for x in args.workloads.split(",") if x.strip()]
     result = {
         "benchmark": "balance",
@@ -333,7 +336,7 @@ def main(args) -> dict:
                    "global_batch_size": args.global_batch_size, "seed": args.seed, "windows": args.windows,
                    "quick": bool(args.quick)},
         "targets": TARGETS,
-        "machine": machine(),
+        "machine": where,
         "workloads": [run_workload(w, args) for w in make_workloads(names, args.num_samples, args.seed)],
     }
     result["seconds"] = time.perf_counter() - t0

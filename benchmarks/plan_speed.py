@@ -197,6 +197,7 @@ def machine() -> dict:
 
 def main(args) -> dict:
     t0 = time.perf_counter()
+    where = machine()                                       # before the run: the code it ran on
     print(HEAD, flush=True)
     rows = []
     for n in args.size_list:
@@ -207,7 +208,7 @@ def main(args) -> dict:
                    "modes": args.mode_list, "repeats": args.repeats, "seed": args.seed, "quick": bool(args.quick),
                    "cost_distribution": "lognormal(0, 1)"},
         "targets": TARGETS,
-        "machine": machine(),
+        "machine": where,
         "rows": rows,
         "seconds": time.perf_counter() - t0,
     }

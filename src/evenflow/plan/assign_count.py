@@ -24,14 +24,9 @@ def scatter(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: in
     """
     s, r = counts.shape
     ids = np.full((s, r, slots), -1, dtype=np.int64)
-    if order.shape[0] == 0:
-        return ids
-    flat_counts = counts.ravel()
-    # Which (step, replica) cell each position of `order` lands in, and at which slot.
-    cell = np.repeat(np.arange(s * r, dtype=np.int64), flat_counts)
-    cell_start = np.cumsum(flat_counts) - flat_counts
-    slot = np.arange(order.shape[0], dtype=np.int64) - np.repeat(cell_start, flat_counts)
-    ids.reshape(s * r, slots)[cell, slot] = order
+    # A boolean mask in C order visits (step, replica, slot) exactly in the order `order` is
+    # laid out, so one masked assignment fills every cell without index temporaries.
+    ids[np.arange(slots)[None, None, :] < counts[:, :, None]] = order
     return ids
 
 

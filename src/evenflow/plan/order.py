@@ -119,7 +119,7 @@ def epoch_order(index, options, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     if options.stratify:
         order = _stratified(index.label_codes, bounds, epoch_rng(options.seed, epoch, _STREAM_STRATIFY))
     else:
-        order = epoch_rng(options.seed, epoch, _STREAM_ORDER).permutation(n).astype(np.int64)
+        order = epoch_rng(options.seed, epoch, _STREAM_ORDER).permutation(n).astype(np.int64, copy=False)
     if options.bucket:
         order = _bucketed(order, index.costs, g, options.bucket_window, bounds,
                           epoch_rng(options.seed, epoch, _STREAM_BUCKET))

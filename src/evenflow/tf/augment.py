@@ -1,0 +1,192 @@
+"""Stateless augmentations keyed by (seed, epoch, sample id).
+
+Each function here returns a map function ``fn(batch) -> batch`` for
+:class:`~evenflow.tf.reader.PlanReader`. It changes ``batch["features"]``
+(``[slots, H, W, C]``) and draws its random numbers from ``tf.random.stateless_*``
+with one seed per sample, derived from ``(seed, epoch, id)`` by
+``tf.random.experimental.stateless_fold_in``. So a sample gets the same augmentation
+whatever the number of replicas, whichever replica and slot it lands in, and however
+often the run is resumed; a new epoch gives it a new one. Padding slots (id -1) get
+the draws of id -1, which the mask then ignores.
+
+Each augmentation has its own stream constant, so two augmentations with the same
+seed draw independent numbers.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from evenflow.tf._lazy import tf as _tf
+
+__all__ = ["brightness", "chain", "contrast", "flip", "random_crop", "rotate", "sample_uniform"]
+
+MapFn = Callable[[dict], dict]
+
+_STREAMS = {"crop": 1, "flip": 2, "rotate": 3, "brightness": 4, "contrast": 5}
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+    return seed
+
+
+def sample_uniform(batch: dict, seed: int, stream: int, count: int):
+    """float32 ``[slots, count]`` uniform in [0, 1), a pure function of (seed, epoch, id, stream)."""
+    tf = _tf()
+    base = tf.stack([tf.constant(seed, tf.int64), tf.cast(batch["epoch"], tf.int64)])
+    base = tf.random.experimental.stateless_fold_in(base, tf.constant(stream, tf.int64))
+
+    def one(sample_id):
+        s = tf.random.experimental.stateless_fold_in(base, sample_id)
+        return tf.random.stateless_uniform([count], seed=s, dtype=tf.float32)
+
+    ids = tf.cast(tf.reshape(batch["id"], [-1]), tf.int64)
+    return tf.map_fn(one, ids, fn_output_signature=tf.TensorSpec([count], tf.float32))
+
+
+def _features(batch: dict, name: str):
+    tf = _tf()
+    if "features" not in batch or "id" not in batch or "epoch" not in batch:
+        raise ValueError(f"{name} needs batch keys 'features', 'id' and 'epoch' (as PlanReader makes them); "
+                         f"got {', '.join(sorted(batch))}")
+    x = batch["features"]
+    if x.shape.rank != 4:
+        raise ValueError(f"{name} needs features [slots, H, W, C], got shape {x.shape}")
+    return tf, x
+
+
+def chain(*fns: MapFn) -> MapFn:
+    """One map function that applies ``fns`` in order."""
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(f"chain argument {i} must be a function batch -> batch, got {type(fn).__name__}")
+
+    def fn(batch: dict) -> dict:
+        for f in fns:
+            batch = f(batch)
+        return batch
+
+    return fn
+
+
+def random_crop(padding: int, seed: int = 0, mode: str = "CONSTANT") -> MapFn:
+    """Pad by ``padding`` pixels on every side, then crop back to H x W at a random offset.
+
+    Args:
+        padding: pixels, >= 0.
+        seed: the run's augmentation seed.
+        mode: ``tf.pad`` mode: ``"CONSTANT"`` (zeros), ``"REFLECT"`` or ``"SYMMETRIC"``.
+    """
+    _check_seed(seed)
+    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
+        raise ValueError(f"padding must be an int >= 0, got {padding!r}")
+    if mode not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
+        raise ValueError(f"mode must be CONSTANT, REFLECT or SYMMETRIC, got {mode!r}")
+
+    def fn(batch: dict) -> dict:
+        tf, x = _features(batch, "random_crop")
+        if padding == 0:
+            return batch
+        h, w = tf.shape(x)[1], tf.shape(x)[2]
+        padded = tf.pad(x, [[0, 0], [padding, padding], [padding, padding], [0, 0]], mode=mode)
+        u = sample_uniform(batch, seed, _STREAMS["crop"], 2)
+        off = tf.minimum(tf.cast(u * (2 * padding + 1), tf.int32), 2 * padding)  # [slots, 2] in 0..2p
+        rows = off[:, :1] + tf.range(h)[None, :]
+        cols = off[:, 1:] + tf.range(w)[None, :]
+        out = tf.gather(padded, rows, axis=1, batch_dims=1)
+        out = tf.gather(out, cols, axis=2, batch_dims=1)
+        return {**batch, "features": tf.ensure_shape(out, x.shape)}
+
+    return fn
+
+
+def flip(horizontal: bool = True, vertical: bool = False, p: float = 0.5, seed: int = 0) -> MapFn:
+    """Mirror each sample left-right and/or up-down with probability ``p`` (independently)."""
+    _check_seed(seed)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p!r}")
+    if not (horizontal or vertical):
+        raise ValueError("flip needs horizontal=True or vertical=True")
+
+    def fn(batch: dict) -> dict:
+        tf, x = _features(batch, "flip")
+        u = sample_uniform(batch, seed, _STREAMS["flip"], 2)
+        out = x
+        if horizontal:
+            out = tf.where((u[:, 0] < p)[:, None, None, None], tf.reverse(out, [2]), out)
+        if vertical:
+            out = tf.where((u[:, 1] < p)[:, None, None, None], tf.reverse(out, [1]), out)
+        return {**batch, "features": out}
+
+    return fn
+
+
+def rotate(max_degrees: float, seed: int = 0, fill_value: float = 0.0, interpolation: str = "BILINEAR") -> MapFn:
+    """Rotate each sample about its centre by an angle uniform in ``[-max_degrees, max_degrees]``.
+
+    Uses ``ImageProjectiveTransformV3`` with one transform per sample; pixels from outside
+    the image are ``fill_value``.
+    """
+    _check_seed(seed)
+    if not 0.0 <= max_degrees <= 180.0:
+        raise ValueError(f"max_degrees must be in [0, 180], got {max_degrees!r}")
+    if interpolation not in ("BILINEAR", "NEAREST"):
+        raise ValueError(f"interpolation must be BILINEAR or NEAREST, got {interpolation!r}")
+
+    def fn(batch: dict) -> dict:
+        tf, x = _features(batch, "rotate")
+        u = sample_uniform(batch, seed, _STREAMS["rotate"], 1)[:, 0]
+        angle = (2.0 * u - 1.0) * (max_degrees * math.pi / 180.0)
+        h = tf.cast(tf.shape(x)[1], tf.float32)
+        w = tf.cast(tf.shape(x)[2], tf.float32)
+        c, s = tf.cos(angle), tf.sin(angle)
+        # Output pixel (x, y) samples input (c*x - s*y + dx, s*x + c*y + dy): rotation about the centre.
+        dx = ((w - 1) - (c * (w - 1) - s * (h - 1))) / 2.0
+        dy = ((h - 1) - (s * (w - 1) + c * (h - 1))) / 2.0
+        zeros = tf.zeros_like(c)
+        transforms = tf.stack([c, -s, dx, s, c, dy, zeros, zeros], axis=1)
+        images = x if x.dtype in (tf.float32, tf.float16, tf.uint8, tf.int32, tf.int64, tf.float64) \
+            else tf.cast(x, tf.float32)
+        out = tf.raw_ops.ImageProjectiveTransformV3(
+            images=images, transforms=transforms, output_shape=tf.shape(x)[1:3],
+            fill_value=tf.constant(fill_value, tf.float32), interpolation=interpolation, fill_mode="CONSTANT")
+        return {**batch, "features": tf.ensure_shape(tf.cast(out, x.dtype), x.shape)}
+
+    return fn
+
+
+def brightness(max_delta: float, seed: int = 0) -> MapFn:
+    """Add a per-sample delta uniform in ``[-max_delta, max_delta]`` (float features)."""
+    _check_seed(seed)
+    if max_delta < 0:
+        raise ValueError(f"max_delta must be >= 0, got {max_delta!r}")
+
+    def fn(batch: dict) -> dict:
+        tf, x = _features(batch, "brightness")
+        if not x.dtype.is_floating:
+            raise ValueError(f"brightness needs float features, got {x.dtype.name}; decode with scale=True")
+        u = sample_uniform(batch, seed, _STREAMS["brightness"], 1)
+        delta = tf.cast((2.0 * u - 1.0) * max_delta, x.dtype)[:, :, None, None]
+        return {**batch, "features": x + delta}
+
+    return fn
+
+
+def contrast(lower: float, upper: float, seed: int = 0) -> MapFn:
+    """Scale each sample's deviation from its per-channel mean by a factor uniform in [lower, upper]."""
+    _check_seed(seed)
+    if not 0 <= lower <= upper:
+        raise ValueError(f"contrast needs 0 <= lower <= upper, got {lower!r}, {upper!r}")
+
+    def fn(batch: dict) -> dict:
+        tf, x = _features(batch, "contrast")
+        if not x.dtype.is_floating:
+            raise ValueError(f"contrast needs float features, got {x.dtype.name}; decode with scale=True")
+        u = sample_uniform(batch, seed, _STREAMS["contrast"], 1)
+        f = tf.cast(lower + u * (upper - lower), x.dtype)[:, :, None, None]
+        mean = tf.reduce_mean(x, axis=[1, 2], keepdims=True)
+        return {**batch, "features": (x - mean) * f + mean}
+
+    return fn
