@@ -1,7 +1,8 @@
-"""``evenflow demo``: digits on 4 data-parallel replicas, end to end, in well under a minute."""
+"""``evenflow demo``: digits on 4 data-parallel replicas (one per GPU if there are GPUs), end to end."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from evenflow.tf.config import add_config_flags, flag_values, load_config
@@ -21,7 +22,7 @@ DEMO_DEFAULTS = {
 }
 
 EXAMPLES = """examples:
-  evenflow demo                          # 4 replicas (logical CPUs, or one per GPU), prints test accuracy
+  evenflow demo                          # 4 logical CPUs, or one replica per GPU; prints test accuracy
   evenflow demo --replicas 2 --seed 1
   evenflow demo --model cnn --epochs 30  # depthwise-separable convolutions instead of the MLP
 
@@ -52,6 +53,13 @@ def run(args) -> int:
 
     config = load_config(None, overrides=flag_values(args), defaults=DEMO_DEFAULTS)
     try:
+        if args.replicas is None:
+            # Without --replicas: one replica per GPU where there are GPUs, else 4 logical CPUs.
+            from evenflow.tf.devices import default_replicas
+            replicas = default_replicas(DEMO_DEFAULTS["replicas"])
+            if replicas != config.compute.replicas:
+                config = dataclasses.replace(
+                    config, compute=dataclasses.replace(config.compute, replicas=replicas))
         from evenflow.tf.job import run_training
         run_training(config, title="evenflow demo")
     except MissingFrameworkError as e:

@@ -15,7 +15,7 @@ import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from evenflow.tf.models import MODELS
 from evenflow.tf.trainer import OPTIMIZERS
@@ -23,7 +23,6 @@ from evenflow.tf.trainer import OPTIMIZERS
 __all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions", "ComputeOptions",
            "OutputOptions", "TrainConfig", "PRECISIONS", "add_config_flags", "load_config"]
 
-Precision = Literal["float32", "mixed_float16", "mixed_bfloat16"]
 PRECISIONS: tuple[str, ...] = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
@@ -72,7 +71,8 @@ def _check_bool(name: str, value) -> bool:
 class DataOptions:
     """Which dataset to train on and how to split off the test set."""
 
-    dataset: str = field(metadata=_help("'builtin:digits', a .npz file, or a records directory"))
+    dataset: str = field(metadata=_help("'builtin:digits' or a path ending in .npz (records "
+                                                  "directories once a loader is registered)"))
     feature_key: str = field(default="x", metadata=_help("array name of the features in a .npz file"))
     label_key: str = field(default="y", metadata=_help("array name of the integer labels in a .npz file"))
     test_fraction: float = field(default=0.2, metadata=_help("share of the samples held out for testing, in (0, 1)"))
@@ -170,11 +170,13 @@ class TrainConfig:
     def __post_init__(self):
         for name, cls in _GROUPS.items():
             if not isinstance(getattr(self, name), cls):
-                raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+                got = type(getattr(self, name)).__name__
+                raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}, got {got}")
 
     def to_dict(self) -> dict[str, Any]:
         """The flat key -> value mapping (the TOML form)."""
-        return {f.name: getattr(getattr(self, g), f.name) for g, cls in _GROUPS.items() for f in dataclasses.fields(cls)}
+        return {f.name: getattr(getattr(self, g), f.name)
+                for g, cls in _GROUPS.items() for f in dataclasses.fields(cls)}
 
 
 def _keys() -> dict[str, tuple[str, dataclasses.Field]]:
@@ -226,7 +228,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                raise ValueError(f"{where}: unknown config key {key!r}; {hint}valid keys are {', '.join(sorted(known))}")
+                raise ValueError(f"{where}: unknown config key {key!r}; {hint}"
+                                 f"valid keys are {', '.join(sorted(known))}")
             values[key], origin[key] = value, where
     groups: dict[str, dict[str, Any]] = {g: {} for g in _GROUPS}
     for key, value in values.items():

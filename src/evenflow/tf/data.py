@@ -1,7 +1,7 @@
 """Datasets by name: ``builtin:digits``, ``path.npz`` arrays, and a hook for records directories.
 
 :func:`load_dataset` turns :class:`~evenflow.tf.config.DataOptions` into a
-:class:`LoadedData`: a train and a test :class:`~evenflow.tf.reader.Source`
+:class:`LoadedData`: a train and a test :class:`~evenflow.tf.sources.Source`
 plus what the model needs to know (feature shape, number of classes). Loading
 uses numpy only, so every data error surfaces before TensorFlow starts.
 
@@ -18,13 +18,14 @@ by label, so it is the same whatever the training seed.
 """
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from evenflow.tf.reader import ArraySource
+from evenflow.tf.sources import ArraySource
 
 __all__ = ["LoadedData", "BUILTINS", "load_dataset", "register_loader", "split_indices"]
 
@@ -34,7 +35,7 @@ class LoadedData:
     """A dataset ready for training.
 
     Attributes:
-        train: training :class:`~evenflow.tf.reader.Source`.
+        train: training :class:`~evenflow.tf.sources.Source`.
         test: test source (evaluated exactly once per sample).
         num_classes: K; labels are ``0..K-1``.
         feature_shape: shape of one sample's features, e.g. ``(8, 8, 1)``.
@@ -114,17 +115,20 @@ BUILTINS: dict[str, Callable] = {"digits": _digits}
 def _npz(options) -> LoadedData:
     path = Path(options.dataset)
     try:
-        npz = np.load(path, allow_pickle=False)  # never unpickle: a data file must not run code
-    except ValueError as e:
+        # Never unpickle: a data file must not be able to run code. np.load reads lazily, so
+        # an object array only fails when it is accessed, inside this try.
+        with np.load(path, allow_pickle=False) as npz:
+            for key in (options.feature_key, options.label_key):
+                if key not in npz.files:
+                    flag = "feature" if key == options.feature_key else "label"
+                    raise ValueError(f"{path}: has no array {key!r}; its arrays are "
+                                     f"{', '.join(npz.files) or 'none'}; pass --{flag}-key NAME")
+            x, y = npz[options.feature_key], npz[options.label_key]
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:
+        if isinstance(e, ValueError) and str(path) in str(e):
+            raise
         raise ValueError(f"{path}: cannot read it as a .npz of plain arrays ({e}); save it with "
                          f"numpy.savez without object arrays") from e
-    with npz:
-        for key in (options.feature_key, options.label_key):
-            if key not in npz.files:
-                flag = "feature" if key == options.feature_key else "label"
-                raise ValueError(f"{path}: has no array {key!r}; its arrays are {', '.join(npz.files) or 'none'}; "
-                                 f"pass --{flag}-key NAME")
-        x, y = npz[options.feature_key], npz[options.label_key]
     return _from_arrays(x, y, options, str(path))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["replica_devices", "MAX_CPU_REPLICAS"]
+__all__ = ["replica_devices", "default_replicas", "MAX_CPU_REPLICAS"]
 
 # Logical CPU devices share the same cores and thread pools; past a few dozen they only add
 # scheduling overhead, and a typo like --replicas 4000 should not quietly create 4000 devices.
@@ -25,6 +25,15 @@ def _check_replicas(replicas) -> int:
     if replicas < 1:
         raise ValueError(f"replicas must be at least 1, got {replicas}")
     return replicas
+
+
+def default_replicas(cpu_replicas: int = 4) -> int:
+    """One replica per GPU when the machine has GPUs, else ``cpu_replicas`` logical CPUs.
+
+    Lists the physical devices only, which does not start the TensorFlow runtime.
+    """
+    gpus = _tf().config.list_physical_devices("GPU")
+    return len(gpus) if gpus else _check_replicas(cpu_replicas)
 
 
 def replica_devices(replicas: int, use_gpus: bool = True) -> list[str]:

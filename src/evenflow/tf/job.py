@@ -139,8 +139,8 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
 
     bar = new_bar(0)
 
-    def on_step(cursor, batch, sums):
-        bar.update(1, samples=int(round(sums[:, 2].sum())))
+    def on_step(cursor, sums):
+        bar.update(1, samples=lambda: round(float(sums[:, 2].numpy().sum())))
 
     def on_epoch(result):
         nonlocal bar, steps_done

@@ -28,14 +28,19 @@ class ProgressBar:
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self.done = 0
         self.samples = 0
+        self._pending: list = []
         self.info = ""
         self._start = time.perf_counter()
         self._last_draw = 0.0
 
-    def update(self, steps: int = 1, samples: int = 0, info: str = "") -> None:
-        """Advance by ``steps`` steps that processed ``samples`` samples; ``info`` is shown after the rate."""
+    def update(self, steps: int = 1, samples=0, info: str = "") -> None:
+        """Advance by ``steps`` steps that processed ``samples`` samples; ``info`` is shown after the rate.
+
+        ``samples`` may be a callable returning the count: it is called only when the
+        bar is drawn (so a training loop need not wait for a device value every step).
+        """
         self.done = min(self.done + steps, self.total)
-        self.samples += samples
+        self._pending.append(samples)
         if info:
             self.info = info
         now = time.perf_counter()
@@ -44,9 +49,14 @@ class ProgressBar:
             self.stream.write("\r" + self.line())
             self.stream.flush()
 
+    def _settle(self) -> None:
+        self.samples += sum(int(s() if callable(s) else s) for s in self._pending)
+        self._pending.clear()
+
     @property
     def rate(self) -> float:
         """Samples per second since the bar started."""
+        self._settle()
         elapsed = time.perf_counter() - self._start
         return self.samples / elapsed if elapsed > 0 else 0.0
 

@@ -13,6 +13,10 @@ is where the plan's guarantees turn into arithmetic:
 * evaluation sums masked losses and hits over a plan of the test set, so every
   test sample counts exactly once.
 
+The loop is single-worker today (MirroredStrategy; the reader's PER_REPLICA input
+mode is local-only); a multi-worker strategy needs each worker to build the
+pipelines of its own replicas, which is the next step, not done here.
+
 :meth:`Trainer.fit` runs a :class:`~evenflow.plan.plan.Plan` for a number of epochs,
 possibly starting mid-epoch from a :class:`~evenflow.plan.cursor.Cursor`; the
 trainer's ``cursor`` always says how far training got (what a checkpoint stores).
@@ -30,7 +34,10 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 
-__all__ = ["Trainer", "EpochResult", "EvalResult", "OPTIMIZERS", "make_optimizer"]
+__all__ = ["Trainer", "EpochResult", "EvalResult", "OPTIMIZERS", "make_optimizer", "CHUNK_SLOTS"]
+
+# Most plan slots (ids) one training pipeline holds: 2**23 int64 ids = 64 MiB of host memory.
+CHUNK_SLOTS = 2**23
 
 OPTIMIZERS: dict[str, Callable] = {
     "adam": lambda keras, lr: keras.optimizers.Adam(learning_rate=lr),
@@ -113,9 +120,12 @@ class Trainer:
             # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
             optimizer.build(model.trainable_variables)
         self.cursor: Cursor | None = None
-        self._eval_streams: dict = {}
         self._train_step = tf.function(self._distributed_train_step)
         self._eval_step = tf.function(self._distributed_eval_step)
+        # The same steps taking the iterator: next() inside the function saves the Python-side
+        # get_next of R per-replica iterators (+37% steps/s measured on 4 logical CPUs).
+        self._train_next = tf.function(lambda iterator: self._distributed_train_step(next(iterator)))
+        self._eval_next = tf.function(lambda iterator: self._distributed_eval_step(next(iterator)))
 
     # -- per-replica computations -------------------------------------------------------
     def _replica_train(self, batch):
@@ -139,7 +149,8 @@ class Trainer:
         tf = _tf()
         ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
         ctx = tf.distribute.get_replica_context()
-        all_ok = ctx.all_reduce(tf.distribute.ReduceOp.MIN, tf.cast(ok, tf.float32)) > 0
+        # ReduceOp has only SUM and MEAN: count the replicas that overflowed.
+        all_ok = ctx.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(ok, tf.float32)) == 0
         return [tf.where(all_ok, g, tf.constant(np.nan, g.dtype)) for g in grads]
 
     @staticmethod
@@ -175,23 +186,28 @@ class Trainer:
 
     # -- loops ---------------------------------------------------------------------------
     def fit(self, reader, plan: Plan, epochs: int, start: Cursor | None = None,
-            on_step: Callable | None = None, on_epoch: Callable | None = None) -> list[EpochResult]:
+            on_step: Callable | None = None, on_epoch: Callable | None = None,
+            on_batch: Callable | None = None) -> list[EpochResult]:
         """Train from ``start`` (default the beginning) up to the end of epoch ``epochs - 1``.
 
-        One distributed pipeline streams all the epochs, so there is no pause
-        between them. ``start`` may point into the middle of an epoch (resume from
-        a checkpoint's cursor); that epoch then runs its remaining steps only.
+        One distributed pipeline streams many epochs (as many as fit in
+        :data:`CHUNK_SLOTS` planned ids), so there is no pause between them.
+        ``start`` may point into the middle of an epoch (resume from a checkpoint's
+        cursor); that epoch then runs its remaining steps only.
 
         Args:
             reader: a :class:`~evenflow.tf.reader.PlanReader` over the training source.
             plan: the training plan; its replicas must match the strategy.
             epochs: the epoch to stop before (like Keras's ``epochs``), > ``start.epoch``.
             start: the :class:`~evenflow.plan.cursor.Cursor` to resume from.
-            on_step: optional ``fn(cursor, batch, sums)`` after each step: ``cursor`` is
-                the position after the step, ``batch`` the distributed batch it
-                consumed, ``sums`` a float32 array ``[replicas, 3]``: per replica the masked loss
-                sum, the correct predictions and the real count.
+            on_step: optional ``fn(cursor, sums)`` after each step: ``cursor`` is the
+                position after the step, ``sums`` a float32 tensor ``[replicas, 3]``: per
+                replica the masked loss sum, the correct predictions and the real count.
+                Reading it (``.numpy()``) waits for the step to finish; do it sparingly.
             on_epoch: optional ``fn(result: EpochResult)`` after each epoch.
+            on_batch: optional ``fn(cursor, batch)`` with the distributed batch each step
+                consumed (e.g. to log the ids each replica received). Fetching batches to
+                Python makes every step slower, so only pass it when you need it.
 
         Returns:
             One :class:`EpochResult` per epoch run.
@@ -201,45 +217,73 @@ class Trainer:
             raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= start.epoch:
             raise ValueError(f"epochs must be an int greater than the start epoch {start.epoch}, got {epochs!r}")
-        stream = iter(reader.distribute(self.strategy, plan, start=start, epochs=epochs - start.epoch))
-        results = []
-        for epoch in range(start.epoch, epochs):
-            first = start.step if epoch == start.epoch else 0
-            totals = np.zeros((self.strategy.num_replicas_in_sync, 3))
-            self.cursor = Cursor(epoch, first)
-            began = time.perf_counter()
-            for step in range(first, plan.num_steps):
-                batch = next(stream)
-                sums = self._train_step(batch).numpy()
-                totals += sums
-                self.cursor = Cursor(epoch, step + 1)
-                if on_step is not None:
-                    on_step(self.cursor, batch, sums)
-            seconds = time.perf_counter() - began
-            loss_sum, hits, n = totals.sum(axis=0)
-            n = int(round(n))
-            result = EpochResult(epoch=epoch, steps=plan.num_steps - first, samples=n,
-                                 loss=float(loss_sum) / max(n, 1), accuracy=float(hits) / max(n, 1),
-                                 seconds=seconds, replica_samples=tuple(int(round(c)) for c in totals[:, 2]))
-            results.append(result)
-            if on_epoch is not None:
-                on_epoch(result)
+        # Epochs are read in chunks of planned rows (see PlanReader), at most CHUNK_SLOTS ids each:
+        # all of a small dataset's epochs in one pipeline, one epoch per pipeline for a large one.
+        per_epoch = max(plan.num_steps * plan.topology.replicas * plan.slots, 1)
+        chunk = max(1, CHUNK_SLOTS // per_epoch)
+        results: list[EpochResult] = []
+        for first_epoch in range(start.epoch, epochs, chunk):
+            last = min(first_epoch + chunk, epochs)
+            cursor = start if first_epoch == start.epoch else Cursor(first_epoch, 0)
+            stream = iter(reader.distribute(self.strategy, plan, start=cursor, epochs=last - first_epoch))
+            for epoch in range(first_epoch, last):
+                first = cursor.step if epoch == cursor.epoch else 0
+                results.append(self._run_epoch(stream, plan, epoch, first, on_step, on_batch))
+                if on_epoch is not None:
+                    on_epoch(results[-1])
+            _drain(stream)
         return results
 
-    def evaluate(self, reader, plan: Plan) -> EvalResult:
-        """Exact loss and accuracy over one epoch of ``plan`` (a plan of the whole test set).
+    def _run_epoch(self, stream, plan: Plan, epoch: int, first: int, on_step, on_batch) -> EpochResult:
+        # Step sums stay tensors until the epoch ends: reading one back every step would make
+        # the host wait for each step before dispatching the next (a GPU would idle).
+        pending = []
+        self.cursor = Cursor(epoch, first)
+        began = time.perf_counter()
+        for step in range(first, plan.num_steps):
+            if on_batch is None:
+                sums = self._train_next(stream)
+            else:
+                batch = next(stream)
+                sums = self._train_step(batch)
+            pending.append(sums)
+            self.cursor = Cursor(epoch, step + 1)
+            if on_batch is not None:
+                on_batch(self.cursor, batch)
+            if on_step is not None:
+                on_step(self.cursor, sums)
+        totals = np.zeros((self.strategy.num_replicas_in_sync, 3))
+        for t in pending:
+            totals += t.numpy()
+        seconds = time.perf_counter() - began
+        loss_sum, hits, n = totals.sum(axis=0)
+        n = int(round(n))
+        return EpochResult(epoch=epoch, steps=plan.num_steps - first, samples=n,
+                           loss=float(loss_sum) / max(n, 1), accuracy=float(hits) / max(n, 1),
+                           seconds=seconds, replica_samples=tuple(int(round(c)) for c in totals[:, 2]))
 
-        The first call for a (reader, plan) pair starts an endless pipeline over the
-        plan's epochs; each call consumes exactly one epoch of it, so every sample is
-        counted once per call and later calls pay no start-up cost.
+    def evaluate(self, reader, plan: Plan, epoch: int = 0) -> EvalResult:
+        """Exact loss and accuracy over epoch ``epoch`` of ``plan`` (a plan of the whole test set).
+
+        Every sample of the plan's index is counted exactly once. Each call reads one
+        bounded pipeline to its end (~0.1-0.3 s of start-up on the 2-core machine).
         """
-        key = (id(reader), id(plan))
-        entry = self._eval_streams.get(key)
-        if entry is None or entry[0] is not reader or entry[1] is not plan:
-            entry = (reader, plan, iter(reader.distribute(self.strategy, plan)))
-            self._eval_streams[key] = entry
+        stream = iter(reader.distribute(self.strategy, plan, start=Cursor(epoch, 0), epochs=1))
         totals = np.zeros(3)
         for _ in range(plan.num_steps):
-            totals += self._eval_step(next(entry[2])).numpy().sum(axis=0)
+            totals += self._eval_next(stream).numpy().sum(axis=0)
+        _drain(stream)
         n = int(round(totals[2]))
         return EvalResult(count=n, loss=float(totals[0]) / max(n, 1), accuracy=float(totals[1]) / max(n, 1))
+
+
+def _drain(stream) -> None:
+    """Read a finished stream to its end before it is deleted.
+
+    Deleting an iterator waits for its in-flight work with the GIL held; a source
+    that runs Python in the pipeline (``tf.numpy_function``) could then deadlock.
+    At the end of the stream nothing is in flight.
+    """
+    for _ in stream:
+        raise RuntimeError("the input pipeline yielded more batches than the plan has steps; "
+                           "please report this as a bug")

@@ -1,0 +1,159 @@
+"""PlanReader pipelines, read back without a strategy: rows, masks, padding, map functions, streaming."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import evenflow as ef
+
+tf = pytest.importorskip("tensorflow")
+from evenflow.tf import ArraySource, PlanReader, masked_loss  # noqa: E402
+
+N, G, R = 47, 12, 3  # 47 % 12 != 0 and 12 / 3 = 4 slots; the last step has 11 real samples
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N, 2, 3)).astype(np.float32)
+    y = rng.integers(0, 4, size=N)
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def plan(data):
+    return ef.Plan(ArraySource(*data).index(), ef.Topology(R), global_batch_size=G, seed=2, stratify=True)
+
+
+def _collect(ds):
+    return [{k: v.numpy() for k, v in b.items()} for b in ds]
+
+
+@pytest.mark.parametrize("replica", [0, 1, 2, None])
+def test_replica_rows_match_the_plan(data, plan, replica):
+    x, y = data
+    batches = _collect(PlanReader(ArraySource(x, y)).replica_dataset(plan, replica, epochs=1))
+    ep = plan.epoch(0)
+    want = ep.ids.reshape(ep.num_steps, -1) if replica is None else ep.ids[:, replica, :]
+    assert len(batches) == ep.num_steps
+    for s, b in enumerate(batches):
+        ids = b["id"]
+        np.testing.assert_array_equal(ids, want[s])
+        np.testing.assert_array_equal(b["mask"], (ids >= 0).astype(np.float32))
+        assert b["global_real_count"] == ep.global_real_counts[s] and b["epoch"] == 0
+        real = ids >= 0
+        np.testing.assert_array_equal(b["features"][real], x[ids[real]])
+        np.testing.assert_array_equal(b["label"][real], y[ids[real]])
+        # Padding slots hold a real row of the same batch, so every op sees valid data.
+        if (~real).any() and real.any():
+            pad_rows = b["features"][~real]
+            assert all(any(np.array_equal(p, x[i]) for i in ids[real]) for p in pad_rows)
+
+
+def test_streams_epochs_from_a_cursor(data, plan):
+    reader = PlanReader(ArraySource(*data))
+    start = ef.Cursor(1, 2)
+    got = _collect(reader.replica_dataset(plan, 1, start=start, epochs=2))
+    want = np.concatenate([plan.epoch(1, start=start).ids[:, 1], plan.epoch(2).ids[:, 1]])
+    np.testing.assert_array_equal(np.stack([b["id"] for b in got]), want)
+    assert [int(b["epoch"]) for b in got] == [1] * (plan.num_steps - 2) + [2] * plan.num_steps
+
+
+def test_an_endless_stream_plans_each_epoch_when_it_gets_there(run_worker):
+    # In a subprocess: an endless pipeline runs Python (the planner) inside tf.data, and deleting
+    # it while it plans can deadlock (see PlanReader), so the worker leaves with os._exit.
+    found = run_worker({"mode": "endless", "replicas": 1, "n": N, "batch": G, "seed": 2}, timeout=60)
+    p = ef.Plan(ef.Index(N), ef.Topology(R), global_batch_size=G, seed=2)
+    want = np.concatenate([p.epoch(1, start=ef.Cursor(1, 3)).ids[:, 1]] + [p.epoch(e).ids[:, 1] for e in (2, 3, 4)])
+    np.testing.assert_array_equal(found["ids"], want)
+    assert found["epochs"].tolist() == [1] * (p.num_steps - 3) + [2] * p.num_steps + [3] * p.num_steps + [4] * p.num_steps
+
+
+def test_epoch_dataset_equals_the_stream(data, plan):
+    reader = PlanReader(ArraySource(*data))
+    a = _collect(reader.epoch_dataset(plan.epoch(4), 2))
+    b = _collect(reader.replica_dataset(plan, 2, start=ef.Cursor(4, 0), epochs=1))
+    for u, v in zip(a, b, strict=True):
+        for k in u:
+            np.testing.assert_array_equal(u[k], v[k])
+
+
+def test_map_functions_run_in_order_and_see_id_and_epoch(data, plan):
+    def first(b):
+        return dict(b, key=b["id"] * 1000 + b["epoch"])
+
+    def second(b):
+        return dict(b, key=b["key"] + 1)
+
+    reader = PlanReader(ArraySource(*data), map_fns=[first, second])
+    for b in _collect(reader.replica_dataset(plan, 0, start=ef.Cursor(2, 0), epochs=1)):
+        np.testing.assert_array_equal(b["key"], b["id"] * 1000 + 2 + 1)
+
+
+def test_augmentation_keyed_by_epoch_and_id_is_independent_of_replicas(data):
+    # DESIGN: a sample is augmented the same way whatever the number of replicas.
+    def jitter(b):
+        seeds = tf.stack([tf.fill(tf.shape(b["id"]), b["epoch"]), b["id"]], axis=1)
+        noise = tf.map_fn(lambda s: tf.random.stateless_uniform([], seed=s), seeds, fn_output_signature=tf.float32)
+        return dict(b, noise=noise)
+
+    def noise_by_id(replicas):
+        p = ef.Plan(ef.Index(N), ef.Topology(replicas), global_batch_size=G, seed=2)
+        reader = PlanReader(ArraySource(*data), map_fns=[jitter])
+        out = {}
+        for r in range(replicas):
+            for b in _collect(reader.replica_dataset(p, r, start=ef.Cursor(1, 0), epochs=1)):
+                out.update((int(i), float(v)) for i, v in zip(b["id"], b["noise"]) if i >= 0)
+        return out
+
+    one, three = noise_by_id(1), noise_by_id(3)
+    assert one.keys() == set(range(N)) and one == three
+
+
+class _NoLabel:
+    num_samples = N
+
+    def index(self):
+        return ef.Index(N)
+
+    def batch(self, ids):
+        return {"features": tf.zeros_like(ids, tf.float32)}
+
+
+class _Reserved(_NoLabel):
+    def batch(self, ids):
+        return {"features": tf.zeros_like(ids, tf.float32), "label": ids, "mask": tf.ones_like(ids)}
+
+
+@pytest.mark.parametrize("source,fragment", [(_NoLabel(), "missing ['label']"),
+                                             (_Reserved(), "reserved keys returned ['mask']")])
+def test_sources_must_return_features_and_label_and_no_reserved_keys(plan, source, fragment):
+    p = ef.Plan(ef.Index(N), ef.Topology(R), global_batch_size=G)
+    with pytest.raises(ValueError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        PlanReader(source).replica_dataset(p, 0, epochs=1)
+
+
+def test_bad_arguments_are_rejected(data, plan):
+    with pytest.raises(TypeError, match="Source protocol"):
+        PlanReader(object())
+    with pytest.raises(TypeError, match="map_fns"):
+        PlanReader(ArraySource(*data), map_fns=[3])
+    with pytest.raises(ValueError, match="prefetch"):
+        PlanReader(ArraySource(*data), prefetch=0)
+    with pytest.raises(ValueError, match="replica must be in"):
+        PlanReader(ArraySource(*data)).replica_dataset(plan, 3)
+    with pytest.raises(ValueError, match="plan covers 47 samples but the source has 46"):
+        PlanReader(ArraySource(data[0][:46], data[1][:46])).replica_dataset(plan, 0)
+    with pytest.raises(ValueError, match="labels must have shape"):
+        ArraySource(data[0], data[1][:3])
+    with pytest.raises(TypeError, match="labels must be integers"):
+        ArraySource(data[0], data[1].astype(np.float32))
+
+
+def test_masked_loss_is_the_mean_over_real_samples_across_replicas():
+    per_sample = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, np.nan], [7.0, 8.0, 9.0]])  # 3 replicas
+    mask = tf.constant([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])            # 5 real samples
+    shares = [float(masked_loss(per_sample[r], mask[r], 5)) for r in range(3)]
+    assert shares[2] == 0.0                                    # a replica with only padding adds nothing
+    assert sum(shares) == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)  # a NaN in a padded slot does not leak
+    assert float(masked_loss(per_sample[2], mask[2], 0)) == 0.0   # no division by zero
