@@ -39,13 +39,16 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
-import json
 import os
 import platform
-import subprocess
 import sysconfig
 import time
 from pathlib import Path
+
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
+from _common import machine, write_result  # noqa: E402
 
 import numpy as np
 
@@ -313,19 +316,6 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def machine() -> dict:
-    """Where and on which code the benchmark ran (the plan code may hold uncommitted edits)."""
-    def git(*cmd):
-        try:
-            return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return {"python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "git_commit": git("rev-parse", "--short", "HEAD"),
-            "plan_code_dirty": bool(git("status", "--porcelain", "--", "../src/evenflow/plan"))}
-
-
 def main(args) -> dict:
     t0 = time.perf_counter()
     where = machine()                                       # before the run: the code it ran on
@@ -340,11 +330,7 @@ def main(args) -> dict:
         "workloads": [run_workload(w, args) for w in make_workloads(names, args.num_samples, args.seed)],
     }
     result["seconds"] = time.perf_counter() - t0
-    print(format_table(result))
-    args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json_out}")
-    return result
+    return write_result(result, format_table(result), args.json_out)
 
 
 if __name__ == "__main__":

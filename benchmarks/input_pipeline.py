@@ -31,13 +31,16 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
+from _common import machine, write_result  # noqa: E402
 
 import numpy as np
 
@@ -206,16 +209,11 @@ def main(args) -> dict:
         "config": {"num_samples": args.num_samples, "batch_size": args.batch_size, "replicas": REPLICAS,
                    "records": args.records, "warmup": args.warmup, "repeats": args.repeats,
                    "workloads": args.workload_list, "quick": bool(args.quick)},
-        "machine": {"python": platform.python_version(), "tensorflow": tf.__version__, "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
+        "machine": machine(tensorflow=tf.__version__),
         "rows": rows,
         "seconds": time.perf_counter() - t0,
     }
-    print(format_table(result))
-    args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json_out}")
-    return result
+    return write_result(result, format_table(result), args.json_out)
 
 
 if __name__ == "__main__":

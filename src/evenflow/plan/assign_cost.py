@@ -151,7 +151,7 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots
     """Cost-balanced split of each step.
 
     Args:
-        order, bounds, counts, slots: as in :func:`evenflow.plan.assign_count.scatter`.
+        order, bounds, counts, slots: as in :func:`evenflow.plan.assign_count.assign_contiguous`.
         costs: float64 ``[N]`` cost per sample.
         weights: float64 ``[R]`` relative replica speeds.
         iterations: maximum swap-refinement passes.

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["assign_contiguous", "scatter"]
+__all__ = ["assign_contiguous"]
 
 
-def scatter(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: int) -> np.ndarray:
+def assign_contiguous(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: int) -> np.ndarray:
     """Lay out ``order`` so that step s gives ``counts[s, r]`` consecutive samples to replica r.
 
     Args:
@@ -29,7 +29,3 @@ def scatter(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: in
     ids[np.arange(slots)[None, None, :] < counts[:, :, None]] = order
     return ids
 
-
-def assign_contiguous(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: int) -> np.ndarray:
-    """Count mode: see :func:`scatter`."""
-    return scatter(order, bounds, counts, slots)

@@ -55,7 +55,8 @@ def _interchange(extra: np.ndarray, deficit: np.ndarray, rounds: int = 64) -> No
 def _round_shares(n_c: np.ndarray, k_r: np.ndarray, deficit: np.ndarray) -> np.ndarray:
     n = int(k_r.sum())
     share = n_c[:, None] * k_r[None, :] / n
-    x = np.floor(share + 1e-9).astype(np.int64)
+    base = np.floor(share + 1e-9).astype(np.int64)
+    x = base.copy()
     row_need = n_c - x.sum(axis=1)
     col_need = k_r - x.sum(axis=0)
     frac = share - x
@@ -70,7 +71,6 @@ def _round_shares(n_c: np.ndarray, k_r: np.ndarray, deficit: np.ndarray) -> np.n
             raise RuntimeError("stratified rounding found no feasible replica; this is a bug in evenflow")
         x[c, pick] += 1
         col_need[pick] -= 1
-    base = np.floor(share + 1e-9).astype(np.int64)
     extra = x - base
     _interchange(extra, deficit)
     return base + extra
@@ -81,7 +81,7 @@ def assign_stratified(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray,
     """Split each step so every replica's per-label count is within one of its share.
 
     Args:
-        order, bounds, counts, slots: as in :func:`evenflow.plan.assign_count.scatter`.
+        order, bounds, counts, slots: as in :func:`evenflow.plan.assign_count.assign_contiguous`.
         codes: int64 ``[N]`` dense label codes of all samples.
         num_classes: number of distinct codes.
 

@@ -15,8 +15,8 @@ import numpy as np
 __all__ = ["replica_loads", "step_imbalance", "token_efficiency", "label_deviation", "summarize"]
 
 
-def _costs_of(ep, costs: np.ndarray | None = None) -> np.ndarray:
-    c = ep.index.cost_or_ones() if costs is None else costs
+def _costs_of(ep) -> np.ndarray:
+    c = ep.index.cost_or_ones()
     return np.where(ep.ids >= 0, c[np.maximum(ep.ids, 0)], 0.0)
 
 
