@@ -203,7 +203,7 @@ class Plan:
             sub_order, sub_bounds, sub_counts = order[lo:], bounds[first:], counts[first:]
             if o.balance == "cost":
                 ids = assign_cost(sub_order, sub_bounds, sub_counts, self._slots, idx.cost_or_ones(),
-                                  np.asarray(self.topology.shares))
+                                  np.asarray(self.topology.shares), runs=o.bucket)
             else:
                 ids = assign_contiguous(sub_order, sub_bounds, sub_counts, self._slots)
         return EpochPlan(ids=ids, epoch=int(epoch), start_step=first, total_steps=self.num_steps,
