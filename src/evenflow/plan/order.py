@@ -92,18 +92,27 @@ def _stratified(codes: np.ndarray, bounds: np.ndarray, rng: np.random.Generator)
 def _bucketed(order: np.ndarray, costs: np.ndarray, g: int, window_steps: int,
               bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     used = int(bounds[-1])
+    num_full = used // g
     order = order[:used]
     window = g * window_steps
     window_id = np.arange(used) // window
     order = order[np.lexsort((costs[order], window_id))]
-    num_full = used // g
+    # A partial last step is a run of similar costs at a random place in the last window (not its
+    # longest samples, which would make the epoch end on its slowest step); the rest of that
+    # window stays sorted and is cut into full steps as usual.
+    rem = used - num_full * g
+    if rem:
+        last = (used - 1) // window * window
+        at = last + int(rng.integers(0, used - last - rem + 1))
+        tail = order[at: at + rem]
+        order = np.concatenate((order[:at], order[at + rem:]))
+    else:
+        tail = order[:0]
     # Shuffle the full steps; a partial step stays last, so drop_remainder keeps meaning "the last one".
     step_perm = rng.permutation(num_full)
-    full = order[: num_full * g].reshape(num_full, g)[step_perm]
+    full = order.reshape(num_full, g)[step_perm]
     # Shuffle inside each step so a contiguous split does not hand replica 0 the shortest samples.
     full = np.take_along_axis(full, np.argsort(rng.random(full.shape), axis=1), axis=1)
-    tail = order[num_full * g:]
-    tail = tail[rng.permutation(tail.shape[0])]
     return np.concatenate((full.ravel(), tail))
 
 
