@@ -165,3 +165,14 @@ def test_testing_helpers_pass_and_fail():
     broken = Broken(ef.Index(100), ef.Topology(2), global_batch_size=10)
     with pytest.raises(AssertionError, match="not exactly-once"):
         testing.assert_exactly_once(broken, 0)
+
+
+def test_stratified_step_counts_terminate_when_rounding_overshoots():
+    # Regression: one sample per step and very skewed classes once made the floor() guard give a
+    # step more samples than it has, which later left a step with no class to fill it (a hang).
+    from evenflow.plan.order import _class_counts_per_step
+    totals = np.array([8026, 3, 0, 23, 0, 1611, 0, 28885, 7, 1852, 5348])
+    sizes = np.ones(int(totals.sum()), dtype=np.int64)
+    out = _class_counts_per_step(sizes, totals)
+    assert np.array_equal(out.sum(axis=1), sizes)
+    assert np.array_equal(out.sum(axis=0), totals)

@@ -61,9 +61,17 @@ def _class_counts_per_step(sizes: np.ndarray, totals: np.ndarray) -> np.ndarray:
             give = np.zeros_like(x)
             while short > 0:  # normally one pass; more only when classes run out
                 take = order[room[order] > give[order]][:short]
+                if take.shape[0] == 0:
+                    raise RuntimeError("stratified step apportionment ran out of samples; this is a bug in evenflow")
                 give[take] += 1
                 short -= take.shape[0]
             x += give
+        elif short < 0:
+            # The 1e-9 guard on floor() can round a few classes up and overshoot n by a sample
+            # or two; take them back from the classes given most beyond their quota.
+            order = np.lexsort((np.arange(p.shape[0]), want - x))
+            order = order[x[order] > 0][:-short]
+            x[order] -= 1
         out[s] = x
         left -= x
         owed = want - x
