@@ -1,23 +1,34 @@
 # Two commands on a fresh machine:
 #   make demo   - create .venv, install evenflow with TensorFlow, run `evenflow demo`
-#   make test   - create .venv, install everything, run the test suite
+#   make test   - create .venv, install everything (TensorFlow, PyTorch, test tools), run the test suite
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Stamps are keyed on pyproject.toml, so editing its dependencies reinstalls. The test install is a
+# superset of the demo install and marks both done; the demo install alone skips PyTorch (torch==2.13.0).
+SUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+DEMO_STAMP := $(VENV)/.installed-demo-$(SUM)
+STAMP := $(VENV)/.installed-test-$(SUM)
 
 .PHONY: demo test venv bench clean
+
+$(DEMO_STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[tf]'
+	rm -f $(VENV)/.installed-demo-*
+	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[tf,dev]'
+	$(BIN)/pip install -q -e '.[tf,torch,dev]'
 	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/evenflow demo
 
 test: $(STAMP)

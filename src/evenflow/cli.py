@@ -21,15 +21,18 @@ __all__ = ["main", "COMMANDS", "UsageError"]
 COMMANDS: dict[str, str] = {
     "demo": "evenflow.commands.demo",
     "train": "evenflow.commands.train",
+    "launch": "evenflow.commands.launch",
     "inspect": "evenflow.commands.inspect",
     "convert": "evenflow.commands.convert",
     "index": "evenflow.commands.index",
+    "audit": "evenflow.commands.audit",
 }
 
 EPILOG = """examples:
   evenflow demo                                   # digits, 4 replicas, MirroredStrategy
   evenflow inspect --samples 10000 --replicas 8 --batch-size 256 --weights 1,1,1,1,1,1,1,0.5
   evenflow train --config run.toml
+  evenflow launch --workers 2 -- evenflow train --config run.toml   # 2 local MultiWorkerMirroredStrategy workers
 """
 
 

@@ -40,6 +40,19 @@ def test_read_batch_buffer_matches_records(three_shards, ids):
     assert ds.read_batch(ids, verify=True) == [recs[i] for i in ids]
 
 
+@pytest.mark.parametrize("gather_bytes", [0, 10**9], ids=["slice-per-record", "byte-gather"])
+def test_both_read_paths_give_the_same_buffer(three_shards, monkeypatch, gather_bytes):
+    # read_batch_buffer copies one slice per record above GATHER_BYTES per record, and gathers
+    # bytes per shard below it; force each path on the same ids (repeats, three shards, one shard).
+    import evenflow.records.dataset as dataset_module
+    files, recs, _ = three_shards
+    monkeypatch.setattr(dataset_module, "GATHER_BYTES", gather_bytes)
+    ds = RecordDataset(files)
+    for ids in ([29, 0, 8, 8, 13, 21], [3, 1, 2], []):
+        buf, starts, lengths = ds.read_batch_buffer(ids)
+        assert [buf[s:s + n].tobytes() for s, n in zip(starts, lengths)] == [recs[i] for i in ids]
+
+
 def test_locate_and_decode(three_shards):
     files, recs, rows = three_shards
     ds = RecordDataset(files)

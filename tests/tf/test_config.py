@@ -116,8 +116,9 @@ def test_unknown_datasets(name, fragment):
         load_dataset(load_config(None, overrides={"dataset": name}).data)
 
 
-def test_a_directory_without_a_loader_is_explained(tmp_path):
-    with pytest.raises(ValueError, match="is a directory, but no loader"):
+def test_a_directory_that_is_not_a_records_dataset_is_explained(tmp_path):
+    with pytest.raises(ValueError, match="is a directory without dataset.json, so not a records dataset; write "
+                                         "one with `evenflow convert"):
         load_dataset(load_config(None, overrides={"dataset": str(tmp_path)}).data)
 
 

@@ -157,3 +157,21 @@ def test_masked_loss_is_the_mean_over_real_samples_across_replicas():
     assert shares[2] == 0.0                                    # a replica with only padding adds nothing
     assert sum(shares) == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)  # a NaN in a padded slot does not leak
     assert float(masked_loss(per_sample[2], mask[2], 0)) == 0.0   # no division by zero
+
+
+@pytest.mark.parametrize("replicas", [range(0, 1), range(1, 3), range(0, 3)])
+def test_a_workers_dataset_interleaves_its_replicas_rows_step_major(data, plan, replicas):
+    # A multi-worker strategy hands a worker's consecutive elements to its consecutive replicas:
+    # element k must be replica replicas[k % R] at step k // R, from a cursor, over two epochs.
+    x, y = data
+    batches = _collect(PlanReader(ArraySource(x, y)).worker_dataset(plan, replicas, start=ef.Cursor(0, 2),
+                                                                    epochs=2))
+    want = [(e, s, r) for e in (0, 1) for s in range(2 if e == 0 else 0, plan.num_steps) for r in replicas]
+    assert len(batches) == len(want)
+    for b, (e, s, r) in zip(batches, want):
+        ep = plan.epoch(e)
+        np.testing.assert_array_equal(b["id"], ep.ids[s, r])
+        assert int(b["epoch"]) == e and int(b["global_real_count"]) == ep.global_real_counts[s]
+        np.testing.assert_array_equal(b["mask"], (ep.ids[s, r] >= 0).astype(np.float32))
+    with pytest.raises(ValueError, match="non-empty range of consecutive replica ids"):
+        PlanReader(ArraySource(x, y)).worker_dataset(plan, range(2, 4), epochs=1)

@@ -19,12 +19,16 @@ DEMO_DEFAULTS = {
     "seed": 0,
     "stratify": True,
     "output_dir": "runs/demo",
+    "resume": False,  # `make demo` twice trains twice; `evenflow train` resumes its run directory
 }
 
 EXAMPLES = """examples:
   evenflow demo                          # 4 logical CPUs, or one replica per GPU; prints test accuracy
   evenflow demo --replicas 2 --seed 1
   evenflow demo --model cnn --epochs 30  # depthwise-separable convolutions instead of the MLP
+  evenflow demo --augment                # random crop + rotation of the training batches (crop,rotate)
+  evenflow convert builtin:digits data/digits-jpeg --image-format jpeg --shards 4
+  evenflow demo --dataset data/digits-jpeg --augment crop=4,rotate=10   # the same digits, read from records
 
 What it does: loads scikit-learn's digits (no download), splits off a fixed test set,
 plans every epoch with ef.Plan(..., stratify=True), trains a MirroredStrategy custom
@@ -34,7 +38,7 @@ TensorBoard events (tensorboard --logdir runs/demo).
 """
 
 _DEMO_FLAGS = ("replicas", "epochs", "seed", "model", "global_batch_size", "learning_rate", "precision",
-               "output_dir")
+               "output_dir", "dataset", "augment", "skip_corrupt")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -65,4 +69,8 @@ def run(args) -> int:
     except MissingFrameworkError as e:
         print(f"evenflow demo: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from evenflow.commands.train import exit_if_peer_lost
+        exit_if_peer_lost(e, "demo")
+        raise
     return 0

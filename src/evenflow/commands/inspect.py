@@ -13,9 +13,12 @@ EPILOG = """examples:
   evenflow inspect --samples 5000 --replicas 4 --batch-size 64 --labels labels.npy --stratify
   evenflow inspect --replicas 8 --batch-size 256 --costs lengths.txt --balance cost --bucket --plot load.png
   evenflow inspect --samples 1000 --replicas 3 --batch-size 100 --json
+  evenflow inspect --dataset builtin:stdlib-docs --replicas 4 --batch-size 64 --balance cost --bucket
 
 Labels and costs files are .npy arrays or text with one number per line; with one of
-them, --samples may be left out (it is the file's length).
+them, --samples may be left out (it is the file's length). --dataset builtin:stdlib-docs
+takes N, labels and lengths (costs) from that built-in text dataset; with costs, a second
+table shows tokens per replica per step and token efficiency for each balance/bucket mode.
 """
 
 
@@ -23,6 +26,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="show the per-replica split of a plan", description=__doc__,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, help="number of samples N (default: length of --labels/--costs)")
+    p.add_argument("--dataset", help="take N, labels and lengths from a built-in text dataset: builtin:stdlib-docs")
     p.add_argument("--replicas", type=int, required=True, help="number of replicas R")
     p.add_argument("--batch-size", type=int, required=True, help="global batch size G (summed over replicas)")
     p.add_argument("--weights", help="comma-separated relative replica speeds, e.g. 1,1,1,0.5")
@@ -79,12 +83,38 @@ def parse_weights(text: str | None):
         raise ValueError(f"--weights must be comma-separated numbers like 1,1,1,0.5, got {text!r}") from None
 
 
+def dataset_columns(name: str, labels, costs):
+    """Labels and lengths of a built-in text dataset (numpy only), unless given as files."""
+    from evenflow.records.textdata import BUILTIN_TEXT
+
+    key = name.split(":", 1)[1] if name.startswith("builtin:") else None
+    if key not in BUILTIN_TEXT:
+        valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTIN_TEXT))
+        raise ValueError(f"--dataset must be one of {valid}, got {name!r}; for other data pass --labels/--costs")
+    data = BUILTIN_TEXT[key]()
+    return (data.labels if labels is None else labels), (data.lengths if costs is None else costs)
+
+
+def modes_table(rows: list[dict]) -> str:
+    """Fixed-width table of :func:`evenflow.report.tokens.compare_modes` rows."""
+    lines = ["", "tokens per replica per step (padded = each replica pads to its batch's longest sample):",
+             f"{'mode':<14}{'real':>9}{'padded':>9}{'busiest':>9}{'imbalance':>11}{'p99':>7}{'token eff':>11}"]
+    for r in rows:
+        lines.append(f"{r['mode']:<14}{r['tokens_per_replica_step']:>9.0f}{r['padded_per_replica_step']:>9.0f}"
+                     f"{r['max_padded_per_step']:>9.0f}{r['imbalance_mean']:>11.3f}{r['imbalance_p99']:>7.2f}"
+                     f"{r['token_efficiency']:>11.3f}")
+    lines.append("imbalance: busiest replica's padded tokens / mean, per step (mean over steps; 1.0 is perfect)")
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     import evenflow as ef
     from evenflow.report.table import plan_table
 
     labels = load_column(args.labels, "labels", integer=True) if args.labels else None
     costs = load_column(args.costs, "costs", integer=False) if args.costs else None
+    if args.dataset:
+        labels, costs = dataset_columns(args.dataset, labels, costs)
     n = args.samples
     if n is None:
         known = [a for a in (labels, costs) if a is not None]
@@ -98,6 +128,10 @@ def run(args) -> int:
                    bucket_window=args.bucket_window)
     ep = plan.epoch(args.epoch)
     summary = ep.summary()
+    if costs is not None:
+        from evenflow.report.tokens import compare_modes
+        summary["modes"] = compare_modes(index, topo, args.batch_size, seed=args.seed, epoch=args.epoch,
+                                         bucket_window=args.bucket_window)
     if args.plot:
         from evenflow.report.plot import plot_plan
         plot_plan(ep, args.plot)
@@ -106,7 +140,9 @@ def run(args) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{plan!r}\n")
-        print(plan_table(summary))
+        print(plan_table({k: v for k, v in summary.items() if k != "modes"}))
+        if "modes" in summary:
+            print(modes_table(summary["modes"]))
         if args.plot:
             print(f"\nplot written to {args.plot}")
     return 0

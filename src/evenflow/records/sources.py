@@ -284,7 +284,12 @@ def _open_digits(*, label_key, cost_key, feature_keys, image_format) -> Source:
                   image={"key": "image", "format": image_format})
 
 
-BUILTINS = {"builtin:digits": _open_digits}
+def _open_stdlib_docs(**kw) -> Source:
+    from evenflow.records.textdata import open_stdlib_docs  # variable-length text (issue 7)
+    return open_stdlib_docs(**kw)
+
+
+BUILTINS = {"builtin:digits": _open_digits, "builtin:stdlib-docs": _open_stdlib_docs}
 
 
 def open_source(src: str, *, label_key: str | None = None, cost_key: str | None = None,

@@ -1,7 +1,7 @@
 """Training options: small frozen dataclasses, filled from a TOML file and command-line flags.
 
 Each concern has its own dataclass (data, model, optimizer, schedule, compute,
-output), validated in ``__post_init__``. Every field is one flat key in the TOML
+output, checkpoint, anomaly), validated in ``__post_init__``. Every field is one flat key in the TOML
 file and one ``--flag`` (``learning_rate`` <-> ``--learning-rate``); flags override
 the file. Field names are unique across the groups so that the flat namespace
 works. Nothing here imports TensorFlow: a whole config is checked before the
@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from evenflow.tf.models import MODELS
-from evenflow.tf.trainer import OPTIMIZERS
+from evenflow.tf.strategy import DEFAULT_TIMEOUT_SECONDS, IMPLEMENTATIONS, Communication
+from evenflow.tf.trainer import COMPRESSIONS, MAX_ACCUMULATE_STEPS, OPTIMIZERS
 
 __all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions", "ComputeOptions",
-           "OutputOptions", "TrainConfig", "PRECISIONS", "add_config_flags", "load_config"]
+           "OutputOptions", "CheckpointOptions", "AnomalyOptions", "TrainConfig", "PRECISIONS", "add_config_flags", "load_config"]
 
 PRECISIONS: tuple[str, ...] = ("float32", "mixed_bfloat16", "mixed_float16")
 
@@ -71,13 +72,24 @@ def _check_bool(name: str, value) -> bool:
 class DataOptions:
     """Which dataset to train on and how to split off the test set."""
 
-    dataset: str = field(metadata=_help("'builtin:digits' or a path ending in .npz (records "
-                                                  "directories once a loader is registered)"))
-    feature_key: str = field(default="x", metadata=_help("array name of the features in a .npz file"))
-    label_key: str = field(default="y", metadata=_help("array name of the integer labels in a .npz file"))
+    dataset: str = field(metadata=_help("'builtin:digits', 'builtin:stdlib-docs' (text), a path ending in .npz, "
+                                        "or a records directory written by `evenflow convert` (with its "
+                                        "dataset.json)"))
+    feature_key: str = field(default="x", metadata=_help("array name of the features in a .npz file; for records, "
+                                                         "the feature to train on (default: the manifest's image, "
+                                                         "or its only non-label feature)"))
+    label_key: str = field(default="y", metadata=_help("array name of the integer labels in a .npz file; for "
+                                                       "records, default the manifest's label key"))
     test_fraction: float = field(default=0.2, metadata=_help("share of the samples held out for testing, in (0, 1)"))
     split_seed: int = field(default=0, metadata=_help("seed of the train/test split (kept apart from --seed "
                                                       "so the test set stays fixed)"))
+    augment: str = field(default="none", metadata={**_help(
+        "augment training batches only (never evaluation), keyed by (seed, epoch, sample id): 'none' or a comma "
+        "list of crop[=PIXELS], rotate[=DEGREES], flip[=h|v|hv], brightness[=DELTA], contrast[=SPREAD]; "
+        "--augment alone means crop,rotate"), "const": "crop,rotate"})
+    skip_corrupt: bool = field(default=False, metadata=_help(
+        "records only: check every record before training and leave out, and list, those with a bad CRC or an "
+        "image that does not decode, instead of stopping at the first one"))
 
     def __post_init__(self):
         _check_str("dataset", self.dataset)
@@ -85,6 +97,10 @@ class DataOptions:
         _check_str("label_key", self.label_key)
         _check_float("test_fraction", self.test_fraction, 0.0, 1.0)
         _check_int("split_seed", self.split_seed, 0)
+        _check_str("augment", self.augment)
+        from evenflow.tf.augment import parse_policy  # pure Python; TensorFlow is imported lazily there
+        parse_policy(self.augment)
+        _check_bool("skip_corrupt", self.skip_corrupt)
 
 
 @dataclass(frozen=True)
@@ -120,25 +136,57 @@ class ScheduleOptions:
     seed: int = field(default=0, metadata=_help("seed of the plan's order and of the weight initialisation"))
     stratify: bool = field(default=True, metadata=_help("give every step and every replica the dataset's "
                                                         "label mix"))
+    balance: str = field(default="count", metadata=_help("split each step among replicas by equal sample count "
+                                                         "(count) or equal summed length/cost (cost)"))
+    bucket: bool = field(default=False, metadata=_help("group samples of similar length into the same step "
+                                                       "(needs a dataset with costs, e.g. builtin:stdlib-docs)"))
 
     def __post_init__(self):
         _check_int("epochs", self.epochs, 1)
         _check_int("global_batch_size", self.global_batch_size, 1)
         _check_int("seed", self.seed, 0)
         _check_bool("stratify", self.stratify)
+        _check_choice("balance", self.balance, ("count", "cost"))
+        _check_bool("bucket", self.bucket)
 
 
 @dataclass(frozen=True)
 class ComputeOptions:
-    """Where and in which precision the replicas run."""
+    """Where and in which precision the replicas run, and how their gradients travel."""
 
-    replicas: int = field(default=4, metadata=_help("data-parallel replicas: one per GPU, or logical CPU "
-                                                    "devices on a CPU-only machine"))
+    replicas: int = field(default=4, metadata=_help("data-parallel replicas of this worker: one per GPU, or "
+                                                    "logical CPU devices on a CPU-only machine"))
     precision: str = field(default="float32", metadata=_help(f"compute dtype policy: {', '.join(PRECISIONS)}"))
+    communication: str = field(default="auto", metadata=_help(
+        f"collective implementation between workers: {', '.join(IMPLEMENTATIONS)} (nccl: GPUs only)"))
+    bytes_per_pack: int = field(default=0, metadata=_help("split the gradient all-reduce between workers into "
+                                                          "packs of about this many bytes (0: TensorFlow decides)"))
+    collective_timeout: float = field(default=DEFAULT_TIMEOUT_SECONDS, metadata=_help(
+        "seconds a collective between workers may wait for a dead or stuck peer before the run fails, > 0"))
+    gradient_compression: str = field(default="none", metadata=_help(
+        f"dtype of the gradients in the all-reduce: {', '.join(COMPRESSIONS)} (fp16 halves the bytes)"))
+    accumulate_steps: int = field(default=1, metadata=_help(
+        f"plan steps per optimizer update, in [1, {MAX_ACCUMULATE_STEPS}]: one all-reduce per STEPS steps, "
+        f"an update over their union"))
 
     def __post_init__(self):
         _check_int("replicas", self.replicas, 1)
         _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("communication", self.communication, IMPLEMENTATIONS)
+        _check_int("bytes_per_pack", self.bytes_per_pack, 0)
+        timeout = _check_float("collective_timeout", self.collective_timeout, 0.0)
+        if timeout == float("inf"):
+            raise ValueError("collective_timeout must be finite (seconds), got inf; e.g. 300")
+        object.__setattr__(self, "collective_timeout", timeout)
+        _check_choice("gradient_compression", self.gradient_compression, COMPRESSIONS)
+        _check_int("accumulate_steps", self.accumulate_steps, 1)
+        if self.accumulate_steps > MAX_ACCUMULATE_STEPS:
+            raise ValueError(f"accumulate_steps must be at most {MAX_ACCUMULATE_STEPS}, got {self.accumulate_steps}; "
+                             f"use a larger global_batch_size for larger updates")
+
+    def communication_options(self) -> Communication:
+        """The :class:`~evenflow.tf.strategy.Communication` these options describe."""
+        return Communication(self.communication, self.bytes_per_pack, self.collective_timeout)
 
 
 @dataclass(frozen=True)
@@ -152,8 +200,54 @@ class OutputOptions:
         _check_str("output_dir", self.output_dir)
 
 
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """Crash-safe checkpoints, automatic resume, the audit trail, determinism."""
+
+    checkpoint_every: int = field(default=0, metadata=_help("also checkpoint every STEPS steps within an epoch "
+                                                            "(0: only at epoch ends)"))
+    keep_checkpoints: int = field(default=3, metadata=_help("checkpoints kept in OUTPUT_DIR/checkpoints, >= 1"))
+    resume: bool = field(default=True, metadata=_help("resume from the newest checkpoint in the run directory; "
+                                                      "--no-resume deletes its checkpoints and audit and starts over"))
+    audit: bool = field(default=False, metadata=_help("record which sample ids each replica trained on at each step "
+                                                      "(OUTPUT_DIR/audit; check with evenflow audit OUTPUT_DIR)"))
+    deterministic: bool = field(default=False, metadata=_help("enable TensorFlow op determinism, so that a run "
+                                                              "killed and resumed ends bitwise equal (slower on GPU)"))
+
+    def __post_init__(self):
+        _check_int("checkpoint_every", self.checkpoint_every, 0)
+        _check_int("keep_checkpoints", self.keep_checkpoints, 1)
+        _check_bool("resume", self.resume)
+        _check_bool("audit", self.audit)
+        _check_bool("deterministic", self.deterministic)
+
+
+@dataclass(frozen=True)
+class AnomalyOptions:
+    """What happens on a non-finite loss or gradient."""
+
+    skip_nonfinite: bool = field(default=True, metadata=_help("skip the update of a step whose loss or gradients "
+                                                              "are non-finite on any replica, and log it"))
+    restore_after: int = field(default=3, metadata=_help("after this many consecutive non-finite steps, restore "
+                                                         "the last checkpoint and lower the learning rate (0: never)"))
+    restore_lr_factor: float = field(default=0.5, metadata=_help("learning-rate multiplier at each such restore, "
+                                                                 "in (0, 1]"))
+    max_restores: int = field(default=3, metadata=_help("restores allowed before the run stops as diverged, >= 0"))
+
+    def __post_init__(self):
+        _check_bool("skip_nonfinite", self.skip_nonfinite)
+        _check_int("restore_after", self.restore_after, 0)
+        factor = _check_float("restore_lr_factor", self.restore_lr_factor, 0.0)
+        if factor > 1.0:
+            raise ValueError(f"restore_lr_factor must be in (0, 1] (it lowers the learning rate), got {factor:g}; "
+                             f"e.g. 0.5")
+        object.__setattr__(self, "restore_lr_factor", factor)
+        _check_int("max_restores", self.max_restores, 0)
+
+
 _GROUPS = {"data": DataOptions, "model": ModelOptions, "optimizer": OptimizerOptions,
-           "schedule": ScheduleOptions, "compute": ComputeOptions, "output": OutputOptions}
+           "schedule": ScheduleOptions, "compute": ComputeOptions, "output": OutputOptions,
+           "checkpoint": CheckpointOptions, "anomaly": AnomalyOptions}
 
 
 @dataclass(frozen=True)
@@ -166,6 +260,8 @@ class TrainConfig:
     schedule: ScheduleOptions = ScheduleOptions()
     compute: ComputeOptions = ComputeOptions()
     output: OutputOptions = OutputOptions()
+    checkpoint: CheckpointOptions = CheckpointOptions()
+    anomaly: AnomalyOptions = AnomalyOptions()
 
     def __post_init__(self):
         for name, cls in _GROUPS.items():
@@ -276,6 +372,9 @@ def add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | No
         if kind is bool:
             parser.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None,
                                 help=f.metadata["help"])
+        elif "const" in f.metadata:  # e.g. `--augment` alone: a sensible value without typing one
+            parser.add_argument(flag, dest=key, type=kind, default=None, metavar=key.upper(), nargs="?",
+                                const=f.metadata["const"], help=f.metadata["help"])
         else:
             parser.add_argument(flag, dest=key, type=kind, default=None, metavar=key.upper(),
                                 help=f.metadata["help"])

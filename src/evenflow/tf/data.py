@@ -1,4 +1,4 @@
-"""Datasets by name: ``builtin:digits``, ``path.npz`` arrays, and a hook for records directories.
+"""Datasets by name: ``builtin:digits``, ``path.npz`` arrays, records directories, and a hook for more.
 
 :func:`load_dataset` turns :class:`~evenflow.tf.config.DataOptions` into a
 :class:`LoadedData`: a train and a test :class:`~evenflow.tf.sources.Source`
@@ -10,14 +10,16 @@ Kinds of dataset are tried in order:
 * ``builtin:<name>`` — a key of :data:`BUILTINS`;
 * a path ending in ``.npz`` — arrays named by ``feature_key`` and ``label_key``,
   loaded without pickle;
-* a directory — handled by a loader registered with :func:`register_loader`
-  (the records layer registers one for TFRecord directories).
+* a directory written by ``evenflow convert`` (it holds ``dataset.json``) — read by
+  record id through :class:`~evenflow.tf.records_source.RecordSource`
+  (:mod:`evenflow.tf.records_data`); other kinds plug in with :func:`register_loader`.
 
 The test set is split off with ``split_seed`` (not the training seed), stratified
 by label, so it is the same whatever the training seed.
 """
 from __future__ import annotations
 
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,12 @@ class LoadedData:
         num_classes: K; labels are ``0..K-1``.
         feature_shape: shape of one sample's features, e.g. ``(8, 8, 1)``.
         description: one line for logs and ``summary.json``.
+        notes: more lines for the log (e.g. records skipped as corrupt).
+        diagnose: optional ``fn(error) -> Exception | None``: after the input pipeline
+            failed with ``error`` (a TensorFlow error that names no sample), the
+            one-line error to report instead, naming the bad record; None if it
+            finds nothing.
+        skipped: records left out as corrupt, as JSON objects for ``summary.json``.
     """
 
     train: object
@@ -47,6 +55,9 @@ class LoadedData:
     num_classes: int
     feature_shape: tuple[int, ...]
     description: str
+    notes: tuple[str, ...] = ()
+    diagnose: Callable | None = None
+    skipped: tuple[dict, ...] = ()
 
 
 def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +120,12 @@ def _digits(options) -> LoadedData:
     return _from_arrays(x, d.target.astype(np.int64), options, "builtin:digits")
 
 
-BUILTINS: dict[str, Callable] = {"digits": _digits}
+def _stdlib_docs(options) -> LoadedData:
+    from evenflow.tf.text import load_text  # variable-length text: padded per batch (issue 7)
+    return load_text(options, "stdlib-docs")
+
+
+BUILTINS: dict[str, Callable] = {"digits": _digits, "stdlib-docs": _stdlib_docs}
 
 
 def _npz(options) -> LoadedData:
@@ -170,9 +186,22 @@ def load_dataset(options) -> LoadedData:
             raise ValueError(f"dataset file {name} does not exist; check the path")
         return _npz(options)
     if path.is_dir():
-        raise ValueError(f"dataset {name} is a directory, but no loader for directories is installed in this "
-                         f"version; convert the data to a .npz file (arrays {options.feature_key!r}, "
-                         f"{options.label_key!r}) or use builtin:digits")
+        raise ValueError(f"dataset {name} is a directory without dataset.json, so not a records dataset; write "
+                         f"one with `evenflow convert SRC {name}` (from a .npz file, an image folder or "
+                         f"builtin:digits), or pass a .npz file")
     valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTINS))
     raise ValueError(f"dataset must be one of {valid}, a path ending in .npz, or a records directory; "
                      f"got {name!r}")
+
+
+def _is_records(name: str) -> bool:
+    return os.path.isfile(os.path.join(name, "dataset.json")) or (
+        os.path.basename(name) == "dataset.json" and os.path.isfile(name))
+
+
+def _records(options) -> LoadedData:
+    from evenflow.tf.records_data import load_records  # numpy and the records layer only
+    return load_records(options)
+
+
+register_loader("records", _is_records, _records)

@@ -1,4 +1,5 @@
-"""Small classifiers chosen by name: ``mlp`` for any input, ``cnn`` for images.
+"""Small classifiers chosen by name: ``mlp`` for any input, ``cnn`` for images, ``text_cnn`` for
+variable-length token sequences (:mod:`evenflow.tf.text`).
 
 ``cnn`` is built from depthwise-separable convolutions (a depthwise 3x3 filter per
 channel followed by a 1x1 pointwise mix), which need roughly 8-9x fewer
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from evenflow.tf._lazy import keras as _keras
+from evenflow.tf.text import text_cnn
 
 __all__ = ["MODELS", "build_model", "check_model_input"]
 
@@ -47,9 +49,9 @@ def _cnn(input_shape, num_classes, dtype, width: int = 32):
     return keras.Sequential(stack, name="cnn")
 
 
-MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp}
+MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "text_cnn": text_cnn}
 
-_NEEDS = {"cnn": (2, 3)}  # accepted ranks of one sample's features; absent = any rank
+_NEEDS = {"cnn": (2, 3), "text_cnn": (1,)}  # accepted ranks of one sample's features; absent = any rank
 
 
 def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
@@ -59,6 +61,12 @@ def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
     """
     if name not in MODELS:
         raise ValueError(f"model must be one of {', '.join(sorted(MODELS))}, got {name!r}")
+    if name == "text_cnn" and len(input_shape) != 1:
+        raise ValueError(f"model 'text_cnn' needs token sequences (per-sample shape (length,)), got "
+                         f"{tuple(input_shape)}; use it with a text dataset such as builtin:stdlib-docs")
+    if name != "text_cnn" and None in tuple(input_shape):
+        raise ValueError(f"model {name!r} needs fixed-size features, but this dataset's sequences vary in length "
+                         f"(per-sample shape {tuple(input_shape)}); use model 'text_cnn'")
     ranks = _NEEDS.get(name)
     if ranks and len(input_shape) not in ranks:
         raise ValueError(

@@ -17,6 +17,10 @@ A batch is a dict of tensors whose first axis is the replica's ``slots``:
 A pipeline can stream many epochs from a :class:`~evenflow.plan.cursor.Cursor`
 (:meth:`PlanReader.distribute`), planning each epoch when it reaches it.
 
+Under several workers (MultiWorkerMirroredStrategy) each worker runs one pipeline
+that interleaves the rows of its own replicas (:meth:`PlanReader.worker_dataset`);
+each replica still receives exactly its row.
+
 Padding slots load a valid dummy row (another sample of the same batch) so every
 op sees well-formed data; the mask removes them from loss and metrics.
 
@@ -34,6 +38,7 @@ import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.pyfunc import numpy_function
 # Re-exported: the source protocol is part of the reader's interface.
 from evenflow.tf.sources import RESERVED_KEYS, ArraySource, Source
 
@@ -65,13 +70,25 @@ class _EpochRows:
                     self._cache.popitem(last=False)
             return ep
 
-    def rows(self, epoch, replica: int | None):
-        """int64 ids ``[steps, width]`` and global real counts ``[steps]`` of one epoch."""
-        ep = self.epoch_plan(int(epoch))
-        ids = ep.ids.reshape(ep.num_steps, -1) if replica is None else ep.ids[:, replica, :]
-        return np.ascontiguousarray(ids, dtype=np.int64), ep.global_real_counts.astype(np.int64)
+    def rows(self, epoch, replica: int | range | None):
+        """int64 ids ``[rows, width]`` and global real counts ``[rows]`` of one epoch.
 
-    def columns(self, epochs: range, replica: int | None) -> dict:
+        ``replica`` None: one row of all replicas' slots per step; an int: that
+        replica's row per step; a range (a worker's replicas): one row per step and
+        replica of the range, step-major, so consecutive rows go to consecutive replicas.
+        """
+        ep = self.epoch_plan(int(epoch))
+        counts = ep.global_real_counts.astype(np.int64)
+        if replica is None:
+            ids = ep.ids.reshape(ep.num_steps, -1)
+        elif isinstance(replica, range):
+            ids = ep.ids[:, replica.start:replica.stop, :].reshape(-1, ep.ids.shape[2])
+            counts = np.repeat(counts, len(replica))
+        else:
+            ids = ep.ids[:, replica, :]
+        return np.ascontiguousarray(ids, dtype=np.int64), counts
+
+    def columns(self, epochs: range, replica: int | range | None) -> dict:
         """The rows of several epochs back to back, with an ``epoch`` column."""
         parts = [(e, *self.rows(e, replica)) for e in epochs]
         width = self._plan.slots * (self._plan.topology.replicas if replica is None else 1)
@@ -86,10 +103,10 @@ class PlanReader:
 
     A pipeline can stream many epochs from a cursor. With a given number of
     epochs their rows are planned when the dataset is built and fed as constants,
-    so no Python runs inside the pipeline; that matters because deleting an
-    iterator waits for its in-flight work while holding the GIL, and Python work
-    in flight (``tf.numpy_function``) then never finishes — a deadlock we hit at
-    interpreter exit. Only endless streams (``epochs=None``) plan on the fly.
+    so no Python runs inside the pipeline. Only endless streams (``epochs=None``)
+    plan on the fly, in a :func:`evenflow.tf.pyfunc.numpy_function` callback: a
+    plain ``tf.numpy_function`` that runs when the interpreter shuts down hangs
+    the process at exit (see :mod:`evenflow.tf.pyfunc`).
     One long-lived pipeline per run also saves time: a first version that rebuilt
     the distributed dataset every epoch spent 0.5-2.5 s per epoch on that on the
     2-core reference machine, against 0.15 s for an epoch of digits.
@@ -134,8 +151,8 @@ class PlanReader:
             epochs: number of epochs to read from ``start.epoch`` (the first one
                 possibly partial), planned now: 8 bytes per slot of host memory.
                 None streams without end, planning each epoch when the pipeline
-                reaches it (``tf.numpy_function``); do not delete such an iterator
-                while it may be planning (tiny epochs, exit): see the class docstring.
+                reaches it (in Python, through :func:`evenflow.tf.pyfunc.numpy_function`,
+                which keeps the process from hanging at exit).
             rows: internal; shares planned epochs between replicas.
 
         Returns:
@@ -161,14 +178,51 @@ class PlanReader:
         width = plan.slots * (r_count if replica is None else 1)
 
         def epoch_rows(epoch):
-            ids, counts = tf.numpy_function(lambda e: rows.rows(e, replica), [epoch], [tf.int64, tf.int64],
-                                            stateful=True)
+            ids, counts = numpy_function(lambda e: rows.rows(e, replica), [epoch], [tf.int64, tf.int64],
+                                         stateful=True)
             ids = tf.ensure_shape(ids, [None, width])
             counts = tf.ensure_shape(counts, [None])
             return tf.data.Dataset.from_tensor_slices(
                 {"id": ids, "global_real_count": counts, "epoch": tf.fill(tf.shape(counts), epoch)})
 
         return self._load(tf.data.Dataset.counter(start.epoch, dtype=tf.int64).flat_map(epoch_rows))
+
+    def worker_dataset(self, plan: Plan, replicas: range, start: Cursor | None = None, epochs: int = 1,
+                       rows: _EpochRows | None = None):
+        """The ``tf.data.Dataset`` of one worker of a multi-worker run: the rows of its replicas.
+
+        Element ``k`` is the batch of replica ``replicas[k % len(replicas)]`` at step
+        ``k // len(replicas)``: ``distribute_datasets_from_function`` hands a worker's
+        consecutive elements to its consecutive replicas, so each replica still reads
+        exactly its own row of the plan.
+
+        Args:
+            plan: the plan of all replicas of all workers.
+            replicas: global ids of this worker's replicas, e.g. ``range(2, 4)`` for
+                worker 1 of a cluster with 2 replicas per worker.
+            start: first step to read (default ``Cursor(0, 0)``).
+            epochs: number of epochs to read from ``start.epoch``, >= 0.
+            rows: internal; shares planned epochs.
+
+        Returns:
+            A dataset of per-replica batch dicts with leading axis ``plan.slots``,
+            ``len(replicas)`` elements per global step.
+        """
+        tf = _tf()
+        self._check(plan)
+        start = Cursor(0, 0) if start is None else start
+        r_count = plan.topology.replicas
+        if not isinstance(replicas, range) or len(replicas) < 1 or replicas.step != 1 \
+                or not 0 <= replicas.start < replicas.stop <= r_count:
+            raise ValueError(f"replicas must be a non-empty range of consecutive replica ids within [0, {r_count}), "
+                             f"got {replicas!r}")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+            raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+        if start.step > plan.num_steps:
+            raise ValueError(f"start cursor step must be at most the epoch's {plan.num_steps} steps, got {start.step}")
+        rows = _EpochRows(plan, start, keep=epochs) if rows is None else rows
+        columns = rows.columns(range(start.epoch, start.epoch + epochs), replicas)
+        return self._load(tf.data.Dataset.from_tensor_slices(columns), prefetch=self.prefetch * len(replicas))
 
     def epoch_dataset(self, ep: EpochPlan, replica: int | None):
         """Like :meth:`replica_dataset` for one ready :class:`EpochPlan` (no on-the-fly planning)."""
@@ -182,7 +236,7 @@ class PlanReader:
             "id": np.ascontiguousarray(ids, dtype=np.int64), "global_real_count": counts,
             "epoch": np.full(counts.shape, ep.epoch, dtype=np.int64)}))
 
-    def _load(self, rows_ds):
+    def _load(self, rows_ds, prefetch: int | None = None):
         tf = _tf()
         source = self.source
 
@@ -194,10 +248,12 @@ class PlanReader:
             dummy = tf.maximum(tf.reduce_max(ids), 0)
             batch = dict(source.batch(tf.where(real, ids, dummy)))
             clash = [k for k in RESERVED_KEYS if k in batch]
-            missing = [k for k in ("features", "label") if k not in batch]
+            # 'features' may also come from a map function (e.g. images decoded in a stage of their own).
+            missing = [k for k in ("features", "label") if k not in batch and (k == "label" or not self.map_fns)]
             if clash or missing:
-                raise ValueError(f"source.batch must return 'features' and 'label' and none of the reserved "
-                                 f"keys {RESERVED_KEYS}; missing {missing}, reserved keys returned {clash}")
+                raise ValueError(f"source.batch must return 'features' (or leave it to a map function) and 'label' "
+                                 f"and none of the reserved keys {RESERVED_KEYS}; missing {missing}, reserved keys "
+                                 f"returned {clash}")
             batch.update(id=ids, mask=tf.cast(real, tf.float32), global_real_count=row["global_real_count"],
                          epoch=row["epoch"])
             return batch
@@ -205,7 +261,7 @@ class PlanReader:
         ds = rows_ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         for fn in self.map_fns:
             ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.prefetch(self.prefetch)
+        ds = ds.prefetch(self.prefetch if prefetch is None else prefetch)
         # tf.data's autotuner runs a model thread per iterator that sleeps on a growing timer
         # (up to a minute); deleting the iterator waits for it while holding the GIL. With R
         # replica pipelines that froze the end of a training run for 15 s to over 3 minutes
@@ -216,10 +272,14 @@ class PlanReader:
         return ds.with_options(options)
 
     def distribute(self, strategy, plan: Plan, start: Cursor | None = None, epochs: int | None = None):
-        """A distributed dataset that feeds replica r from ``replica_dataset(plan, r, ...)``.
+        """A distributed dataset that feeds replica r exactly row ``ids[:, r, :]`` of the plan.
 
-        Uses ``distribute_datasets_from_function`` in ``PER_REPLICA`` mode, so each
-        replica has its own pipeline and receives exactly its row of the plan.
+        One worker (MirroredStrategy): ``distribute_datasets_from_function`` in
+        ``PER_REPLICA`` mode, one pipeline per replica (``replica_dataset(plan, r, ...)``).
+        Several workers (MultiWorkerMirroredStrategy, which has no ``PER_REPLICA``
+        mode): one pipeline per worker (:meth:`worker_dataset`) over the rows of that
+        worker's replicas ``w * R .. w * R + R - 1``. Every worker computes the same
+        plan (it is deterministic), so no ids travel between workers.
 
         Returns:
             A ``tf.distribute.DistributedDataset``; one element per global step.
@@ -231,8 +291,13 @@ class PlanReader:
                              f"{strategy.num_replicas_in_sync}; plan with evenflow.tf.topology_of(strategy)")
         start = Cursor(0, 0) if start is None else start
         rows = _EpochRows(plan, start, keep=epochs if epochs is not None else 3)
+        local = len(strategy.extended.worker_devices)
+        multi_worker = strategy.num_replicas_in_sync > local
 
         def dataset_fn(ctx):
+            if multi_worker:
+                first = ctx.input_pipeline_id * local
+                return self.worker_dataset(plan, range(first, first + local), start=start, epochs=epochs, rows=rows)
             return self.replica_dataset(plan, ctx.input_pipeline_id, start=start, epochs=epochs, rows=rows)
 
         # Prefetching onto the device (a MultiDeviceIterator per replica) pays off for GPUs. For
@@ -240,7 +305,11 @@ class PlanReader:
         # machine it made iterator start-up 4x slower (0.25 s vs 0.06 s), steps ~10% slower, and
         # deleting the iterator took ~0.5 s instead of ~0.
         on_cpu = all("CPU" in d.upper() for d in strategy.extended.worker_devices)
+        if multi_worker and epochs is None:
+            raise ValueError("epochs must be an int for a multi-worker strategy (endless streams plan in Python "
+                             "inside the pipeline; see replica_dataset); pass the number of epochs to read")
+        mode = tf.distribute.InputReplicationMode
         options = tf.distribute.InputOptions(
-            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+            experimental_replication_mode=mode.PER_WORKER if multi_worker else mode.PER_REPLICA,
             experimental_fetch_to_device=not on_cpu)
         return strategy.distribute_datasets_from_function(dataset_fn, options=options)

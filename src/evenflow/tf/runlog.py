@@ -62,13 +62,14 @@ class RunLog:
     """TensorBoard writer of one run, under ``<run_dir>/tensorboard``.
 
     Event files of an earlier run in the same directory are removed first, so
-    TensorBoard does not draw two runs on top of each other.
+    TensorBoard does not draw two runs on top of each other — unless
+    ``keep_events`` (a resumed run continues the same curves).
     """
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, keep_events: bool = False):
         tf = _tf()
         self.dir = Path(run_dir) / TENSORBOARD_DIR
-        if self.dir.is_dir():
+        if self.dir.is_dir() and not keep_events:
             for old in self.dir.glob("events.out.tfevents.*"):
                 old.unlink()
         self._writer = tf.summary.create_file_writer(str(self.dir))

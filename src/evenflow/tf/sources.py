@@ -17,7 +17,7 @@ import numpy as np
 from evenflow.plan import Index
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["Source", "ArraySource", "RESERVED_KEYS"]
+__all__ = ["Source", "ArraySource", "SubsetSource", "RESERVED_KEYS"]
 
 # Keys the reader adds to every batch; a source or map function must not produce them itself.
 RESERVED_KEYS = ("id", "mask", "global_real_count", "epoch")
@@ -113,3 +113,43 @@ class ArraySource:
 
     def __repr__(self):
         return f"ArraySource(num_samples={self.num_samples}, feature_shape={self.feature_shape})"
+
+
+class SubsetSource:
+    """The samples ``ids`` of another :class:`Source`, renumbered ``0..len(ids)-1``.
+
+    How a train/test split of one records dataset becomes two sources that share the
+    files (and, with ``RecordSource(cache=True)``, one in-memory copy): sample ``i`` of
+    the subset is sample ``ids[i]`` of ``source``.
+
+    Args:
+        source: the full :class:`Source`.
+        ids: int array ``[n]`` of distinct sample ids of ``source``, n >= 1.
+    """
+
+    def __init__(self, source: Source, ids):
+        if not isinstance(source, Source):
+            raise TypeError(f"source must follow the evenflow.tf.Source protocol, got {type(source).__name__}")
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.size < 1 or ids.dtype.kind not in "iu":
+            raise ValueError(f"ids must be a non-empty 1-D integer array, got {ids.dtype} of shape {ids.shape}")
+        if ids.min() < 0 or ids.max() >= source.num_samples or np.unique(ids).size != ids.size:
+            raise ValueError(f"ids must be distinct sample ids in 0..{source.num_samples - 1}")
+        self.source, self.ids = source, ids.astype(np.int64)
+        self.num_samples = int(ids.size)
+        self._ids = None  # tf.int64 [n], made on first use (after the strategy fixed the devices)
+
+    def index(self) -> Index:
+        full = self.source.index()
+        return Index(self.num_samples, labels=None if full.labels is None else full.labels[self.ids],
+                     costs=None if full.costs is None else full.costs[self.ids])
+
+    def batch(self, ids) -> dict:
+        tf = _tf()
+        if self._ids is None:
+            with tf.init_scope(), tf.device("/cpu:0"):
+                self._ids = tf.constant(self.ids)
+        return self.source.batch(tf.gather(self._ids, ids))
+
+    def __repr__(self):
+        return f"SubsetSource({self.source!r}, num_samples={self.num_samples})"

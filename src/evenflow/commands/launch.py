@@ -1,0 +1,51 @@
+"""``evenflow launch``: run a command as N local workers of a TensorFlow multi-worker cluster."""
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES = """examples:
+  evenflow launch --workers 2 -- evenflow train --dataset builtin:digits --output-dir runs/mw
+  evenflow launch --workers 2 --replicas-per-worker 2 -- evenflow train --config run.toml
+  evenflow launch --workers 4 --grace 30 -- python my_training_script.py --epochs 5
+
+Each worker gets TF_CONFIG for a cluster on free 127.0.0.1 ports and its own index
+(worker 0 is the chief, which writes the run's outputs); --replicas-per-worker R is
+exported as EVENFLOW_REPLICAS_PER_WORKER, which evenflow train uses instead of
+--replicas. Output lines are prefixed with "[worker i]". When a worker fails, the
+others get SIGTERM and, after --grace seconds, SIGKILL (MultiWorkerMirroredStrategy
+catches SIGTERM); the launcher then exits with the first failure's code (128 + S for
+a worker killed by signal S).
+
+Several machines: set TF_CONFIG on each one yourself and run the command there
+(see the README's multi-worker section); launch is for one machine.
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "launch", help="run a command as N local TensorFlow workers (TF_CONFIG on 127.0.0.1)",
+        description="Start N local worker processes of one command, each with TF_CONFIG for a "
+                    "MultiWorkerMirroredStrategy cluster on free 127.0.0.1 ports; prefix their output, "
+                    "propagate the first failure and stop the rest.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, required=True, metavar="N", help="worker processes, in [1, 64]")
+    parser.add_argument("--replicas-per-worker", type=int, default=None, metavar="R",
+                        help="replicas each worker runs (logical CPUs or GPUs); default: the command's own "
+                             "--replicas")
+    parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                        help="seconds between SIGTERM and SIGKILL when stopping workers (default 10)")
+    parser.add_argument("worker_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the command every worker runs")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args) -> int:
+    from evenflow.tf.launcher import LaunchOptions, launch
+
+    command = list(args.worker_command)
+    if command and command[0] == "--":
+        command = command[1:]
+    options = LaunchOptions(workers=args.workers, replicas_per_worker=args.replicas_per_worker,
+                            grace_seconds=args.grace)
+    return launch(command, options)

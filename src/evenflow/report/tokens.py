@@ -1,0 +1,86 @@
+"""Tokens per replica per step, with and without padding, for any batching of variable-length samples.
+
+A replica pads its batch to the batch's longest sample (what
+:class:`evenflow.tf.text.TextSource` does), so its work at a step is
+``longest * real samples`` tokens, of which ``sum(lengths)`` are real. Per step,
+the slowest replica sets the pace: imbalance is ``max_r(padded_r) / mean_r(padded_r)``
+(1.0 = every replica does the same work). Token efficiency is real tokens over
+padded tokens, the share of compute that is not spent on padding.
+
+The functions take a plain ids array ``[steps, replicas, slots]`` (-1 = padding),
+so they measure an evenflow plan and any other batching scheme (``shard`` +
+``bucket_by_sequence_length``, random batches) the same way. numpy only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["token_loads", "token_summary", "compare_modes", "MODES"]
+
+# (name, balance, bucket) of the plan modes `evenflow inspect --dataset` compares.
+MODES: tuple[tuple[str, str, bool], ...] = (("count", "count", False), ("count+bucket", "count", True),
+                                           ("cost", "cost", False), ("cost+bucket", "cost", True))
+
+
+def token_loads(ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Real and padded tokens per replica per step.
+
+    Args:
+        ids: int ``[steps, replicas, slots]`` sample ids, -1 for padding.
+        lengths: ``[N]`` tokens per sample.
+
+    Returns:
+        ``(real, padded)``, float64 ``[steps, replicas]`` each.
+    """
+    ids = np.asarray(ids)
+    lengths = np.asarray(lengths, dtype=np.float64)
+    c = np.where(ids >= 0, lengths[np.maximum(ids, 0)], 0.0)
+    real = c.sum(axis=2)
+    padded = c.max(axis=2) * (ids >= 0).sum(axis=2)
+    return real, padded
+
+
+def token_summary(ids: np.ndarray, lengths: np.ndarray) -> dict:
+    """Per-step imbalance of padded tokens and token efficiency of a batching, as plain numbers.
+
+    Returns:
+        ``steps``, ``tokens_per_replica_step`` (mean real tokens per replica per step),
+        ``padded_per_replica_step``, ``max_padded_per_step`` (mean over steps of the
+        busiest replica's padded tokens), ``imbalance_mean`` / ``imbalance_p99``
+        (``max_r / mean_r`` of padded tokens per step) and ``token_efficiency``.
+    """
+    real, padded = token_loads(ids, lengths)
+    mean = padded.mean(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        imb = np.where(mean > 0, padded.max(axis=1) / mean, 1.0)
+    return {"steps": int(real.shape[0]),
+            "tokens_per_replica_step": float(real.mean()),
+            "padded_per_replica_step": float(padded.mean()),
+            "max_padded_per_step": float(padded.max(axis=1).mean()),
+            "imbalance_mean": float(imb.mean()),
+            "imbalance_p99": float(np.percentile(imb, 99)) if imb.size else 1.0,
+            "token_efficiency": float(real.sum() / padded.sum()) if padded.sum() > 0 else 1.0}
+
+
+def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch: int = 0,
+                  bucket_window: int = 256) -> list[dict]:
+    """:func:`token_summary` of one epoch under each plan mode of :data:`MODES`.
+
+    Args:
+        index: an :class:`~evenflow.plan.index.Index` with costs (the lengths).
+        topology: the :class:`~evenflow.plan.topology.Topology`.
+
+    Returns:
+        One dict per mode: ``mode`` and the keys of :func:`token_summary`.
+    """
+    from evenflow.plan import Plan
+
+    if index.costs is None:
+        raise ValueError("comparing modes needs per-sample lengths (costs) in the index; use a text dataset "
+                         "such as builtin:stdlib-docs or pass --costs")
+    rows = []
+    for name, balance, bucket in MODES:
+        plan = Plan(index, topology, global_batch_size=global_batch_size, seed=seed, balance=balance,
+                    bucket=bucket, bucket_window=bucket_window)
+        rows.append({"mode": name, **token_summary(plan.epoch(epoch).ids, index.costs)})
+    return rows

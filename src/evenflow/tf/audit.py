@@ -1,0 +1,242 @@
+"""The audit trail: which sample ids each replica trained on at each step, and its check.
+
+With ``--audit`` a run records, for every step, the ids that each replica's batch
+actually carried (read back from the batches, not recomputed from the plan) and
+whether the step was skipped as non-finite. Rows are buffered in memory and
+written when a checkpoint is saved, as one segment file per flush and worker::
+
+    <run_dir>/audit/e00003-s000012-000019-w000.npz
+
+``np.savez`` arrays (no pickle): ``epoch`` (int64), ``steps`` (int64 ``[k]``, step
+numbers in the epoch), ``replicas`` (int64 ``[r]``, global replica ids),
+``ids`` (int64 ``[k, r, slots]``, -1 = padding), ``skipped`` (bool ``[k]``),
+``num_replicas``, ``num_steps`` and ``num_samples`` (int64). Segments are written
+to a temporary name, fsynced and renamed, so a file is whole or absent.
+
+A segment is flushed just before the checkpoint that covers it. If the process
+dies between the two, the audit holds steps that the restarted run will train
+again from the previous checkpoint; :meth:`AuditLog.trim` removes everything at or
+after the restored cursor first. The audit therefore describes the lineage of the
+final weights: a sample trained in a step whose update was lost to a crash is not
+counted, its retraining is.
+
+:func:`check_audit` (numpy only) verifies exactly-once coverage per epoch for
+``evenflow audit RUN_DIR``. Ids are positions in the training source (for
+``evenflow train``, the training split of :func:`evenflow.tf.data.split_indices`).
+"""
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from evenflow.plan import Cursor
+from evenflow.tf.checkpoint import fsync_dir, write_atomic
+
+__all__ = ["AuditLog", "EpochAudit", "check_audit", "AUDIT_DIR"]
+
+AUDIT_DIR = "audit"
+_SEGMENT = re.compile(r"^e(\d{5})-s(\d{6})-(\d{6})-w(\d{3})\.npz$")
+
+
+class AuditLog:
+    """Buffers per-step ids and writes them as segment files (one writer per worker).
+
+    Args:
+        run_dir: the run directory (segments go to ``run_dir/audit``).
+        num_samples: N of the training source.
+        num_steps: global steps per epoch.
+        num_replicas: replicas in sync (over all workers).
+        worker: this worker's index.
+    """
+
+    def __init__(self, run_dir: str | Path, num_samples: int, num_steps: int, num_replicas: int, worker: int = 0):
+        self.dir = Path(run_dir) / AUDIT_DIR
+        self.num_samples, self.num_steps, self.num_replicas, self.worker = num_samples, num_steps, num_replicas, worker
+        self._rows: list[tuple[int, int, np.ndarray, np.ndarray, bool]] = []  # epoch, step, replicas, ids, skipped
+
+    def record(self, epoch: int, step: int, replicas: np.ndarray, ids: np.ndarray, skipped: bool) -> None:
+        """Buffer step ``step`` of ``epoch``: ``ids`` int64 ``[r, slots]`` of local replicas ``replicas``."""
+        self._rows.append((int(epoch), int(step), np.asarray(replicas, np.int64), np.asarray(ids, np.int64),
+                           bool(skipped)))
+
+    def drop_pending(self) -> None:
+        """Forget buffered rows (their steps are about to be trained again after a rewind)."""
+        self._rows.clear()
+
+    def flush(self) -> None:
+        """Write the buffered rows, one segment per epoch they span."""
+        if not self._rows:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        by_epoch: dict[int, list] = {}
+        for row in self._rows:
+            by_epoch.setdefault(row[0], []).append(row)
+        for epoch, rows in by_epoch.items():
+            steps = np.array([r[1] for r in rows], np.int64)
+            name = f"e{epoch:05d}-s{steps[0]:06d}-{steps[-1]:06d}-w{self.worker:03d}.npz"
+            self._write(self.dir / name, epoch=np.int64(epoch), steps=steps, replicas=rows[0][2],
+                        ids=np.stack([r[3] for r in rows]), skipped=np.array([r[4] for r in rows], bool))
+        self._rows.clear()
+
+    def _write(self, path: Path, **arrays) -> None:
+        buf = io.BytesIO()
+        np.savez(buf, num_replicas=np.int64(self.num_replicas), num_steps=np.int64(self.num_steps),
+                 num_samples=np.int64(self.num_samples), **arrays)
+        write_atomic(path, buf.getvalue())
+
+    def trim(self, cursor: Cursor) -> int:
+        """Delete every recorded step at or after ``cursor`` (all workers' segments); returns steps removed."""
+        self._rows.clear()
+        if not self.dir.is_dir():
+            return 0
+        removed = 0
+        for path in sorted(self.dir.iterdir()):
+            m = _SEGMENT.match(path.name)
+            if m is None:
+                if path.name.startswith("."):  # a temporary file of a crashed write
+                    path.unlink(missing_ok=True)
+                continue
+            epoch, first, last = int(m[1]), int(m[2]), int(m[3])
+            if (epoch, last) < (cursor.epoch, cursor.step):
+                continue
+            if (epoch, first) >= (cursor.epoch, cursor.step):
+                with np.load(path, allow_pickle=False) as z:
+                    removed += len(z["steps"])
+                path.unlink()
+                continue
+            with np.load(path, allow_pickle=False) as z:  # straddles the cursor: keep its head
+                data = {k: z[k] for k in z.files}
+            keep = data["steps"] < cursor.step
+            removed += int((~keep).sum())
+            head = dict(data, steps=data["steps"][keep], ids=data["ids"][keep], skipped=data["skipped"][keep])
+            new = path.with_name(f"e{epoch:05d}-s{first:06d}-{int(head['steps'][-1]):06d}-w{m[4]}.npz")
+            buf = io.BytesIO()
+            np.savez(buf, **head)
+            write_atomic(new, buf.getvalue())
+            if new != path:
+                path.unlink()
+        fsync_dir(self.dir)
+        return removed
+
+
+@dataclass
+class EpochAudit:
+    """Coverage of one epoch.
+
+    Attributes:
+        epoch: epoch number.
+        num_steps: steps the epoch has; ``steps_recorded`` how many distinct steps were recorded.
+        num_samples: N.
+        samples: real ids recorded (with repeats).
+        duplicates: ids recorded more than once, sorted.
+        misses: ids never recorded, sorted (only meaningful when the epoch is complete).
+        bad_steps: steps recorded twice, or with a replica missing or repeated.
+        skipped_steps: steps whose update was skipped as non-finite.
+        skipped_ids: real ids in those steps.
+        replica_counts: the distinct replica counts seen (more than one after an elastic restart).
+    """
+
+    epoch: int
+    num_steps: int
+    num_samples: int
+    steps_recorded: int = 0
+    samples: int = 0
+    duplicates: list[int] = field(default_factory=list)
+    misses: list[int] = field(default_factory=list)
+    bad_steps: list[int] = field(default_factory=list)
+    skipped_steps: list[int] = field(default_factory=list)
+    skipped_ids: list[int] = field(default_factory=list)
+    replica_counts: list[int] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.steps_recorded == self.num_steps
+
+    @property
+    def clean(self) -> bool:
+        return self.complete and not (self.duplicates or self.misses or self.bad_steps)
+
+    def to_dict(self, limit: int = 100) -> dict:
+        return {"epoch": self.epoch, "complete": self.complete, "clean": self.clean,
+                "num_steps": self.num_steps, "steps_recorded": self.steps_recorded,
+                "num_samples": self.num_samples, "samples": self.samples,
+                "num_duplicates": len(self.duplicates), "duplicates": self.duplicates[:limit],
+                "num_misses": len(self.misses), "misses": self.misses[:limit], "bad_steps": self.bad_steps[:limit],
+                "skipped_steps": self.skipped_steps, "num_skipped_samples": len(self.skipped_ids),
+                "skipped_ids": self.skipped_ids[:limit], "replica_counts": self.replica_counts}
+
+
+def _load_segment(path: Path) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            seg = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"{path}: not a readable audit segment ({e}); delete it or rerun the training") from e
+    need = {"epoch", "steps", "replicas", "ids", "skipped", "num_replicas", "num_steps", "num_samples"}
+    if not need <= set(seg):
+        raise ValueError(f"{path}: audit segment lacks {', '.join(sorted(need - set(seg)))}; it was not written "
+                         f"by evenflow")
+    return seg
+
+
+def check_audit(run_dir: str | Path) -> list[EpochAudit]:
+    """Check every recorded epoch of ``run_dir`` for exactly-once coverage.
+
+    For each epoch, every step must be recorded once for every replica (per
+    replica count in force when it ran), and the real ids of all its steps must be
+    exactly ``0..N-1``.
+
+    Raises:
+        ValueError: ``run_dir`` has no audit segments, or a segment is unreadable.
+    """
+    root = Path(run_dir) / AUDIT_DIR
+    paths = sorted(p for p in root.glob("*.npz") if _SEGMENT.match(p.name)) if root.is_dir() else []
+    if not paths:
+        raise ValueError(f"{run_dir}: no audit segments in {root}; train with --audit to record them")
+    epochs: dict[int, list[dict]] = {}
+    for path in paths:
+        seg = _load_segment(path)
+        epochs.setdefault(int(seg["epoch"]), []).append(seg)
+    out = []
+    for epoch in sorted(epochs):
+        segs = epochs[epoch]
+        n, s_total = int(segs[0]["num_samples"]), int(segs[0]["num_steps"])
+        report = EpochAudit(epoch=epoch, num_steps=s_total, num_samples=n)
+        # (step, replica) -> times recorded; a step is whole when each of its replicas appears once.
+        seen: dict[int, dict[int, int]] = {}
+        replicas_of: dict[int, int] = {}
+        ids_all, skipped_steps, skipped_ids = [], set(), []
+        for seg in segs:
+            r_total = int(seg["num_replicas"])
+            for k, step in enumerate(seg["steps"].tolist()):
+                per = seen.setdefault(step, {})
+                replicas_of.setdefault(step, r_total)
+                if replicas_of[step] != r_total:
+                    report.bad_steps.append(step)
+                for r in seg["replicas"].tolist():
+                    per[r] = per.get(r, 0) + 1
+                row = seg["ids"][k]
+                ids_all.append(row[row >= 0])
+                if seg["skipped"][k]:
+                    skipped_steps.add(step)
+                    skipped_ids.append(row[row >= 0])
+        for step, per in seen.items():
+            if sorted(per) != list(range(replicas_of[step])) or max(per.values()) != 1:
+                report.bad_steps.append(step)
+        ids = np.concatenate(ids_all) if ids_all else np.zeros(0, np.int64)
+        counts = np.bincount(ids, minlength=n) if ids.size else np.zeros(n, np.int64)
+        report.steps_recorded = len(seen)
+        report.samples = int(ids.size)
+        report.duplicates = np.flatnonzero(counts > 1).tolist()
+        if report.complete:
+            report.misses = np.flatnonzero(counts == 0).tolist()
+        report.bad_steps = sorted(set(report.bad_steps))
+        report.skipped_steps = sorted(skipped_steps)
+        report.skipped_ids = np.sort(np.concatenate(skipped_ids)).tolist() if skipped_ids else []
+        report.replica_counts = sorted(set(replicas_of.values()))
+        out.append(report)
+    return out

@@ -1,0 +1,260 @@
+"""Start N local worker processes of one command, as a TensorFlow multi-worker cluster on 127.0.0.1.
+
+Each worker is the same command with its own ``TF_CONFIG`` (the cluster's free
+``127.0.0.1`` ports and its index), so :func:`~evenflow.tf.cluster.cluster_from_env`
+and MultiWorkerMirroredStrategy see an ordinary cluster: TensorFlow's own runtime
+connects the workers, nothing here carries data between them.
+
+The launcher's job is the lifecycle:
+
+* every output line of worker i is printed with the prefix ``[worker i]`` (stdout
+  to stdout, stderr to stderr), whole lines only, so workers never interleave
+  mid-line;
+* the first worker to fail decides the exit code (a worker killed by signal S
+  counts as ``128 + S``, as in a shell), and the others are stopped: SIGTERM,
+  then SIGKILL after a grace period — MultiWorkerMirroredStrategy catches
+  SIGTERM, so SIGKILL is what actually ends a worker stuck in a collective;
+* Ctrl-C (or SIGTERM to the launcher) stops every worker the same way.
+
+Each worker runs in its own process group, which is what gets signalled, so
+anything a worker started goes with it. Nothing here imports TensorFlow.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from evenflow.tf.cluster import REPLICAS_ENV, tf_config
+
+__all__ = ["LaunchOptions", "launch", "free_ports", "MAX_WORKERS"]
+
+# Local workers share the machine's cores; a typo like --workers 1000 should not fork 1000 TensorFlows.
+MAX_WORKERS = 64
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How :func:`launch` runs its workers.
+
+    Attributes:
+        workers: number of worker processes N, in ``[1, 64]``.
+        replicas_per_worker: replicas each worker runs (exported as
+            ``EVENFLOW_REPLICAS_PER_WORKER``, which ``evenflow train`` uses instead of
+            its ``replicas``); None leaves it to the command.
+        grace_seconds: how long stopped workers get between SIGTERM and SIGKILL, >= 0.
+        host: the address the workers listen on.
+    """
+
+    workers: int
+    replicas_per_worker: int | None = None
+    grace_seconds: float = 10.0
+    host: str = "127.0.0.1"
+
+    def __post_init__(self):
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
+            raise TypeError(f"workers must be an int, got {type(self.workers).__name__} ({self.workers!r})")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be in [1, {MAX_WORKERS}], got {self.workers}")
+        r = self.replicas_per_worker
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise ValueError(f"replicas_per_worker must be an int >= 1, got {r!r}")
+        g = self.grace_seconds
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not (g >= 0 and math.isfinite(g)):
+            raise ValueError(f"grace_seconds must be a finite number >= 0, got {g!r}")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports that were free on ``host`` a moment ago.
+
+    All sockets are held open together so the ports differ, then closed for the
+    workers to bind (a port taken in between makes that worker fail to start,
+    which the launcher reports like any other failure).
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _exit_code(returncode: int) -> int:
+    """A shell's view of a child's status: killed by signal S -> 128 + S."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name} (exit code {_exit_code(returncode)})"
+    return f"exited with code {returncode}"
+
+
+class _Pump(threading.Thread):
+    """Copies one worker stream to ours, line by line, with the worker's prefix."""
+
+    def __init__(self, stream, prefix: str, target, lock: threading.Lock):
+        super().__init__(daemon=True)
+        self.stream, self.prefix, self.target, self.lock = stream, prefix, target, lock
+
+    def run(self):
+        for raw in iter(self.stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            # A progress bar redrawn with \r: keep what the line finally showed.
+            line = line.rsplit("\r", 1)[-1]
+            with self.lock:
+                self.target.write(f"{self.prefix}{line}\n")
+                self.target.flush()
+        self.stream.close()
+
+
+def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, env=None) -> int:
+    """Run ``command`` as ``options.workers`` local workers of one cluster; return the exit code.
+
+    Args:
+        command: the program and its arguments, e.g. ``["evenflow", "train", "--epochs", "3"]``.
+        options: a :class:`LaunchOptions`.
+        out, err: where the workers' prefixed stdout and stderr lines go (default ours).
+        env: the workers' base environment (default ``os.environ``).
+
+    Returns:
+        0 if every worker exited 0; else the exit code of the first worker that failed
+        (``128 + S`` for a worker killed by signal S); 130 after Ctrl-C.
+
+    Raises:
+        ValueError: an empty command, or a program that cannot be found.
+    """
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    command = [str(c) for c in command]
+    if not command:
+        raise ValueError("a command to run is required after --, e.g. evenflow launch --workers 2 -- evenflow train "
+                         "--dataset builtin:digits")
+    if shutil.which(command[0]) is None:
+        raise ValueError(f"command {command[0]!r} was not found (not an executable file, nor on PATH); "
+                         f"check the spelling or give its full path")
+    ports = free_ports(options.workers, options.host)
+    addresses = [f"{options.host}:{p}" for p in ports]
+    base = dict(os.environ if env is None else env)
+    base["PYTHONUNBUFFERED"] = "1"  # lines as they happen, not when a pipe buffer fills
+    if options.replicas_per_worker is not None:
+        base[REPLICAS_ENV] = str(options.replicas_per_worker)
+    else:
+        base.pop(REPLICAS_ENV, None)
+    lock = threading.Lock()
+    with lock:
+        err.write(f"evenflow launch: {options.workers} worker(s) on {', '.join(addresses)}: {shlex.join(command)}\n")
+        err.flush()
+    procs: list[subprocess.Popen] = []
+    pumps: list[_Pump] = []
+    for i in range(options.workers):
+        worker_env = dict(base, TF_CONFIG=tf_config(addresses, i))
+        proc = subprocess.Popen(command, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        procs.append(proc)
+        for stream, target in ((proc.stdout, out), (proc.stderr, err)):
+            pump = _Pump(stream, f"[worker {i}] ", target, lock)
+            pump.start()
+            pumps.append(pump)
+
+    def say(text: str) -> None:
+        with lock:
+            err.write(f"evenflow launch: {text}\n")
+            err.flush()
+
+    failure: tuple[int, int] | None = None
+    interrupted = _Interrupts()
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            if failure is None:
+                for i, rc in enumerate(codes):
+                    if rc not in (None, 0):
+                        failure = (i, rc)
+                        running = sum(c is None for c in codes)
+                        say(f"worker {i} {_describe(rc)}" + (
+                            f"; stopping the other {running} worker(s) (SIGTERM, then SIGKILL after "
+                            f"{options.grace_seconds:g} s)" if running else ""))
+                        _stop(procs, options.grace_seconds)
+                        break
+            if interrupted.signum is not None:
+                say(f"received {signal.Signals(interrupted.signum).name}; stopping the workers")
+                _stop(procs, options.grace_seconds)
+                break
+            if all(c is not None for c in codes):
+                break
+            time.sleep(0.05)
+    finally:
+        interrupted.restore()
+        _stop(procs, 0.0)  # nothing outlives the launcher
+        for pump in pumps:
+            pump.join(timeout=5)
+    if interrupted.signum is not None:
+        return 128 + interrupted.signum
+    if failure is not None:
+        for i, p in enumerate(procs):
+            if i != failure[0] and p.returncode not in (0, None):
+                say(f"worker {i} {_describe(p.returncode)}")
+        return _exit_code(failure[1])
+    return 0
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)  # start_new_session: the group id is the worker's pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(procs: list[subprocess.Popen], grace: float) -> None:
+    """SIGTERM every running worker's group, SIGKILL what is left after ``grace`` seconds, reap all."""
+    alive = [p for p in procs if p.poll() is None]
+    if not alive:
+        return
+    if grace > 0:
+        for p in alive:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.poll() is None for p in alive):
+            time.sleep(0.05)
+    for p in alive:
+        if p.poll() is None:
+            _signal_group(p, signal.SIGKILL)
+    for p in alive:
+        p.wait()
+
+
+class _Interrupts:
+    """Records SIGINT/SIGTERM to the launcher (main thread only) instead of dying mid-way."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._old[s] = signal.signal(s, self._note)
+
+    def _note(self, signum, frame):
+        self.signum = signum
+
+    def restore(self):
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+        self._old = {}

@@ -1,0 +1,218 @@
+"""Variable-length sequences in the plan reader, and a small text classifier that ignores padding.
+
+:class:`TextSource` is a :class:`~evenflow.tf.sources.Source` over a
+:class:`~evenflow.records.textdata.TextData`: the sequences live in one ragged
+tensor and ``batch(ids)`` gathers one replica's rows and pads them only to the
+longest sequence *of that batch* (0 = padding), so a cost-bucketed step of short
+docstrings costs short-docstring compute. With ``pad_lengths`` it pads to the
+smallest listed length that fits instead, for users who want a small, fixed set of
+shapes (XLA, TPUs).
+
+Under ``tf.distribute`` each replica's pipeline is separate (``PER_REPLICA``
+input), so the replicas of one step get batches of different lengths. The
+features' static shape is ``[slots, None]``: the trainer's ``tf.function`` traces
+once and runs every length without retracing (checked in ``tests/tf/test_text.py``).
+
+:func:`text_cnn` (``--model text_cnn``) embeds byte tokens, runs two 1-D
+convolutions and pools with a token mask rebuilt from the ids (``id != 0``).
+Padding positions are zeroed before every convolution — exactly what the
+convolution's own "same" padding feeds at a sequence's true end — and excluded
+from the mean and max pooling, so a sample's logits do not depend on how much
+padding its batch gave it. Rows with no token at all are skipped (their logits
+are 0): with :func:`blank_padding_rows` as a reader map function, the spare
+padding slots of a cost-balanced plan cost nothing.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from evenflow.plan import Index
+from evenflow.records.textdata import PAD, VOCAB_SIZE, TextData
+from evenflow.tf._lazy import keras as _keras
+from evenflow.tf._lazy import tf as _tf
+
+__all__ = ["TextSource", "load_text", "text_cnn", "blank_padding_rows"]
+
+
+class TextSource:
+    """A :class:`~evenflow.tf.sources.Source` of token sequences, padded per batch.
+
+    Args:
+        data: the sequences and labels.
+        pad_lengths: optional increasing lengths; a batch is padded to the smallest
+            one that holds its longest sequence, so at most ``len(pad_lengths)``
+            shapes occur. Must reach the longest sequence. None pads to the longest
+            sequence of each batch.
+
+    ``batch(ids)`` returns ``features`` int32 ``[slots, L]`` (0 after each sequence),
+    ``label`` int64 ``[slots]`` and ``length`` int64 ``[slots]``.
+    """
+
+    def __init__(self, data: TextData, pad_lengths: tuple[int, ...] | None = None):
+        if not isinstance(data, TextData):
+            raise TypeError(f"data must be an evenflow TextData, got {type(data).__name__}")
+        longest = int(data.lengths.max())
+        if pad_lengths is not None:
+            pad_lengths = tuple(int(x) for x in pad_lengths)
+            if not pad_lengths or any(b <= a for a, b in zip(pad_lengths, pad_lengths[1:])) or pad_lengths[0] < 1:
+                raise ValueError(f"pad_lengths must be increasing positive lengths, got {pad_lengths}")
+            if pad_lengths[-1] < longest:
+                raise ValueError(f"pad_lengths must reach the longest sequence ({longest} tokens), but the last is "
+                                 f"{pad_lengths[-1]}; append {longest} or more")
+        self.data, self.pad_lengths = data, pad_lengths
+        self.num_samples = data.num_samples
+        self._tensors = None
+
+    @property
+    def feature_shape(self) -> tuple:
+        return (None,)
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.data.labels
+
+    def index(self) -> Index:
+        return Index(self.num_samples, labels=self.data.labels, costs=self.data.lengths)
+
+    def batch(self, ids) -> dict:
+        tf = _tf()
+        if self._tensors is None:
+            # Eager tensors captured by the traced map function (see ArraySource.batch).
+            with tf.init_scope(), tf.device("/cpu:0"):
+                rows = tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(np.int32)),
+                                                       tf.constant(self.data.offsets), validate=False)
+                self._tensors = (rows, tf.constant(self.data.labels), tf.constant(self.data.lengths))
+        rows, labels, lengths = self._tensors
+        picked = tf.gather(rows, ids)
+        length = tf.gather(lengths, ids)
+        longest = tf.reduce_max(length)
+        if self.pad_lengths is not None:
+            bounds = tf.constant(self.pad_lengths, tf.int64)
+            longest = tf.gather(bounds, tf.reduce_min(tf.where(bounds >= longest)))
+        features = picked.to_tensor(default_value=PAD, shape=tf.stack([tf.shape(ids, out_type=tf.int64)[0], longest]))
+        return {"features": features, "label": tf.gather(labels, ids), "length": length}
+
+    def __repr__(self):
+        return f"TextSource(num_samples={self.num_samples}, pad_lengths={self.pad_lengths})"
+
+
+def load_text(options, name: str):
+    """``LoadedData`` of builtin text dataset ``name`` (a key of ``BUILTIN_TEXT``), split like the others."""
+    from evenflow.records.textdata import BUILTIN_TEXT
+    from evenflow.tf.data import LoadedData, split_indices
+
+    data = BUILTIN_TEXT[name]()
+    train, test = split_indices(data.labels, options.test_fraction, options.split_seed)
+    lengths = data.lengths
+    return LoadedData(
+        train=TextSource(data.subset(train)), test=TextSource(data.subset(test)),
+        num_classes=len(data.class_names), feature_shape=(None,),
+        description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
+                    f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")
+
+
+@functools.cache
+def _layers():
+    """The custom layers, defined on first use so importing this module needs no Keras."""
+    keras = _keras()
+    ops = keras.ops
+
+    class TokenMask(keras.layers.Layer):
+        """ids ``[B, T]`` -> float ``[B, T, 1]``: 1 for tokens, 0 for padding."""
+
+        def call(self, ids):
+            return ops.expand_dims(ops.cast(ops.not_equal(ids, PAD), self.compute_dtype), -1)
+
+    class ZeroPadding(keras.layers.Layer):
+        """``(x [B, T, C], mask [B, T, 1])`` -> x with padding positions set to 0."""
+
+        def call(self, inputs):
+            x, mask = inputs
+            return x * ops.cast(mask, x.dtype)
+
+    class MaskedPool(keras.layers.Layer):
+        """``(x [B, T, C], mask [B, T, 1])`` -> ``[B, 2C]``: mean and max over real tokens only."""
+
+        def call(self, inputs):
+            x, mask = inputs
+            mask = ops.cast(mask, x.dtype)
+            count = ops.maximum(ops.sum(mask, axis=1), 1.0)
+            mean = ops.sum(x * mask, axis=1) / count
+            # Padding never wins the max: it is replaced by the dtype's lowest value first.
+            low = ops.cast(np.finfo(np.float16).min, x.dtype)
+            # tf, not keras.ops: keras.ops.max refuses an empty batch (a replica without real samples).
+            peak = _tf().reduce_max(ops.where(mask > 0, x, low), axis=1)
+            return ops.concatenate([mean, peak], axis=-1)
+
+    return TokenMask, ZeroPadding, MaskedPool
+
+
+def blank_padding_rows(batch: dict) -> dict:
+    """A :class:`~evenflow.tf.reader.PlanReader` map function: padding slots become empty rows.
+
+    The reader fills a padding slot with a copy of a real sample of the batch (so every
+    op sees valid data); :func:`text_cnn` skips rows without tokens, so blanking those
+    copies saves their compute — cost-balanced plans have ~20% spare slots per replica.
+    """
+    tf = _tf()
+    keep = batch["mask"] > 0
+    out = dict(batch)
+    out["features"] = tf.where(keep[:, None], batch["features"], tf.zeros_like(batch["features"]))
+    if "length" in batch:
+        out["length"] = tf.where(keep, batch["length"], tf.zeros_like(batch["length"]))
+    return out
+
+
+def _sequence_net(num_classes, dtype, width, embed):
+    keras = _keras()
+    layers = keras.layers
+    TokenMask, ZeroPadding, MaskedPool = _layers()
+    ids = keras.Input(shape=(None,), dtype="int32")
+    mask = TokenMask(dtype=dtype)(ids)
+    x = layers.Embedding(VOCAB_SIZE, embed, dtype=dtype)(ids)
+    x = ZeroPadding(dtype=dtype)([x, mask])
+    x = layers.Conv1D(width, 5, padding="same", activation="relu", dtype=dtype)(x)
+    x = ZeroPadding(dtype=dtype)([x, mask])
+    x = layers.Conv1D(width, 5, padding="same", dilation_rate=2, activation="relu", dtype=dtype)(x)
+    x = MaskedPool(dtype=dtype)([x, mask])
+    logits = layers.Dense(num_classes, dtype="float32", name="logits")(x)
+    return keras.Model(ids, logits, name="sequence_net")
+
+
+def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32):
+    """Byte embedding, two masked 1-D convolutions, masked mean+max pooling, logits.
+
+    Rows without any token (padding slots blanked by :func:`blank_padding_rows`) are
+    not computed: the network runs on the other rows and their logits are 0.
+
+    Args:
+        input_shape: ``(None,)`` (or a fixed length): one sample's token ids.
+        num_classes: K logits.
+        dtype: a Keras dtype policy for the hidden layers; logits are float32.
+        width: convolution channels.
+        embed: embedding size.
+
+    Returns:
+        A ``keras.Model`` mapping int ids ``[B, T]`` to float32 logits ``[B, K]``.
+    """
+    keras = _keras()
+    if len(tuple(input_shape)) != 1:
+        raise ValueError(f"text_cnn takes one sequence of token ids per sample, got per-sample shape {input_shape}")
+
+    class TextCNN(keras.Model):
+        def __init__(self):
+            super().__init__(name="text_cnn")
+            self.net = _sequence_net(num_classes, dtype, width, embed)
+
+        def call(self, ids, training=False):
+            tf = _tf()
+            ids = tf.cast(ids, tf.int32)
+            rows = tf.where(tf.reduce_any(ids != PAD, axis=1))  # [M, 1] rows holding tokens
+            logits = self.net(tf.gather_nd(ids, rows), training=training)
+            return tf.scatter_nd(rows, logits, tf.stack([tf.shape(ids, out_type=tf.int64)[0], num_classes]))
+
+    model = TextCNN()
+    model(np.zeros((1, 1), np.int32) + 1)  # build: the trainer reads the variables before the first step
+    return model

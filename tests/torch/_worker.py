@@ -1,0 +1,95 @@
+"""One rank of a DDP training run, for the tests that need real processes.
+
+The test starts one process per rank with ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` set, as torchrun would::
+
+    python _worker.py SPEC.json OUT_PREFIX
+
+SPEC keys: n, classes, batch (global batch size), epochs, seed, lr, momentum, features
+(per-sample shape), eval_n, nan_ids (sample ids whose features are NaN), rebalance
+([epoch, step, weights] or null: at that cursor the callback returns the weights),
+die_at ([rank, epoch, step] or null: that rank sends itself SIGKILL once the cursor is
+reached), checkpoint_dir, checkpoint_every, pg_timeout (seconds), resume (bool).
+Rank r writes ``OUT_PREFIX-r.npz`` (no pickle): the ids it trained on at each step with
+the cursor, its final weights, skipped steps, per-epoch counts and the evaluation count.
+An error is printed on stderr and exits 1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+
+
+def synthetic(n: int, classes: int, shape, seed: int):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, *shape)).astype(np.float32), rng.integers(0, classes, size=n).astype(np.int64)
+
+
+def main(spec: dict, prefix: str) -> None:
+    import torch
+
+    import evenflow as ef
+    from evenflow.torch import ArraySource, PeerLostError, Trainer, build_model, init_distributed
+
+    torch.set_num_threads(1)
+    rank, world, device = init_distributed("gloo", spec.get("pg_timeout", 30))
+    shape = tuple(spec.get("features", [6]))
+    x, y = synthetic(spec["n"], spec["classes"], shape, 7)
+    x[spec.get("nan_ids", [])] = np.nan
+    source = ArraySource(x, y)
+    plan = ef.Plan(source.index(), ef.Topology(world), global_batch_size=spec["batch"], seed=spec["seed"])
+    torch.manual_seed(spec["seed"])
+    model = build_model("mlp", shape, spec["classes"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec.get("momentum", 0.0))
+    trainer = Trainer(model, optimizer, checkpoint_dir=spec.get("checkpoint_dir"),
+                      checkpoint_every=spec.get("checkpoint_every", 0))
+    start = None
+    if spec.get("resume"):
+        ckpt = trainer.restore()
+        start = ckpt.cursor if ckpt is not None else None
+    seen, cursors = [], []
+    die = spec.get("die_at")
+
+    def on_batch(cursor, batch):
+        seen.append(batch["id"].numpy().copy())
+        cursors.append((cursor.epoch, cursor.step))
+        if die and rank == die[0] and (cursor.epoch, cursor.step) == (die[1], die[2]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    rebalance_at = spec.get("rebalance")
+
+    def rebalance(timings):
+        if rebalance_at and (timings.cursor.epoch, timings.cursor.step) == tuple(rebalance_at[:2]):
+            return tuple(rebalance_at[2])
+        return None
+
+    try:
+        results = trainer.fit(source, plan, spec["epochs"], start=start, on_batch=on_batch,
+                              rebalance=rebalance if rebalance_at else None, rebalance_every=1)
+        xe, ye = synthetic(spec["eval_n"], spec["classes"], shape, 8)
+        test = ArraySource(xe, ye)
+        ev = trainer.evaluate(test, ef.Plan(test.index(), ef.Topology(world), global_batch_size=spec["batch"]))
+    except PeerLostError as e:
+        print(f"rank {rank}: {e}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    width = max([len(row) for row in seen], default=0)  # a rebalanced plan may have another slot count
+    seen = [np.pad(row, (0, width - len(row)), constant_values=-1) for row in seen]
+    found = {"seen": np.stack(seen) if seen else np.zeros((0, plan.slots), np.int64),
+             "cursors": np.array(cursors, dtype=np.int64).reshape(-1, 2),
+             "start": np.array([start.epoch, start.step] if start else [0, 0]),
+             "skipped": np.array([[r.epoch, s] for r in results for s in r.skipped], np.int64).reshape(-1, 2),
+             "epoch_samples": np.array([r.samples for r in results]),
+             "eval_count": ev.count, "eval_accuracy": ev.accuracy}
+    for i, p in enumerate(model.parameters()):
+        found[f"w{i}"] = p.detach().numpy()
+    np.savez(f"{prefix}-{rank}.npz", **found)
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(json.loads(open(sys.argv[1]).read()), sys.argv[2])
