@@ -116,17 +116,19 @@ def test_two_workers_train_like_one_worker_and_each_replica_reads_its_row(tmp_pa
     np.testing.assert_allclose(workers[0]["eval"], ref["eval"], rtol=1e-5)
 
 
-def test_killing_one_of_two_workers_fails_the_other_fast_with_one_clear_line(tmp_path):
+def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(tmp_path):
     # The real CLI, two workers with TF_CONFIG set by hand; fp16 compression and accumulation on, so
-    # their collectives run between workers before the kill. Worker 1 gets SIGKILL after its first epoch.
+    # their collectives run between workers before the kill. Worker 1 gets SIGKILL after its first epoch;
+    # then both are relaunched with the same command, resume from the checkpoint and finish, and the
+    # audit trail shows every sample exactly once per epoch.
     timeout = 20
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "data.npz", x=rng.normal(size=(256, 8)).astype(np.float32),
              y=rng.integers(0, 4, size=256))
     addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
-    cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "data.npz"), "--epochs", "500",
+    cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "data.npz"), "--epochs", "40",
            "--replicas", "1", "--collective-timeout", str(timeout), "--gradient-compression", "fp16",
-           "--accumulate-steps", "2", "--output-dir", str(tmp_path / "run")]
+           "--accumulate-steps", "2", "--audit", "--output-dir", str(tmp_path / "run")]
     logs = [tmp_path / f"w{i}.err" for i in (0, 1)]
     procs = []
     try:
@@ -135,7 +137,7 @@ def test_killing_one_of_two_workers_fails_the_other_fast_with_one_clear_line(tmp
                 procs.append(subprocess.Popen(cmd, env=dict(ENV, TF_CONFIG=tf_config(addresses, i)),
                                               stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True))
         deadline = time.monotonic() + 150
-        while not re.search(r"epoch +1/500", logs[1].read_text()):
+        while not re.search(r"epoch +1/40", logs[1].read_text()):
             assert procs[0].poll() is None and procs[1].poll() is None, logs[0].read_text()[-3000:]
             if time.monotonic() > deadline:
                 pytest.fail("worker 1 did not finish its first epoch within 150 s:\n" + logs[1].read_text()[-3000:])
@@ -159,6 +161,35 @@ def test_killing_one_of_two_workers_fails_the_other_fast_with_one_clear_line(tmp
     last = err.strip().splitlines()[-1]
     assert last.startswith("evenflow train: error: worker 0 of 2 lost the other workers ("), last
     assert "rerun the same command on every worker" in last
+
+    # Relaunch both workers with the same command: they resume and finish.
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    procs = []
+    try:
+        for i in (0, 1):
+            with open(tmp_path / f"r{i}.err", "w") as fh:
+                procs.append(subprocess.Popen(cmd, env=dict(ENV, TF_CONFIG=tf_config(addresses, i)),
+                                              stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True))
+        for i, p in enumerate(procs):
+            try:
+                p.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"relaunched worker {i} did not finish within 180 s:\n"
+                            + (tmp_path / f"r{i}.err").read_text()[-3000:])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for i, p in enumerate(procs):
+        assert p.returncode == 0, (tmp_path / f"r{i}.err").read_text()[-3000:]
+    resumed = (tmp_path / "r0.err").read_text()
+    # It started from the checkpoint, not from epoch 1, and ran to the end.
+    assert not re.search(r"epoch +1/40", resumed) and re.search(r"epoch +40/40", resumed), resumed[-3000:]
+    audit = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(tmp_path / "run")], env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert "exactly once" in audit.stdout, audit.stdout
 
 
 def test_accumulated_and_fp16_updates_equal_one_update_on_the_union(tmp_path):
