@@ -236,6 +236,38 @@ class RecordDataset:
     def class_names(self) -> list[str] | None:
         return self.manifest.class_names if self.manifest else None
 
+    def training_keys(self, feature_key: str | None, label_key: str) -> str:
+        """Check the keys a training source reads; returns the feature key.
+
+        Args:
+            feature_key: the features' key, or None to take the manifest's image key or
+                else the only key that is neither the label nor the cost.
+            label_key: must be one int64 per record.
+
+        Raises:
+            ValueError: a key the records do not hold, or no single feature key to choose.
+        """
+        specs, where = self.specs, self.manifest_path or self.paths[0]
+        held = ", ".join(sorted(specs)) or "no features"
+        if label_key not in specs:
+            raise ValueError(f"{where}: label_key {label_key!r} is not in the records; they hold {held}")
+        if feature_key is None:
+            image = (self.manifest.image or {}) if self.manifest is not None else {}
+            if image.get("key") in specs:
+                feature_key = image["key"]
+            else:
+                others = [k for k in specs if k not in (label_key, self.cost_key)]
+                if len(others) != 1:
+                    raise ValueError(f"{where}: cannot choose the feature key: the records hold {held}; "
+                                     f"pass feature_key=one of {others}")
+                feature_key = others[0]
+        if feature_key not in specs:
+            raise ValueError(f"{where}: feature_key {feature_key!r} is not in the records; they hold {held}")
+        if specs[label_key].dtype != "int64" or specs[label_key].shape not in ((), (1,)):
+            raise ValueError(f"{where}: label_key {label_key!r} must be one int64 per record, got "
+                             f"{specs[label_key].dtype} {specs[label_key].shape}")
+        return feature_key
+
     def locate(self, ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(shard int32, offset int64, framed length int64)`` of each sample id."""
         ids = self._ids(ids)

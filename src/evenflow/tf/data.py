@@ -20,13 +20,14 @@ by label, so it is the same whatever the training seed.
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from evenflow.records.arrays import (check_features, check_labels, digits_arrays, read_npz, split_indices,
+                                     split_or_explain)
 from evenflow.tf.sources import ArraySource
 
 __all__ = ["LoadedData", "BUILTINS", "load_dataset", "register_loader", "split_indices"]
@@ -60,48 +61,10 @@ class LoadedData:
     skipped: tuple[dict, ...] = ()
 
 
-def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Split sample positions into (train, test), stratified by label.
-
-    Each label contributes ``round(n_c * test_fraction)`` test samples, clipped so a
-    label with two or more samples has at least one on each side; a label with a
-    single sample stays in training. Chosen with ``numpy.random.default_rng(seed)``.
-
-    Returns:
-        Two sorted int64 arrays that partition ``0..N-1``.
-    """
-    rng = np.random.default_rng(seed)
-    test = []
-    for c in np.unique(labels):
-        pos = np.flatnonzero(labels == c)
-        # Every label with two or more samples keeps at least one on each side of the split.
-        k = min(max(int(round(len(pos) * test_fraction)), 1), len(pos) - 1) if len(pos) >= 2 else 0
-        test.append(rng.permutation(pos)[:k])
-    test = np.sort(np.concatenate(test)).astype(np.int64)
-    train = np.setdiff1d(np.arange(len(labels), dtype=np.int64), test)
-    return train, test
-
-
 def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData:
-    if x.ndim < 2:
-        raise ValueError(f"{what}: features must have shape [N, ...] with at least one feature axis, "
-                         f"got {x.shape}; store one row per sample")
-    if y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(f"{what}: labels must have shape [N] = ({x.shape[0]},) to match the features, got "
-                         f"{y.shape}")
-    if y.dtype.kind not in "iu":
-        raise TypeError(f"{what}: labels must be integers 0..K-1, got dtype {y.dtype}; map classes to integers")
-    if x.dtype.kind not in "iufb":
-        raise TypeError(f"{what}: features must be numeric, got dtype {x.dtype}")
-    if y.min() < 0:
-        raise ValueError(f"{what}: labels must be integers 0..K-1, got a label {int(y.min())}")
-    num_classes = int(y.max()) + 1
-    if num_classes < 2:
-        raise ValueError(f"{what}: a classifier needs at least 2 classes, but every label is {int(y.max())}")
-    train, test = split_indices(y, options.test_fraction, options.split_seed)
-    if len(train) == 0 or len(test) == 0:
-        raise ValueError(f"{what}: {x.shape[0]} samples are too few to split with test_fraction "
-                         f"{options.test_fraction:g}; use more samples or another test_fraction")
+    check_features(x, what)
+    num_classes = check_labels(y, x.shape[0], what)
+    train, test = split_or_explain(y, options.test_fraction, options.split_seed, what)
     x = x.astype(np.float32, copy=False)
     return LoadedData(
         train=ArraySource(x[train], y[train]), test=ArraySource(x[test], y[test]), num_classes=num_classes,
@@ -111,13 +74,7 @@ def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData
 
 
 def _digits(options) -> LoadedData:
-    try:
-        from sklearn.datasets import load_digits
-    except ModuleNotFoundError as e:
-        raise ValueError("builtin:digits needs scikit-learn; run pip install 'evenflow[tf]'") from e
-    d = load_digits()  # ships with scikit-learn: no download
-    x = (d.images / 16.0).astype(np.float32)[..., None]  # [1797, 8, 8, 1] in [0, 1]
-    return _from_arrays(x, d.target.astype(np.int64), options, "builtin:digits")
+    return _from_arrays(*digits_arrays("tf"), options, "builtin:digits")
 
 
 def _stdlib_docs(options) -> LoadedData:
@@ -129,23 +86,8 @@ BUILTINS: dict[str, Callable] = {"digits": _digits, "stdlib-docs": _stdlib_docs}
 
 
 def _npz(options) -> LoadedData:
-    path = Path(options.dataset)
-    try:
-        # Never unpickle: a data file must not be able to run code. np.load reads lazily, so
-        # an object array only fails when it is accessed, inside this try.
-        with np.load(path, allow_pickle=False) as npz:
-            for key in (options.feature_key, options.label_key):
-                if key not in npz.files:
-                    flag = "feature" if key == options.feature_key else "label"
-                    raise ValueError(f"{path}: has no array {key!r}; its arrays are "
-                                     f"{', '.join(npz.files) or 'none'}; pass --{flag}-key NAME")
-            x, y = npz[options.feature_key], npz[options.label_key]
-    except (ValueError, EOFError, zipfile.BadZipFile) as e:
-        if isinstance(e, ValueError) and str(path) in str(e):
-            raise
-        raise ValueError(f"{path}: cannot read it as a .npz of plain arrays ({e}); save it with "
-                         f"numpy.savez without object arrays") from e
-    return _from_arrays(x, y, options, str(path))
+    x, y = read_npz(options.dataset, options.feature_key, options.label_key)
+    return _from_arrays(x, y, options, str(Path(options.dataset)))
 
 
 _LOADERS: list[tuple[str, Callable[[str], bool], Callable]] = []

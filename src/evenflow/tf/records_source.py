@@ -82,26 +82,7 @@ class RecordSource:
                  cache: bool = False, decode: Callable[[dict], dict] | None = None, verify: bool = False):
         self.dataset = ds = _open(path_or_dataset)
         where = ds.manifest_path or ds.paths[0]
-        specs = ds.specs
-        image = (ds.manifest.image or {}) if ds.manifest is not None else {}
-        if label_key not in specs:
-            raise ValueError(f"{where}: label_key {label_key!r} is not in the records; they hold "
-                             f"{', '.join(sorted(specs)) or 'no features'}")
-        if feature_key is None:
-            if image.get("key") in specs:
-                feature_key = image["key"]
-            else:
-                others = [k for k in specs if k != label_key and k != ds.cost_key]
-                if len(others) != 1:
-                    raise ValueError(f"{where}: cannot choose the feature key: the records hold "
-                                     f"{', '.join(sorted(specs))}; pass feature_key=one of {others}")
-                feature_key = others[0]
-        if feature_key not in specs:
-            raise ValueError(f"{where}: feature_key {feature_key!r} is not in the records; they hold "
-                             f"{', '.join(sorted(specs)) or 'no features'}")
-        if specs[label_key].dtype != "int64" or specs[label_key].shape not in ((), (1,)):
-            raise ValueError(f"{where}: label_key {label_key!r} must be one int64 per record, got "
-                             f"{specs[label_key].dtype} {specs[label_key].shape}")
+        feature_key = ds.training_keys(feature_key, label_key)
         if decode is not None and not callable(decode):
             raise TypeError(f"decode must be a function batch -> batch, got {type(decode).__name__}")
         self.feature_key, self.label_key, self.cache, self.decode = feature_key, label_key, bool(cache), decode
@@ -109,7 +90,7 @@ class RecordSource:
         self._verified = np.zeros(len(ds), bool) if self.verify else None  # records whose CRCs were checked
         # The first RecordError met while reading inside a pipeline (TensorFlow only passes on its text).
         self.error = None
-        self.feature_spec = specs[feature_key]
+        self.feature_spec = ds.specs[feature_key]
         self.is_encoded = self.feature_spec.dtype == "bytes"
         self.num_samples = len(ds)
         self._where = where

@@ -14,19 +14,20 @@ so every data error surfaces before PyTorch starts.
   (``feature_key`` defaults to the only non-label feature; the label key is the
   manifest's).
 
-The test set is split off per label with ``split_seed`` by :func:`split_indices`,
-the same rule and random stream as ``evenflow.tf.data.split_indices``, so both
-frameworks hold out the same samples.
+The test set is split off per label with ``split_seed`` by
+:func:`evenflow.records.arrays.split_indices`, the function the TensorFlow path
+uses too, so both frameworks hold out the same samples.
 """
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from evenflow.records.arrays import (check_features, check_labels, digits_arrays, read_npz, split_indices,
+                                     split_or_explain)
 from evenflow.torch.sources import ArraySource, RecordSource
 
 __all__ = ["LoadedData", "load_dataset", "split_indices"]
@@ -43,51 +44,10 @@ class LoadedData:
     description: str
 
 
-def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, test) sorted int64 positions, stratified by label.
-
-    Each label gives ``round(n_c * test_fraction)`` test samples, at least one and at
-    most ``n_c - 1`` when it has two or more (a single-sample label stays in training),
-    chosen with ``numpy.random.default_rng(seed)`` label by label in sorted order.
-    """
-    rng = np.random.default_rng(seed)
-    test = []
-    for c in np.unique(labels):
-        pos = np.flatnonzero(labels == c)
-        k = min(max(int(round(len(pos) * test_fraction)), 1), len(pos) - 1) if len(pos) >= 2 else 0
-        test.append(rng.permutation(pos)[:k])
-    test = np.sort(np.concatenate(test)).astype(np.int64)
-    return np.setdiff1d(np.arange(len(labels), dtype=np.int64), test), test
-
-
-def _check_labels(y: np.ndarray, n: int, what: str) -> int:
-    if y.ndim != 1 or y.shape[0] != n:
-        raise ValueError(f"{what}: labels must have shape [N] = ({n},) to match the features, got {y.shape}")
-    if y.dtype.kind not in "iu":
-        raise TypeError(f"{what}: labels must be integers 0..K-1, got dtype {y.dtype}; map classes to integers")
-    if n and y.min() < 0:
-        raise ValueError(f"{what}: labels must be integers 0..K-1, got a label {int(y.min())}")
-    k = int(y.max()) + 1 if n else 0
-    if k < 2:
-        raise ValueError(f"{what}: a classifier needs at least 2 classes, but every label is {k - 1}")
-    return k
-
-
-def _split(labels, options, what: str):
-    train, test = split_indices(labels, options.test_fraction, options.split_seed)
-    if len(train) == 0 or len(test) == 0:
-        raise ValueError(f"{what}: {len(labels)} samples are too few to split with test_fraction "
-                         f"{options.test_fraction:g}; use more samples or another test_fraction")
-    return train, test
-
-
 def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData:
-    if x.ndim < 2:
-        raise ValueError(f"{what}: features must have shape [N, ...] with at least one feature axis, got {x.shape}")
-    if x.dtype.kind not in "iufb":
-        raise TypeError(f"{what}: features must be numeric, got dtype {x.dtype}")
-    k = _check_labels(y, x.shape[0], what)
-    train, test = _split(y, options, what)
+    check_features(x, what)
+    k = check_labels(y, x.shape[0], what)
+    train, test = split_or_explain(y, options.test_fraction, options.split_seed, what)
     x = x.astype(np.float32, copy=False)
     return LoadedData(ArraySource(x[train], y[train]), ArraySource(x[test], y[test]), k,
                       tuple(int(d) for d in x.shape[1:]),
@@ -95,33 +55,15 @@ def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData
 
 
 def _digits(options) -> LoadedData:
-    try:
-        from sklearn.datasets import load_digits
-    except ModuleNotFoundError as e:
-        raise ValueError("builtin:digits needs scikit-learn; run pip install 'evenflow[torch]'") from e
-    d = load_digits()  # ships with scikit-learn: no download
-    x = (d.images / 16.0).astype(np.float32)[..., None]
-    return _from_arrays(x, d.target.astype(np.int64), options, "builtin:digits")
+    return _from_arrays(*digits_arrays("torch"), options, "builtin:digits")
 
 
 BUILTINS = {"digits": _digits}
 
 
 def _npz(options) -> LoadedData:
-    path = Path(options.dataset)
-    try:
-        with np.load(path, allow_pickle=False) as npz:  # never unpickle a data file
-            for key, flag in ((options.feature_key, "feature"), (options.label_key, "label")):
-                if key not in npz.files:
-                    raise ValueError(f"{path}: has no array {key!r}; its arrays are "
-                                     f"{', '.join(npz.files) or 'none'}; pass --{flag}-key NAME")
-            x, y = npz[options.feature_key], npz[options.label_key]
-    except (ValueError, EOFError, zipfile.BadZipFile) as e:
-        if isinstance(e, ValueError) and str(path) in str(e):
-            raise
-        raise ValueError(f"{path}: cannot read it as a .npz of plain arrays ({e}); save it with numpy.savez "
-                         f"without object arrays") from e
-    return _from_arrays(x, y, options, str(path))
+    x, y = read_npz(options.dataset, options.feature_key, options.label_key)
+    return _from_arrays(x, y, options, str(Path(options.dataset)))
 
 
 def _records(options) -> LoadedData:
@@ -132,8 +74,8 @@ def _records(options) -> LoadedData:
     if ds.labels is None:
         raise ValueError(f"{where}: the records have no label column in their index; convert them with "
                          f"--label-key so the split and the stratified plan can see the labels")
-    k = _check_labels(ds.labels, len(ds), where)
-    train, test = _split(ds.labels, options, where)
+    k = check_labels(ds.labels, len(ds), where)
+    train, test = split_or_explain(ds.labels, options.test_fraction, options.split_seed, where)
     feature_key = options.feature_key if options.feature_key in ds.specs else None
     tr = RecordSource(where, feature_key=feature_key, label_key=label_key, ids=train)
     te = RecordSource(where, feature_key=tr.feature_key, label_key=label_key, ids=test)

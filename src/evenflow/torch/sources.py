@@ -120,18 +120,7 @@ class RecordSource:
         self.path = os.fspath(path)
         ds = RecordDataset(self.path)
         specs, where = ds.specs, ds.manifest_path or ds.paths[0]
-        if label_key not in specs:
-            raise ValueError(f"{where}: label_key {label_key!r} is not in the records; they hold "
-                             f"{', '.join(sorted(specs))}")
-        if feature_key is None:
-            others = [k for k in specs if k not in (label_key, ds.cost_key)]
-            if len(others) != 1:
-                raise ValueError(f"{where}: cannot choose the feature key: the records hold "
-                                 f"{', '.join(sorted(specs))}; pass feature_key=one of {others}")
-            feature_key = others[0]
-        if feature_key not in specs:
-            raise ValueError(f"{where}: feature_key {feature_key!r} is not in the records; they hold "
-                             f"{', '.join(sorted(specs))}")
+        feature_key = ds.training_keys(feature_key, label_key)
         if specs[feature_key].dtype == "bytes" and decode is None:
             raise ValueError(f"{where}: feature {feature_key!r} holds encoded bytes; pass decode=fn(batch) -> batch "
                              f"that turns batch['image'] into batch['features']")

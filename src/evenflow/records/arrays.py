@@ -1,0 +1,102 @@
+"""Labelled arrays for training, framework-free: checks, the train/test split, ``.npz`` and digits.
+
+Both framework adapters (``evenflow.tf.data`` and ``evenflow.torch.data``) load
+their array datasets through these functions, so the two frameworks accept the
+same inputs, refuse the same mistakes with the same messages and hold out the
+same test samples.
+"""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["check_features", "check_labels", "digits_arrays", "read_npz", "split_indices", "split_or_explain"]
+
+
+def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split sample positions into (train, test), stratified by label.
+
+    Each label contributes ``round(n_c * test_fraction)`` test samples, clipped so a
+    label with two or more samples has at least one on each side; a label with a
+    single sample stays in training. Chosen with ``numpy.random.default_rng(seed)``.
+
+    Returns:
+        Two sorted int64 arrays that partition ``0..N-1``.
+    """
+    rng = np.random.default_rng(seed)
+    test = []
+    for c in np.unique(labels):
+        pos = np.flatnonzero(labels == c)
+        # Every label with two or more samples keeps at least one on each side of the split.
+        k = min(max(int(round(len(pos) * test_fraction)), 1), len(pos) - 1) if len(pos) >= 2 else 0
+        test.append(rng.permutation(pos)[:k])
+    test = np.sort(np.concatenate(test)).astype(np.int64)
+    train = np.setdiff1d(np.arange(len(labels), dtype=np.int64), test)
+    return train, test
+
+
+def split_or_explain(labels: np.ndarray, test_fraction: float, seed: int, what: str):
+    """:func:`split_indices`, refusing a split that leaves either side empty."""
+    train, test = split_indices(labels, test_fraction, seed)
+    if len(train) == 0 or len(test) == 0:
+        raise ValueError(f"{what}: {len(labels)} samples are too few to split with test_fraction "
+                         f"{test_fraction:g}; use more samples or another test_fraction")
+    return train, test
+
+
+def check_features(x: np.ndarray, what: str) -> None:
+    """Features must be numeric with shape ``[N, ...]``."""
+    if x.ndim < 2:
+        raise ValueError(f"{what}: features must have shape [N, ...] with at least one feature axis, "
+                         f"got {x.shape}; store one row per sample")
+    if x.dtype.kind not in "iufb":
+        raise TypeError(f"{what}: features must be numeric, got dtype {x.dtype}")
+
+
+def check_labels(y: np.ndarray, n: int, what: str) -> int:
+    """Labels must be integers ``0..K-1`` of shape ``[n]`` with K >= 2; returns K."""
+    if y.ndim != 1 or y.shape[0] != n:
+        raise ValueError(f"{what}: labels must have shape [N] = ({n},) to match the features, got {y.shape}")
+    if y.dtype.kind not in "iu":
+        raise TypeError(f"{what}: labels must be integers 0..K-1, got dtype {y.dtype}; map classes to integers")
+    if n and y.min() < 0:
+        raise ValueError(f"{what}: labels must be integers 0..K-1, got a label {int(y.min())}")
+    k = int(y.max()) + 1 if n else 0
+    if k < 2:
+        raise ValueError(f"{what}: a classifier needs at least 2 classes, but every label is {k - 1}")
+    return k
+
+
+def read_npz(path, feature_key: str, label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """The feature and label arrays of a ``.npz`` file, never unpickling anything."""
+    path = Path(path)
+    try:
+        # Never unpickle: a data file must not be able to run code. np.load reads lazily, so
+        # an object array only fails when it is accessed, inside this try.
+        with np.load(path, allow_pickle=False) as npz:
+            for key, flag in ((feature_key, "feature"), (label_key, "label")):
+                if key not in npz.files:
+                    raise ValueError(f"{path}: has no array {key!r}; its arrays are "
+                                     f"{', '.join(npz.files) or 'none'}; pass --{flag}-key NAME")
+            return npz[feature_key], npz[label_key]
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:
+        if isinstance(e, ValueError) and str(path) in str(e):
+            raise
+        raise ValueError(f"{path}: cannot read it as a .npz of plain arrays ({e}); save it with "
+                         f"numpy.savez without object arrays") from e
+
+
+def digits_arrays(extra: str) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 8x8 digits (shipped with it: no download) as float32 ``[1797, 8, 8, 1]`` in [0, 1].
+
+    Args:
+        extra: the evenflow extra that installs scikit-learn, named in the error.
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ModuleNotFoundError as e:
+        raise ValueError(f"builtin:digits needs scikit-learn; run pip install 'evenflow[{extra}]'") from e
+    d = load_digits()
+    return (d.images / 16.0).astype(np.float32)[..., None], d.target.astype(np.int64)
