@@ -26,12 +26,14 @@ COMMANDS: dict[str, str] = {
     "convert": "evenflow.commands.convert",
     "index": "evenflow.commands.index",
     "audit": "evenflow.commands.audit",
+    "report": "evenflow.commands.report",
 }
 
 EPILOG = """examples:
   evenflow demo                                   # digits, 4 replicas, MirroredStrategy
   evenflow inspect --samples 10000 --replicas 8 --batch-size 256 --weights 1,1,1,1,1,1,1,0.5
   evenflow train --config run.toml
+  evenflow report runs/a                          # diagnosis + runs/a/report.html from the run's telemetry
   evenflow launch --workers 2 -- evenflow train --config run.toml   # 2 local MultiWorkerMirroredStrategy workers
 """
 

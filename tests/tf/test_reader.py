@@ -175,3 +175,22 @@ def test_a_workers_dataset_interleaves_its_replicas_rows_step_major(data, plan, 
         np.testing.assert_array_equal(b["mask"], (ep.ids[s, r] >= 0).astype(np.float32))
     with pytest.raises(ValueError, match="non-empty range of consecutive replica ids"):
         PlanReader(ArraySource(x, y)).worker_dataset(plan, range(2, 4), epochs=1)
+
+
+@pytest.mark.parametrize("weights", [None, (1.0, 2.0, 0.5)])
+def test_trimmed_batches_hold_exactly_the_real_samples_of_the_row(data, weights):
+    x, y = data
+    topo = ef.Topology(R, weights)
+    plan = ef.Plan(ArraySource(x, y).index(), topo, global_batch_size=G, seed=2)
+    ep = plan.epoch(0)
+    for r in range(R):
+        batches = _collect(PlanReader(ArraySource(x, y), trim_padding=True).replica_dataset(plan, r, epochs=1))
+        assert len(batches) == ep.num_steps
+        for s, b in enumerate(batches):
+            want = ep.ids[s, r][ep.ids[s, r] >= 0]
+            if want.size:
+                np.testing.assert_array_equal(b["id"], want)  # real ids, in the plan's order, no padding
+                assert b["mask"].tolist() == [1.0] * want.size
+                np.testing.assert_array_equal(b["features"], x[want])
+            else:  # a replica with nothing in this step keeps one masked dummy row
+                assert b["id"].tolist() == [-1] and b["mask"].tolist() == [0.0]

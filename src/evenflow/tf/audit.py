@@ -79,7 +79,7 @@ class AuditLog:
             steps = np.array([r[1] for r in rows], np.int64)
             name = f"e{epoch:05d}-s{steps[0]:06d}-{steps[-1]:06d}-w{self.worker:03d}.npz"
             self._write(self.dir / name, epoch=np.int64(epoch), steps=steps, replicas=rows[0][2],
-                        ids=np.stack([r[3] for r in rows]), skipped=np.array([r[4] for r in rows], bool))
+                        ids=_stack_rows([r[3] for r in rows]), skipped=np.array([r[4] for r in rows], bool))
         self._rows.clear()
 
     def _write(self, path: Path, **arrays) -> None:
@@ -168,6 +168,12 @@ class EpochAudit:
                 "num_misses": len(self.misses), "misses": self.misses[:limit], "bad_steps": self.bad_steps[:limit],
                 "skipped_steps": self.skipped_steps, "num_skipped_samples": len(self.skipped_ids),
                 "skipped_ids": self.skipped_ids[:limit], "replica_counts": self.replica_counts}
+
+
+def _stack_rows(rows: list[np.ndarray]) -> np.ndarray:
+    """Stack ``[r, width]`` id rows whose widths differ (trimmed batches), padding with -1."""
+    width = max(r.shape[1] for r in rows)
+    return np.stack([np.pad(r, ((0, 0), (0, width - r.shape[1])), constant_values=-1) for r in rows])
 
 
 def _load_segment(path: Path) -> dict:

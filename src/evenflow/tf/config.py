@@ -245,9 +245,68 @@ class AnomalyOptions:
         _check_int("max_restores", self.max_restores, 0)
 
 
+REBALANCE_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    """Per-replica timing, rebalancing by measured speed, telemetry, emulated slow devices."""
+
+    rebalance: str = field(default="auto", metadata=_help(
+        "re-plan the rest of an epoch with weights proportional to each replica's measured speed when one is "
+        "persistently slower: on, off, or auto (on, except for logical devices sharing one CPU's cores, which "
+        "have no speed of their own unless --simulate-* emulates devices)"))
+    rebalance_threshold: float = field(default=1.10, metadata=_help(
+        "re-plan when the measured speeds predict steps at least this many times faster, > 1"))
+    telemetry: bool = field(default=True, metadata=_help(
+        "time every replica's step and write OUTPUT_DIR/telemetry.jsonl (read by evenflow report OUTPUT_DIR)"))
+    simulate_slow: str = field(default="", metadata=_help(
+        "emulate slow devices for tests and demos: REPLICA:FACTOR[@STEP], comma-separated, e.g. 3:2 (replica 3 "
+        "twice as slow) or 3:3@100 (3x slow from global step 100 on)"))
+    simulate_sample_ms: float = field(default=0.0, metadata=_help(
+        "emulated device time per real sample, milliseconds, for every replica (0: none); with replicas sharing "
+        "CPU cores, it makes them work in parallel like separate devices"))
+
+    def __post_init__(self):
+        _check_choice("rebalance", self.rebalance, REBALANCE_MODES)
+        _check_bool("telemetry", self.telemetry)
+        threshold = _check_float("rebalance_threshold", self.rebalance_threshold, 1.0)
+        if threshold == float("inf"):
+            raise ValueError("rebalance_threshold must be finite, got inf; e.g. 1.1, or --no-rebalance")
+        object.__setattr__(self, "rebalance_threshold", threshold)
+        if not isinstance(self.simulate_slow, str):
+            raise TypeError(f"simulate_slow must be a string like '3:2@100', got {self.simulate_slow!r}")
+        if isinstance(self.simulate_sample_ms, bool) or not isinstance(self.simulate_sample_ms, (int, float)) \
+                or not 0 <= self.simulate_sample_ms < float("inf"):
+            raise ValueError(f"simulate_sample_ms must be a number >= 0 (milliseconds), got {self.simulate_sample_ms!r}")
+        self.simulation()  # parses simulate_slow: a bad value fails here, before anything runs
+        if (self.simulate_slow or self.simulate_sample_ms > 0) and not self.telemetry:
+            raise ValueError("simulate_slow and simulate_sample_ms need telemetry (their delays are timed in the "
+                             "replicas' steps); drop --no-telemetry")
+
+    def simulation(self):
+        """The :class:`~evenflow.tf.simulate.Simulation` these options describe."""
+        from evenflow.tf.simulate import Simulation, parse_slow
+
+        return Simulation(parse_slow(self.simulate_slow), float(self.simulate_sample_ms))
+
+    def rebalance_options(self, shared_cpu: bool = False):
+        """The :class:`~evenflow.plan.speed.RebalanceOptions` these options describe.
+
+        ``shared_cpu``: the replicas are logical devices of one CPU (``auto`` is then off,
+        unless devices are emulated).
+        """
+        from evenflow.plan.speed import RebalanceOptions
+
+        emulated = bool(self.simulate_slow) or self.simulate_sample_ms > 0
+        enabled = self.rebalance == "on" or (self.rebalance == "auto" and (emulated or not shared_cpu))
+        return RebalanceOptions(enabled=enabled, threshold=self.rebalance_threshold)
+
+
 _GROUPS = {"data": DataOptions, "model": ModelOptions, "optimizer": OptimizerOptions,
            "schedule": ScheduleOptions, "compute": ComputeOptions, "output": OutputOptions,
-           "checkpoint": CheckpointOptions, "anomaly": AnomalyOptions}
+           "checkpoint": CheckpointOptions, "anomaly": AnomalyOptions,
+           "monitor": MonitorOptions}
 
 
 @dataclass(frozen=True)
@@ -262,6 +321,7 @@ class TrainConfig:
     output: OutputOptions = OutputOptions()
     checkpoint: CheckpointOptions = CheckpointOptions()
     anomaly: AnomalyOptions = AnomalyOptions()
+    monitor: MonitorOptions = MonitorOptions()
 
     def __post_init__(self):
         for name, cls in _GROUPS.items():

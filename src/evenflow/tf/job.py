@@ -67,6 +67,8 @@ def prepare(config: TrainConfig) -> Prepared:
     options = PlanOptions(global_batch_size=sched.global_batch_size, seed=sched.seed, stratify=sched.stratify,
                           balance=sched.balance, bucket=sched.bucket)
     train_plan = Plan(data.train.index(), topology, options=options)
+    from evenflow.tf.preflight import check_plan  # numpy only
+    check_plan(train_plan)
     # Evaluation needs exactly-once, not shuffling or label balance: a count-balanced plan of the test set.
     test_plan = Plan(data.test.index(), topology, global_batch_size=sched.global_batch_size, seed=0)
     run_dir = Path(config.output.output_dir)
@@ -156,7 +158,12 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
     from evenflow.tf.models import build_model
     from evenflow.tf.trainer import Trainer, make_optimizer
 
-    cfg, sched, comp, ckpt = config, config.schedule, config.compute, config.checkpoint
+    cfg, sched, comp, ckpt, mon = config, config.schedule, config.compute, config.checkpoint, config.monitor
+    simulation = mon.simulation()
+    simulation.check(p.train_plan.topology.replicas)
+    if simulation.active:
+        from evenflow.tf.simulate import reserve_threads
+        reserve_threads(comp.replicas)
     strategy = make_strategy(comp.replicas, p.cluster, comp.communication_options())
     devices = [d.split("device:")[-1].lower() for d in strategy.extended.worker_devices]  # "cpu:0"
     on_cpu = all("CPU" in d.upper() for d in devices)
@@ -177,7 +184,10 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
         model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, comp.precision)
         optimizer = make_optimizer(cfg.optimizer.optimizer, cfg.optimizer.learning_rate, comp.precision)
     trainer = Trainer(strategy, model, optimizer, skip_nonfinite=cfg.anomaly.skip_nonfinite,
-                      accumulate_steps=comp.accumulate_steps, compression=comp.gradient_compression)
+                      accumulate_steps=comp.accumulate_steps, compression=comp.gradient_compression,
+                      timing=mon.telemetry, simulate=simulation)
+    from evenflow.tf.preflight import check_workers_agree
+    check_workers_agree(trainer.gather_rows, p.train_plan, comp.replicas, p.cluster.num_workers)
     train_reader, test_reader = make_readers(p)
     guard = _guard(cfg, p, model, optimizer, strategy, chief, worker)
     start = guard.resume() if ckpt.resume else None
@@ -207,6 +217,22 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
 
     # Only the chief writes run outputs; the other workers compute the same figures.
     log = RunLog(p.run_dir, keep_events=start != Cursor(0, 0)) if chief else _NoLog()
+    shared_cpu = on_cpu and comp.replicas > 1
+    monitor = _monitor(cfg, p, log if chief else None, chief, resumed=start != Cursor(0, 0), shared_cpu=shared_cpu)
+    if monitor is not None:
+        if monitor.rebalancer.options.enabled:
+            why = "" if mon.rebalance == "on" else " (auto)"
+            print(f"rebalancing on{why}: replicas measured every {monitor.check_every} steps, re-plan when "
+                  f"{mon.rebalance_threshold:g}x faster steps are predicted", file=out)
+        elif mon.rebalance == "auto":
+            print(f"rebalancing off (auto): the {comp.replicas} replicas are logical devices sharing one CPU's cores, "
+                  f"so they have no speed of their own; telemetry is still written (--rebalance on to force)",
+                  file=out)
+    if simulation.active:
+        slow = ", ".join(f"replica {s.replica} {s.factor:g}x slower from global step {s.from_step}"
+                         for s in simulation.slow) or "no slow replica"
+        device = f"; every replica {simulation.sample_ms:g} ms per sample" if simulation.sample_ms else ""
+        print(f"simulating devices: {slow}{device} (the trainer is not told; it measures)", file=out)
 
     def new_bar(epoch: int) -> ProgressBar:
         return ProgressBar(p.train_plan.num_steps, f"epoch {epoch + 1:>{len(str(sched.epochs))}}/{sched.epochs}",
@@ -230,12 +256,15 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
     try:
         if start.epoch < sched.epochs:
             trainer.fit(train_reader, p.train_plan, sched.epochs, start=start, on_step=on_step, on_epoch=on_epoch,
-                        guard=guard)
+                        guard=guard, monitor=monitor)
         else:
             print(f"all {sched.epochs} epochs were trained already; evaluating the last checkpoint "
                   f"(raise --epochs to train further)", file=out)
         steps_done = sum(h["steps"] for h in guard.history)
-        test = trainer.evaluate(test_reader, p.test_plan)
+        # Evaluate with the measured weights too: exactly once holds for any weights.
+        test_plan = p.test_plan if trainer.plan is None or trainer.plan.topology.is_uniform else \
+            p.test_plan.with_topology(trainer.plan.topology)
+        test = trainer.evaluate(test_reader, test_plan)
         log.test(steps_done, test)
     except Exception as e:
         # A lost peer surfaces as a TensorFlow error deep in a step; say what happened in one line.
@@ -248,6 +277,8 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
         raise
     finally:
         log.close()
+        if monitor is not None:
+            monitor.close()
     if test.count != p.data.test.num_samples:  # the exactly-once promise, checked on every run
         raise RuntimeError(f"evaluation counted {test.count} samples but the test set has "
                            f"{p.data.test.num_samples}; please report this as a bug")
@@ -288,6 +319,11 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
         "anomalies": {"nonfinite_steps": policy.anomalies, "restores": policy.restores,
                       "log": str(p.run_dir / ANOMALY_LOG) if policy.anomalies else None},
     }
+    diagnosis = None
+    if monitor is not None:
+        summary["telemetry"] = monitor.summary()
+        diagnosis = _diagnose(p.run_dir) if chief else None
+        summary["diagnosis"] = None if diagnosis is None else list(diagnosis)
     if chief:
         write_json(p.run_dir / "summary.json", summary)
     print(f"\ntest accuracy {test.accuracy:.4f}, test loss {test.loss:.4f} "
@@ -295,10 +331,45 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
     wrote = (f"wrote {p.run_dir / 'summary.json'} and TensorBoard events in {log.dir}" if chief else
              f"worker {p.cluster.index}: the chief (worker 0) writes the run's outputs")
     print(f"trained {samples:,} samples at {summary['samples_per_second']:,.0f} samples/s; {wrote}", file=out)
+    if monitor is not None:
+        for cursor, weights in trainer.replans:
+            print(f"rebalanced at epoch {cursor.epoch + 1} step {cursor.step}: weights "
+                  f"{', '.join(f'{w:g}' for w in weights)} (from measured speeds)", file=out)
+        if diagnosis:
+            print("diagnosis: " + "\n  ".join(diagnosis) + f"\n(plots: evenflow report {p.run_dir})", file=out)
     if policy.anomalies:
         print(f"{policy.anomalies} non-finite steps skipped, {policy.restores} restores; steps and sample ids in "
               f"{p.run_dir / ANOMALY_LOG}", file=out)
     return summary
+
+
+def _monitor(cfg: TrainConfig, p: Prepared, log, chief: bool, resumed: bool, shared_cpu: bool = False):
+    """The run's :class:`~evenflow.tf.monitor.ReplicaMonitor`, or None without telemetry."""
+    from evenflow.tf.monitor import TELEMETRY_FILE, ReplicaMonitor
+
+    if not cfg.monitor.telemetry:
+        return None
+    plan = p.train_plan
+    costs = plan.index.costs if plan.options.balance == "cost" else None
+    return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
+                          rebalance=cfg.monitor.rebalance_options(shared_cpu), log=log,
+                          telemetry=p.run_dir / TELEMETRY_FILE if chief else None,
+                          workers=p.cluster.num_workers, append=resumed)
+
+
+def _diagnose(run_dir: Path) -> list[str] | None:
+    """The diagnosis lines of the run's telemetry (see ``evenflow report``), or None if it has no steps."""
+    from evenflow.report.telemetry import diagnose_phases, load_telemetry
+
+    try:
+        tel = load_telemetry(run_dir)
+    except ValueError:
+        return None
+    phases = diagnose_phases(tel)
+    lines = []
+    for name, d in phases.items():
+        lines += [f"{name}: {d.kind}"] + [f"  {line}" for line in d.lines] if len(phases) > 1 else list(d.lines)
+    return lines
 
 
 def make_readers(p: Prepared):
@@ -312,8 +383,9 @@ def make_readers(p: Prepared):
 
     # Variable-length text: padding slots become empty rows, which text_cnn does not compute.
     pre = [blank_padding_rows] if isinstance(p.data.train, TextSource) else []
-    return (PlanReader(p.data.train, map_fns=pre + ([p.augment] if p.augment is not None else [])),
-            PlanReader(p.data.test, map_fns=pre))
+    # Trimmed batches: a replica computes its real samples only, so a weighted split saves real time.
+    return (PlanReader(p.data.train, map_fns=pre + ([p.augment] if p.augment is not None else []), trim_padding=True),
+            PlanReader(p.data.test, map_fns=pre, trim_padding=True))
 
 
 def _bad_input(data: LoadedData, error: Exception) -> Exception | None:

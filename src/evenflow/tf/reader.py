@@ -5,7 +5,8 @@ is the whole per-replica batch of that step, loaded with one vectorised call to 
 source (a gather, not a per-example map: on the 2-core reference machine a
 per-example ``map`` measured ~4k examples/s, a batched gather ~110k/s).
 
-A batch is a dict of tensors whose first axis is the replica's ``slots``:
+A batch is a dict of tensors whose first axis is the replica's ``slots`` (its real
+count in that step with ``trim_padding``):
 
 * whatever the source returns, at least ``features`` and ``label``;
 * ``id``: int64 ``[slots]`` sample ids, -1 for padding;
@@ -118,9 +119,17 @@ class PlanReader:
             ``num_parallel_calls=AUTOTUNE``. They see all batch keys, including
             ``id`` and ``epoch``, and must keep the reserved keys.
         prefetch: batches to prefetch per replica, >= 1.
+        trim_padding: drop the padding slots of each replica's batch, so its leading
+            axis is the replica's real count in that step (at least 1: a step with no
+            real sample keeps one masked dummy row). Padding then costs no compute,
+            which matters when weighted plans give replicas different counts: a
+            replica with fewer samples finishes sooner instead of computing its
+            padding. The leading axis is then dynamic (``None``), so replanning with
+            other weights does not retrace the training step.
     """
 
-    def __init__(self, source: Source, map_fns: Sequence[MapFn] = (), prefetch: int = 2):
+    def __init__(self, source: Source, map_fns: Sequence[MapFn] = (), prefetch: int = 2,
+                 trim_padding: bool = False):
         if not isinstance(source, Source):
             raise TypeError(f"source must follow the evenflow.tf.Source protocol (num_samples, index(), "
                             f"batch(ids)), got {type(source).__name__}")
@@ -130,7 +139,9 @@ class PlanReader:
                 raise TypeError(f"map_fns[{i}] must be a function batch -> batch, got {type(fn).__name__}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1 (batches per replica), got {prefetch!r}")
-        self.source, self.map_fns, self.prefetch = source, map_fns, prefetch
+        if not isinstance(trim_padding, bool):
+            raise TypeError(f"trim_padding must be True or False, got {trim_padding!r}")
+        self.source, self.map_fns, self.prefetch, self.trim_padding = source, map_fns, prefetch, trim_padding
 
     def _check(self, plan: Plan) -> None:
         if not isinstance(plan, Plan):
@@ -240,8 +251,14 @@ class PlanReader:
         tf = _tf()
         source = self.source
 
+        trim = self.trim_padding
+
         def load(row):
             ids = row["id"]
+            if trim:
+                # Real slots first (stable, so their order is the plan's), then cut to max(real, 1).
+                keep = tf.maximum(tf.reduce_sum(tf.cast(ids >= 0, tf.int32)), 1)
+                ids = tf.gather(ids, tf.argsort(tf.cast(ids < 0, tf.int32), stable=True)[:keep])
             real = ids >= 0
             # A padding slot repeats the largest id of its own batch: a real neighbour, so a
             # cost-bucketed batch is not padded with an unusually long sample (0 if all padding).

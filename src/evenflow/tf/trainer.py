@@ -51,7 +51,7 @@ from typing import Callable
 
 import numpy as np
 
-from evenflow.plan import Cursor, Plan
+from evenflow.plan import Cursor, Plan, Topology
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
@@ -161,7 +161,7 @@ class Trainer:
     """
 
     def __init__(self, strategy, model, optimizer, loss_fn=per_sample_cross_entropy, skip_nonfinite: bool = True,
-                 accumulate_steps: int = 1, compression: str = "none"):
+                 accumulate_steps: int = 1, compression: str = "none", timing: bool = False, simulate=None):
         tf = _tf()
         keras = _keras()
         if isinstance(accumulate_steps, bool) or not isinstance(accumulate_steps, int) \
@@ -173,6 +173,14 @@ class Trainer:
         self.strategy, self.model, self.optimizer, self.loss_fn = strategy, model, optimizer, loss_fn
         self.skip_nonfinite = bool(skip_nonfinite)
         self.accumulate_steps, self.compression = accumulate_steps, compression
+        if simulate is not None and simulate.active:
+            if not timing:
+                raise ValueError("simulate needs timing=True: its delays are measured like real compute")
+            simulate.check(int(strategy.num_replicas_in_sync))
+        self.timing, self.simulate = bool(timing), simulate if simulate is not None and simulate.active else None
+        # The plan fit() runs now: the one passed in, or a re-plan with measured weights.
+        self.plan: Plan | None = None
+        self.replans: list[tuple[Cursor, tuple[float, ...]]] = []
         self._loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         # This worker's replicas, and the worker count (1 under MirroredStrategy).
         self._local = len(strategy.extended.worker_devices)
@@ -182,6 +190,11 @@ class Trainer:
         with strategy.scope():
             # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
             optimizer.build(model.trainable_variables)
+            # Per-replica clock anchor: timing callbacks take its local handle as a resource input, which
+            # keeps TensorFlow's automatic control dependencies from chaining every replica's callbacks
+            # into one sequence (stateful ops without a resource input run in program order, which would
+            # time replica 1 only after replica 0 finished and make emulated delays add up, not overlap).
+            self._anchor = tf.Variable(0.0, trainable=False, name="evenflow_clock") if self.timing else None
         self.cursor: Cursor | None = None
         # autograph=False: the steps branch with tf.cond only (never `if tensor:`), and skipping
         # AutoGraph's source conversion makes the first call (the trace) 35-70% faster, measured
@@ -194,19 +207,20 @@ class Trainer:
         # get_next of R per-replica iterators (+37% steps/s measured on 4 logical CPUs).
         # `count` (micro-steps of one update) is a Python int: one trace per group length (k, and
         # an epoch's shorter last group).
-        self._train_next = tf.function(
-            lambda iterator, count=1: self._distributed_train_step(*[next(iterator) for _ in range(count)]),
-            autograph=False)
+        self._train_next = tf.function(self._train_from, autograph=False)
         self._eval_next = tf.function(lambda iterator: self._distributed_eval_step(next(iterator)), autograph=False)
         self._all_gather = tf.function(lambda values: strategy.gather(values, axis=0))
 
     # -- per-replica computations -------------------------------------------------------
-    def _replica_train(self, *batches):
+    def _replica_train(self, *batches, clock=None, step=None):
         # One update from the plan steps `batches` (one, without accumulation); returns one output
         # dict per step. Every step's masked sum is divided by the real count of all of them, so
         # the summed gradient is that of the mean over their union.
+        # With timing, `clock` is [step began, input ready] and `step` the run's global plan step.
         tf = _tf()
         variables = self.model.trainable_variables
+        if self.timing:
+            t_start = self._stamp([b["mask"] for b in batches])
         count = batches[0]["global_real_count"] if len(batches) == 1 else \
             tf.add_n([tf.cast(b["global_real_count"], tf.float32) for b in batches])
         grads, loss, seen = None, None, []
@@ -220,6 +234,13 @@ class Trainer:
             grads = step_grads if grads is None else [a + b for a, b in zip(grads, step_grads)]
             loss = step_loss if loss is None else loss + step_loss
             seen.append((batch, logits, per_sample))
+        if self.timing:
+            # Gradients ready, plus the emulated device's delay if simulating (one callback for both).
+            t_done = self._stamp([g for g in grads if g is not None] + [loss], since=t_start,
+                                 **self._slowdown(batches, step))
+            if self.simulate is not None:
+                with tf.control_dependencies([t_done]):  # the update waits for the emulated device
+                    grads = [None if g is None else tf.identity(g) for g in grads]
         # One all-reduce makes every replica (and worker) see the same verdicts, so all of them take
         # the same branch below: a step skipped on one replica and applied on another would
         # desynchronise the weights, or hang a collective inside the update. (ReduceOp has only SUM
@@ -245,7 +266,39 @@ class Trainer:
             anomaly, skipped = tf.logical_or(loss_bad, grads_bad), tf.constant(False)
         # flags: [this replica non-finite, step anomalous on some replica, update skipped everywhere]
         flags = tf.stack([tf.reduce_max(local_bad), tf.cast(anomaly, tf.float32), tf.cast(skipped, tf.float32)])
-        return tuple(dict(self._outputs(*s), flags=flags) for s in seen)
+        outs = [dict(self._outputs(*s), flags=flags) for s in seen]
+        if self.timing:
+            # [step began, input ready, replica started, gradients ready] (host clock, seconds); the
+            # step's end is stamped after all replicas (see _distributed_train_step).
+            outs[-1]["timing"] = tf.concat([tf.cast(clock, tf.float64), tf.stack([t_start, t_done])], 0)
+        return tuple(outs)
+
+    def _stamp(self, after, since=None, factor=None, sample_seconds=None):
+        """The host clock (seconds, float64) once ``after`` are computed.
+
+        With ``since`` (this replica's start) and a slowdown, first sleeps
+        ``(factor - 1) * (now - since) + factor * sample_seconds``: the emulated device.
+        """
+        tf = _tf()
+        zero, one = tf.constant(0.0, tf.float64), tf.constant(1.0, tf.float64)
+        args = [self._anchor.handle, zero if since is None else since, one if factor is None else factor,
+                zero if sample_seconds is None else sample_seconds]
+        with tf.control_dependencies(after):
+            return tf.ensure_shape(tf.py_function(_clock, args, tf.float64), [])
+
+    def _slowdown(self, batches, step) -> dict:
+        # The emulated slowdown of this replica at global step `step` (see evenflow.tf.simulate).
+        tf = _tf()
+        sim = self.simulate
+        if sim is None:
+            return {}
+        rid = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
+        factor = tf.constant(1.0, tf.float64)
+        for slow in sim.slow:
+            hit = tf.logical_and(tf.equal(rid, slow.replica), step >= slow.from_step)
+            factor = factor * tf.where(hit, tf.constant(slow.factor, tf.float64), tf.constant(1.0, tf.float64))
+        real = tf.add_n([tf.reduce_sum(tf.cast(b["mask"], tf.float64)) for b in batches])
+        return {"factor": factor, "sample_seconds": (sim.sample_ms / 1000.0) * real}
 
     def _all_reduce_fp16(self, grads):
         # Sum over all replicas in float16 (half the bytes on the wire), back in the variables' dtype.
@@ -318,9 +371,35 @@ class Trainer:
         return self._sums(batch, logits, self.loss_fn(batch["label"], logits))
 
     # -- distributed steps (traced once per batch structure) ------------------------------
-    def _distributed_train_step(self, *batches):
+    def _distributed_train_step(self, *batches, clock=None, step=None):
         """One update from ``batches`` (consecutive plan steps): a tuple of one output dict per step."""
-        return self._gather(self.strategy.run(self._replica_train, args=batches))
+        tf = _tf()
+        kwargs = {}
+        if self.timing:
+            if clock is None:
+                now = _now()
+                clock = tf.stack([now, now])
+            kwargs = {"clock": clock, "step": tf.constant(0, tf.int64) if step is None else step}
+        outs = self._gather(self.strategy.run(self._replica_train, args=batches, kwargs=kwargs))
+        if self.timing:
+            # The step's end, once every replica's outputs (after the update) exist: one column more.
+            with tf.control_dependencies(tf.nest.flatten(outs)):
+                end = _now()
+            timing = outs[-1]["timing"]
+            outs[-1]["timing"] = tf.concat([timing, tf.fill([tf.shape(timing)[0], 1], end)], 1)
+        return outs
+
+    def _train_from(self, iterator, count=1, step=None):
+        # The update from the next `count` batches of `iterator`, timing how long they took to arrive.
+        tf = _tf()
+        began = _now() if self.timing else None
+        batches = [next(iterator) for _ in range(count)]
+        clock = None
+        if self.timing:
+            arrived = [t for b in batches for t in self.strategy.experimental_local_results(b["mask"])]
+            with tf.control_dependencies(arrived):
+                clock = tf.stack([began, _now()])
+        return self._distributed_train_step(*batches, clock=clock, step=step)
 
     def _distributed_eval_step(self, batch):
         return self._gather(self.strategy.run(self._replica_eval, args=(batch,)))
@@ -330,7 +409,12 @@ class Trainer:
         # replica for the balance log) and sums them itself, with no cross-device reduction.
         # A dict of outputs is stacked key by key: [local replicas, ...] each.
         tf = _tf()
-        return tf.nest.map_structure(lambda t: tf.stack(self.strategy.experimental_local_results(t)), per_replica)
+        return tf.nest.map_structure(lambda t: _stack_padded(self.strategy.experimental_local_results(t)),
+                                     per_replica)
+
+    def gather_rows(self, local_rows: np.ndarray) -> np.ndarray:
+        """All workers' float64 rows: ``[local replicas, k]`` -> ``[all replicas, k]`` (a collective)."""
+        return self._all_workers(local_rows)
 
     def _all_workers(self, local_rows: np.ndarray) -> np.ndarray:
         """float64 ``[local replicas, k]`` rows -> ``[all replicas, k]``, in global replica order.
@@ -350,7 +434,7 @@ class Trainer:
     # -- loops ---------------------------------------------------------------------------
     def fit(self, reader, plan: Plan, epochs: int, start: Cursor | None = None,
             on_step: Callable | None = None, on_epoch: Callable | None = None,
-            on_batch: Callable | None = None, guard=None) -> list[EpochResult]:
+            on_batch: Callable | None = None, guard=None, monitor=None) -> list[EpochResult]:
         """Train from ``start`` (default the beginning) up to the end of epoch ``epochs - 1``.
 
         One distributed pipeline streams many epochs (as many as fit in
@@ -376,6 +460,11 @@ class Trainer:
             guard: optional :class:`~evenflow.tf.guard.TrainingGuard`: checkpoints, audit
                 and the anomaly policy, called after every step. It may rewind training to
                 a checkpoint; the epochs after that point are then run again.
+            monitor: optional :class:`~evenflow.tf.monitor.ReplicaMonitor` (needs a trainer
+                with ``timing=True``): per-replica telemetry, and re-plans of the rest of
+                an epoch with measured speeds (``plan.with_topology``): the same samples,
+                each still once, split in other proportions. :attr:`plan` is the plan in
+                use at the end, :attr:`replans` lists (cursor, weights) of each re-plan.
 
         Returns:
             One :class:`EpochResult` per epoch run (after a rewind, the epochs run last).
@@ -385,46 +474,75 @@ class Trainer:
             raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= start.epoch:
             raise ValueError(f"epochs must be an int greater than the start epoch {start.epoch}, got {epochs!r}")
-        # Epochs are read in chunks of planned rows (see PlanReader), at most CHUNK_SLOTS ids each:
-        # all of a small dataset's epochs in one pipeline, one epoch per pipeline for a large one.
-        per_epoch = max(plan.num_steps * plan.topology.replicas * plan.slots, 1)
-        chunk = max(1, CHUNK_SLOTS // per_epoch)
+        if monitor is not None and not self.timing:
+            raise ValueError("a monitor needs per-replica timings: create the Trainer with timing=True")
+        if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
+            monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
+        self.plan = plan
         results: list[EpochResult] = []
-        cursor = start
+        cursor, carry = start, None
         while cursor.epoch < epochs:
-            last = min(cursor.epoch + chunk, epochs)
-            stream = iter(reader.distribute(self.strategy, plan, start=cursor, epochs=last - cursor.epoch))
-            rewind = None
+            # Epochs are read in chunks of planned rows (see PlanReader), at most CHUNK_SLOTS ids each:
+            # all of a small dataset's epochs in one pipeline, one epoch per pipeline for a large one.
+            per_epoch = max(self.plan.num_steps * self.plan.topology.replicas * self.plan.slots, 1)
+            last = min(cursor.epoch + max(1, CHUNK_SLOTS // per_epoch), epochs)
+            stream = iter(reader.distribute(self.strategy, self.plan, start=cursor, epochs=last - cursor.epoch))
+            rewind = replan = None
             for epoch in range(cursor.epoch, last):
                 first = cursor.step if epoch == cursor.epoch else 0
-                outcome = self._run_epoch(stream, plan, epoch, first, on_step, on_batch, guard)
+                outcome = self._run_epoch(stream, self.plan, epoch, first, on_step, on_batch, guard, monitor, carry)
+                carry = None
                 if isinstance(outcome, Cursor):
                     rewind = outcome
+                    break
+                if isinstance(outcome, _Replan):
+                    replan = outcome
                     break
                 results.append(outcome)
                 if on_epoch is not None:
                     on_epoch(outcome)
-            if rewind is None:
+                if self._decided is not None and epoch + 1 < epochs:  # decided at the epoch's end: re-plan the next
+                    replan = _Replan(Cursor(epoch + 1, 0), None)
+                    break
+                self._decided = None
+            if rewind is None and replan is None:
                 _drain(stream)
                 cursor = Cursor(last, 0)
                 continue
-            # Rewound to a checkpoint: drop the stream mid-way. Safe here, unlike an endless stream,
+            # Rewound or re-planned: drop the stream mid-way. Safe here, unlike an endless stream,
             # because its rows are constants (no Python work in flight; see PlanReader).
             del stream
+            if replan is not None:
+                cursor, carry = replan.cursor, replan.tally
+                self._adopt(plan, cursor, monitor)
+                continue
             results = [r for r in results if r.epoch < rewind.epoch]
             cursor = self.cursor = rewind
         if guard is not None:
             guard.finish(cursor)
         return results
 
-    def _run_epoch(self, stream, plan: Plan, epoch: int, first: int, on_step, on_batch, guard):
-        """Run steps ``first..`` of ``epoch``; an :class:`EpochResult`, or the Cursor to rewind to."""
+    def _adopt(self, plan: Plan, cursor: Cursor, monitor) -> None:
+        """Switch to the weights decided by the monitor, from ``cursor`` on."""
+        decision, self._decided = self._decided, None
+        before = tuple(self.plan.topology.weights or (1.0,) * self.plan.topology.replicas)
+        self.plan = plan.with_topology(Topology(plan.topology.replicas, decision.weights))
+        self.replans.append((cursor, decision.weights))
+        monitor.replanned(cursor, before, decision)
+
+    _decided = None  # a monitor decision with new weights, not yet applied
+
+    def _run_epoch(self, stream, plan: Plan, epoch: int, first: int, on_step, on_batch, guard, monitor=None,
+                   tally: "_Tally | None" = None):
+        """Run steps ``first..`` of ``epoch``: an :class:`EpochResult`, a Cursor to rewind to, or a :class:`_Replan`."""
         # Step outputs stay tensors until they are needed: reading one back every step would make
         # the host wait for each step before dispatching the next (a GPU would idle). Without a
-        # guard they are read at the epoch's end; with one, each LAG steps behind (anomalies),
-        # and all of them before a checkpoint.
-        tally = _Tally(self._local, guard.partial(Cursor(epoch, first)) if guard is not None else None,
-                       per_replica=self._workers == 1)
+        # guard or monitor they are read at the epoch's end; with one, each LAG steps behind
+        # (anomalies, timings), and all of them before a checkpoint.
+        tf = _tf()
+        if tally is None:
+            tally = _Tally(self._local, guard.partial(Cursor(epoch, first)) if guard is not None else None,
+                           per_replica=self._workers == 1)
         pending: deque = deque()
         self.cursor = Cursor(epoch, first)
         k, step = self.accumulate_steps, first
@@ -433,7 +551,8 @@ class Trainer:
             # run resumed at a group boundary groups its steps as an uninterrupted one does.
             count = min(k - step % k, plan.num_steps - step)
             if on_batch is None:
-                outs = self._train_next(stream, count)
+                at = tf.constant(epoch * plan.num_steps + step, tf.int64) if self.timing else None
+                outs = self._train_next(stream, count, at)
             else:
                 batches = [next(stream) for _ in range(count)]
                 outs = self._train_step(*batches)
@@ -445,26 +564,46 @@ class Trainer:
             self.cursor = Cursor(epoch, step)
             if on_step is not None:
                 on_step(self.cursor, outs[0]["sums"] if count == 1 else sum(o["sums"] for o in outs))
-            if guard is None:
+            if guard is None and monitor is None:
                 continue
             end = step == plan.num_steps
-            due = end or guard.due(self.cursor)
-            self._settle(pending, tally, guard, epoch, keep=0 if due else LAG)
-            rewind = guard.after_step(self, self.cursor, tally, self._result(epoch, tally) if end else None)
-            if rewind is not None:
-                return rewind
-        self._settle(pending, tally, guard, epoch, keep=0)
+            due = end or (guard is not None and guard.due(self.cursor))
+            self._settle(pending, tally, guard, epoch, keep=0 if due else LAG, monitor=monitor)
+            if monitor is not None and monitor.due(end):
+                decision = monitor.absorb(self._all_workers(monitor.window()))
+                if decision is not None and decision.weights is not None:
+                    self._decided = decision
+            if guard is not None:
+                rewind = guard.after_step(self, self.cursor, tally, self._result(epoch, tally) if end else None)
+                if rewind is not None:
+                    self._decided = None
+                    if monitor is not None:
+                        monitor.drop()
+                    return rewind
+            if self._decided is not None and not end:
+                # Every worker decided the same at the same update (same gathered numbers).
+                self._settle(pending, tally, guard, epoch, keep=0, monitor=monitor)
+                if monitor.due(True):  # log the steps settled just now (the decision is made: in cool-down)
+                    monitor.absorb(self._all_workers(monitor.window()))
+                return _Replan(self.cursor, tally)
+        self._settle(pending, tally, guard, epoch, keep=0, monitor=monitor)
+        if monitor is not None and monitor.due(True):
+            decision = monitor.absorb(self._all_workers(monitor.window()))
+            if decision is not None and decision.weights is not None:
+                self._decided = decision
         return self._result(epoch, tally)
 
-    def _settle(self, pending: deque, tally: "_Tally", guard, epoch: int, keep: int) -> None:
+    def _settle(self, pending: deque, tally: "_Tally", guard, epoch: int, keep: int, monitor=None) -> None:
         # Read back all but the last `keep` step outputs (waits for those steps to finish).
-        wants_ids = guard is not None and guard.needs_ids
+        wants_ids = (guard is not None and guard.needs_ids) or (monitor is not None and monitor.needs_ids)
         while len(pending) > keep:
             step, out = pending.popleft()
-            row = {k: v.numpy() for k, v in out.items() if wants_ids or k in ("sums", "flags")}
+            row = {k: v.numpy() for k, v in out.items() if wants_ids or k in ("sums", "flags", "timing")}
             tally.add(row)
             if guard is not None:
                 guard.record(epoch, step, row)
+            if monitor is not None:
+                monitor.record(epoch, step, row)
 
     def _result(self, epoch: int, tally: "_Tally") -> EpochResult:
         # Under several workers the per-replica sums are all-gathered, once per tally state: every
@@ -494,6 +633,14 @@ class Trainer:
         totals = self._all_workers(totals).sum(axis=0)
         n = int(round(totals[2]))
         return EvalResult(count=n, loss=float(totals[0]) / max(n, 1), accuracy=float(totals[1]) / max(n, 1))
+
+
+@dataclass(frozen=True)
+class _Replan:
+    """The epoch stops at ``cursor`` to continue under new weights, with its running ``tally``."""
+
+    cursor: Cursor
+    tally: "_Tally | None"
 
 
 class _Tally:
@@ -571,3 +718,49 @@ def _drain(stream) -> None:
     for _ in stream:
         raise RuntimeError("the input pipeline yielded more batches than the plan has steps; "
                            "please report this as a bug")
+
+
+def _clock(anchor, since, factor, sample_seconds):
+    """The host clock (``time.time()``, the clock of ``tf.timestamp``), after an emulated delay.
+
+    The delay is ``(factor - 1) * (now - since) + factor * sample_seconds`` (0 by default).
+    ``anchor`` (a replica's resource handle) is only there to order the call (see ``Trainer._anchor``).
+    """
+    now = time.time()
+    f = float(factor)
+    delay = (f - 1.0) * max(now - float(since), 0.0) + f * float(sample_seconds)
+    if delay > 0:
+        time.sleep(delay)
+        now = time.time()
+    return np.float64(now)
+
+
+def _now():
+    """The host clock as a graph op. Not ``tf.timestamp``: op determinism (``--deterministic``) forbids it."""
+    tf = _tf()
+    return tf.ensure_shape(tf.py_function(_wall_clock, [], tf.float64), [])
+
+
+def _wall_clock():
+    return np.float64(time.time())
+
+
+def _stack_padded(tensors):
+    """Stack per-replica tensors; rank >= 1 ones of different lengths are padded (-1, or False) to the longest.
+
+    With ``trim_padding`` readers, each replica's batch has its own length.
+    """
+    tf = _tf()
+    tensors = list(tensors)
+    if not tensors[0].shape.rank or len(tensors) == 1 or all(
+            t.shape[0] is not None and t.shape[0] == tensors[0].shape[0] for t in tensors):
+        return tf.stack(tensors)
+    longest = tf.reduce_max(tf.stack([tf.shape(t)[0] for t in tensors]))
+    out = []
+    for t in tensors:
+        pad = [[0, longest - tf.shape(t)[0]]] + [[0, 0]] * (t.shape.rank - 1)
+        if t.dtype == tf.bool:
+            out.append(tf.cast(tf.pad(tf.cast(t, tf.int8), pad), tf.bool))
+        else:
+            out.append(tf.pad(t, pad, constant_values=tf.cast(-1, t.dtype)))
+    return tf.stack(out)

@@ -1,0 +1,278 @@
+"""A training run's telemetry: load ``telemetry.jsonl`` and diagnose what slowed the steps.
+
+The trainer writes one JSON object per line to ``<run_dir>/telemetry.jsonl``: a ``run`` line
+(replicas, batch size, load unit), one ``step`` line per update (each replica's weight, real
+samples, cost and compute seconds, the step's input wait and wall time) and a ``rebalance``
+line whenever the weights change. :func:`load_telemetry` turns the step lines into arrays;
+:func:`diagnose` decides, over a window of steps, whether the run was input-bound, had a
+straggler replica, or was balanced, and says what to do about it in plain lines.
+
+Unknown keys and kinds are ignored, so older readers accept newer files; a truncated last
+line (the trainer crashed mid-write) is skipped. numpy and the stdlib only.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Telemetry", "Diagnosis", "load_telemetry", "diagnose", "diagnose_phases",
+           "INPUT_BOUND", "INPUT_MODERATE", "STRAGGLER"]
+
+TELEMETRY_FILE = "telemetry.jsonl"
+INPUT_BOUND = 0.20     # input wait / step time at or above which a run is input-bound
+INPUT_MODERATE = 0.05  # ... at or above which it is "moderately" input-bound (a note only)
+STRAGGLER = 0.10       # others' wait for one replica / ((R-1) * step time) for a straggler
+
+_PER_REPLICA = ("weights", "samples", "cost", "compute")
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """The step lines of a run as arrays; ``n`` updates, ``R`` replicas, in the order written.
+
+    Attributes:
+        path: the telemetry.jsonl file read.
+        run: the ``run`` line (empty dict when the file had none).
+        epoch, step, global_step: int64 ``[n]``; ``step`` is the plan step an update ended with.
+        weights, cost, compute: float64 ``[n, R]``; weights are relative speeds, cost in load
+            units, compute in seconds from a replica's step start to its gradients being ready.
+        samples: int64 ``[n, R]``, real samples each replica trained on.
+        input_wait, step_seconds: float64 ``[n]``, seconds.
+        rebalances: the ``rebalance`` lines, each with ``"index"`` added: the number of step
+            lines written before it, i.e. the first update that used its ``after`` weights.
+        truncated_line: 1-based number of a skipped, truncated last line, else None.
+    """
+
+    path: Path
+    run: dict
+    epoch: np.ndarray
+    step: np.ndarray
+    global_step: np.ndarray
+    weights: np.ndarray
+    samples: np.ndarray
+    cost: np.ndarray
+    compute: np.ndarray
+    input_wait: np.ndarray
+    step_seconds: np.ndarray
+    rebalances: tuple[dict, ...] = ()
+    truncated_line: int | None = None
+
+    @property
+    def replicas(self) -> int:
+        return int(self.weights.shape[1])
+
+    @property
+    def num_updates(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def load_unit(self) -> str:
+        return "cost" if self.run.get("load_unit") == "cost" else "samples"
+
+    @property
+    def resumes(self) -> np.ndarray:
+        """Indices of updates whose global_step did not increase: a restart from a checkpoint."""
+        return np.flatnonzero(np.diff(self.global_step) <= 0) + 1
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What slowed steps ``start..stop-1`` of a run, and what to do (see :func:`diagnose`)."""
+
+    kind: str  # "input-bound" | "straggler" | "balanced"
+    # straggler: the replica the others waited for most, also when below the threshold (the
+    # kind says whether it matters); None with one replica or when no one waited.
+    input_wait_fraction: float
+    imbalance: float
+    straggler: int | None
+    straggler_wait_seconds: float
+    straggler_fraction: float
+    lines: tuple[str, ...]
+    start: int = 0
+    stop: int = 0
+    waited_for: tuple[float, ...] = field(default=())  # per replica: seconds the others waited for it
+
+
+def load_telemetry(run_dir) -> Telemetry:
+    """Read ``<run_dir>/telemetry.jsonl`` (written by ``evenflow train``).
+
+    Raises:
+        ValueError: no such directory, no telemetry file, no step lines, or a line that is not a
+            JSON object or whose arrays do not have one entry per replica (named by line number).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"run directory {run_dir} does not exist; pass the --output-dir of an evenflow train run")
+    path = run_dir / TELEMETRY_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} not found: it is written by evenflow train with telemetry; run training first")
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    last = max((i for i, s in enumerate(lines) if s.strip()), default=-1)
+    run: dict = {}
+    replicas = None
+    rows: dict[str, list] = {k: [] for k in ("epoch", "step", "global_step", "input_wait", "step_seconds",
+                                             *_PER_REPLICA)}
+    rebalances: list[dict] = []
+    truncated = None
+    for i, text in enumerate(lines):
+        if not text.strip():
+            continue
+        where = f"{path} line {i + 1}"
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            if i == last:  # the trainer died mid-write; everything before it is whole
+                truncated = i + 1
+                continue
+            raise ValueError(f"{where} is not valid JSON ({e.msg}); every line must be one JSON object — "
+                             f"fix or delete that line") from e
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where} must be a JSON object, got {type(obj).__name__}; fix or delete that line")
+        kind = obj.get("kind")
+        if kind == "run" and not run:
+            run = obj
+            if isinstance(obj.get("replicas"), int) and obj["replicas"] >= 1:
+                replicas = obj["replicas"]
+        elif kind == "step":
+            if replicas is None:  # no run line: the first step line decides
+                replicas = len(obj.get("weights") or [])
+            _read_step(obj, replicas, where, rows)
+        elif kind == "rebalance":
+            rebalances.append({**obj, "index": len(rows["epoch"]), "line": i + 1})
+        # other kinds: written by a newer trainer; ignored on purpose
+    if not rows["epoch"]:
+        raise ValueError(f"{path} has no step lines; the run stopped before its first update — "
+                         f"train at least one step")
+    f64 = np.float64
+    return Telemetry(
+        path=path, run=run,
+        epoch=np.asarray(rows["epoch"], np.int64), step=np.asarray(rows["step"], np.int64),
+        global_step=np.asarray(rows["global_step"], np.int64),
+        weights=np.asarray(rows["weights"], f64), samples=np.asarray(rows["samples"], np.int64),
+        cost=np.asarray(rows["cost"], f64), compute=np.asarray(rows["compute"], f64),
+        input_wait=np.asarray(rows["input_wait"], f64), step_seconds=np.asarray(rows["step_seconds"], f64),
+        rebalances=tuple(rebalances), truncated_line=truncated)
+
+
+def _read_step(obj: dict, replicas: int, where: str, rows: dict[str, list]) -> None:
+    if replicas < 1:
+        raise ValueError(f"{where}: 'weights' must list one weight per replica, got {obj.get('weights')!r}")
+    try:
+        vals = {k: obj[k] for k in rows}
+    except KeyError as e:
+        raise ValueError(f"{where}: a step line needs {', '.join(rows)}; {e.args[0]!r} is missing") from e
+    for k in _PER_REPLICA:
+        v = vals[k]
+        if not isinstance(v, list) or len(v) != replicas:
+            got = f"{len(v)} values" if isinstance(v, list) else repr(v)
+            raise ValueError(f"{where}: {k!r} must have one value per replica ({replicas}, from the run line), "
+                             f"got {got}; the file mixes runs with different replica counts — start a new "
+                             f"run directory")
+    try:
+        for k in ("epoch", "step", "global_step"):
+            rows[k].append(int(vals[k]))
+        for k in ("input_wait", "step_seconds"):
+            rows[k].append(float(vals[k]))
+        rows["samples"].append([int(x) for x in vals["samples"]])
+        for k in ("weights", "cost", "compute"):
+            rows[k].append([float(x) for x in vals[k]])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: step fields must be numbers ({e}); fix or delete that line") from e
+
+
+def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnosis:
+    """Diagnose updates ``start..stop-1`` (indices into the step lines; ``stop`` None = the end).
+
+    Measures:
+        input_wait_fraction: sum(input_wait) / sum(step_seconds).
+        imbalance: mean over steps of max(compute) / mean(compute).
+        straggler_wait_seconds: each step charges the replica with the largest compute with
+            sum over the others of (its compute - theirs); the straggler is the replica charged
+            most, and this is its charge.
+        straggler_fraction: straggler_wait_seconds / ((R - 1) * sum(step_seconds)).
+
+    Rules: input-bound when input_wait_fraction >= 0.20; straggler when straggler_fraction
+    >= 0.10 and R > 1; when both hold the larger fraction decides ``kind`` and both are in
+    ``lines``; otherwise balanced. 0.05 <= input_wait_fraction < 0.20 adds a "moderately
+    input-bound" line without changing ``kind``.
+
+    Raises:
+        ValueError: the window holds no steps.
+    """
+    n = tel.num_updates
+    stop = n if stop is None else min(int(stop), n)
+    start = max(int(start), 0)
+    if start >= stop:
+        raise ValueError(f"diagnose needs at least one step, got steps {start}..{stop - 1} of {n}")
+    comp = tel.compute[start:stop]
+    r = tel.replicas
+    step_total = float(tel.step_seconds[start:stop].sum())
+    wait_total = float(tel.input_wait[start:stop].sum())
+    iwf = wait_total / step_total if step_total > 0 else 0.0
+    mx, mean = comp.max(axis=1), comp.mean(axis=1)
+    imbalance = float(np.mean(np.divide(mx, mean, out=np.ones_like(mx), where=mean > 0)))
+    charged = np.zeros(r)
+    np.add.at(charged, comp.argmax(axis=1), r * mx - comp.sum(axis=1))
+    strag = int(charged.argmax()) if r > 1 and charged.max() > 0 else None
+    waited = float(charged[strag]) if strag is not None else 0.0
+    sf = waited / ((r - 1) * step_total) if strag is not None and step_total > 0 else 0.0
+    is_input, is_strag = iwf >= INPUT_BOUND, strag is not None and sf >= STRAGGLER
+    kind = ("input-bound" if iwf >= sf else "straggler") if is_input and is_strag else \
+        "input-bound" if is_input else "straggler" if is_strag else "balanced"
+
+    steps = stop - start
+    input_line = (f"input-bound: steps waited {wait_total:.1f} s for their input batches, {iwf:.0%} of "
+                  f"{step_total:.1f} s step time over {steps} steps; feed faster: more parallel reads and "
+                  f"decoding, cache the decoded dataset, a deeper prefetch; convert images or arrays to indexed "
+                  f"records with `evenflow convert`; `--augment` costs CPU per sample (try a run without it)")
+    lines: list[str] = []
+    if is_strag:
+        others = np.delete(comp.sum(axis=0), strag)
+        ratio = float(comp[:, strag].sum() / others.mean()) if others.mean() > 0 else float("inf")
+        todo = _rebalance_advice(tel, start, stop, strag)
+        lines.append(f"straggler: replica {strag} took {ratio:.1f}x the others' compute time; the others waited "
+                     f"{waited:.1f} s for it ({sf:.0%} of step time); {todo}")
+    if is_input:
+        lines.insert(0 if kind == "input-bound" else len(lines), input_line)
+    elif iwf >= INPUT_MODERATE:
+        lines.append("moderately input-bound: " + input_line.split(": ", 1)[1])
+    if kind == "balanced":
+        who = f"; the others waited {waited:.1f} s for replica {strag} ({sf:.0%} of step time)" if strag is not None \
+            else ""
+        lines.insert(0, f"balanced: the slowest replica's compute was on average {imbalance:.2f}x the mean over "
+                        f"{steps} steps{who}; input wait {iwf:.1%} of step time; nothing to fix")
+    return Diagnosis(kind=kind, input_wait_fraction=iwf, imbalance=imbalance, straggler=strag,
+                     straggler_wait_seconds=waited, straggler_fraction=sf, lines=tuple(lines),
+                     start=start, stop=stop, waited_for=tuple(float(c) for c in charged))
+
+
+def _rebalance_advice(tel: Telemetry, start: int, stop: int, strag: int) -> str:
+    at = [ev["index"] for ev in tel.rebalances]
+    inside, later = [i for i in at if start < i < stop], [i for i in at if i >= stop]
+    if inside:
+        return (f"rebalancing is on and changed the weights {len(inside)} time{'s' * (len(inside) != 1)} within "
+                f"these steps (first at update {inside[0]}): compare the diagnoses before and after rebalancing")
+    if later:
+        return f"rebalancing is on and changed the weights after these steps, at update {later[0]}"
+    if at or tel.run.get("rebalance"):
+        return (f"rebalancing is on but has not caught up: replica {strag} may be slow irregularly (a shared or "
+                f"throttling device?) — check it, or give it a smaller fixed weight")
+    return (f"rebalancing is off: turn it on so the plan gives replica {strag} a smaller share, or give it a "
+            f"smaller weight")
+
+
+def diagnose_phases(tel: Telemetry) -> dict[str, Diagnosis]:
+    """``{"whole run": ...}``, plus "before rebalancing" (the updates before the first rebalance)
+    and "after rebalancing" (from the last rebalance on) when the run rebalanced and each
+    part holds at least one step."""
+    out = {"whole run": diagnose(tel)}
+    if tel.rebalances:
+        first, last = tel.rebalances[0]["index"], tel.rebalances[-1]["index"]
+        if first > 0:
+            out["before rebalancing"] = diagnose(tel, 0, first)
+        if last < tel.num_updates:
+            out["after rebalancing"] = diagnose(tel, last)
+    return out

@@ -1,0 +1,210 @@
+"""Per-replica telemetry of a training run, and the rebalancing decisions made from it (host side).
+
+The trainer times every replica's step (:class:`~evenflow.tf.trainer.Trainer` with
+``timing=True``) and hands each settled step's outputs to :meth:`ReplicaMonitor.record`.
+Every ``check_every`` updates, and at each epoch's end, the trainer all-gathers the
+window of rows (:meth:`window`) across workers — every worker calls it at the same
+update — and passes the result to :meth:`absorb`, which
+
+* appends one line per update to ``<run_dir>/telemetry.jsonl`` (chief only),
+* writes TensorBoard scalars (window means): per replica its real samples, cost,
+  compute seconds, the weight in use; per step the input wait and the imbalance,
+* feeds the :class:`~evenflow.plan.speed.Rebalancer`, whose decision — identical on
+  every worker, because every worker sees the same gathered numbers — the trainer
+  turns into a re-plan of the rest of the epoch.
+
+Per update, replica r contributes ``[samples, cost, compute, input wait, end]``:
+``compute`` from the start of its step to its gradients being ready (emulated delays
+included), ``input wait`` the time its worker's step waited for its batches, and
+``end`` the time from the step's start to its update being applied.
+
+``telemetry.jsonl`` (read by ``evenflow report``) holds a ``run`` line, then ``step``
+and ``rebalance`` lines; see :mod:`evenflow.report.telemetry` for the fields.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from evenflow.plan import Cursor
+from evenflow.plan.speed import Decision, RebalanceOptions, Rebalancer
+
+__all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]
+
+TELEMETRY_FILE = "telemetry.jsonl"
+FIELDS = 5  # samples, cost, compute, input wait, end (per replica and update)
+
+
+class ReplicaMonitor:
+    """Collects per-replica timings; writes telemetry; decides re-plans.
+
+    Args:
+        replicas: R, all workers' replicas.
+        global_batch_size: G (keeps every replica's share of a step >= 1 sample).
+        steps_per_epoch: plan steps per epoch.
+        costs: per-sample costs of the training set (float ``[N]``), or None: load is counted in samples.
+        rebalance: :class:`~evenflow.plan.speed.RebalanceOptions`.
+        check_every: updates between two checks (all-gathers across workers), >= 1.
+        telemetry: path of ``telemetry.jsonl`` to write (the chief's), or None.
+        log: an object with ``scalar(tag, value, step)`` (a :class:`~evenflow.tf.runlog.RunLog`), or None.
+        workers: number of workers (for the run line).
+        append: keep an existing telemetry file (a resumed run continues it).
+    """
+
+    def __init__(self, replicas: int, global_batch_size: int, steps_per_epoch: int, costs: np.ndarray | None = None,
+                 rebalance: RebalanceOptions = RebalanceOptions(), check_every: int = 2,
+                 telemetry: str | Path | None = None, log=None, workers: int = 1, append: bool = False):
+        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+            raise ValueError(f"check_every must be an int >= 1, got {check_every!r}")
+        self.replicas, self.steps_per_epoch, self.check_every = int(replicas), int(steps_per_epoch), check_every
+        self.costs = None if costs is None else np.asarray(costs, np.float64)
+        self.rebalancer = Rebalancer(self.replicas, rebalance, global_batch_size)
+        self.log = log
+        self.global_step = 0          # updates recorded over this process's run
+        self._since_plan = 0          # updates since the plan's weights last changed (warm-up)
+        self._rows: list[np.ndarray] = []   # local [local R, FIELDS] per update
+        self._meta: list[tuple[int, int, int, bool]] = []  # epoch, step, global step, counts for speed
+        self._load = None             # local (samples, cost) of micro-steps of the update in progress
+        self.totals = np.zeros((self.replicas, FIELDS))
+        self.waited_for = np.zeros(self.replicas)  # time the others waited for each replica
+        self.step_seconds = self.input_wait = 0.0
+        self.imbalance_sum, self.updates = 0.0, 0
+        self.history: list[dict] = []  # rebalance events
+        self._file = None
+        if telemetry is not None:
+            path = Path(telemetry)
+            keep = append and path.is_file()
+            self._file = open(path, "a" if keep else "w")
+            if not keep:
+                self._write({"kind": "run", "replicas": self.replicas, "workers": int(workers),
+                             "global_batch_size": int(global_batch_size), "steps_per_epoch": self.steps_per_epoch,
+                             "load_unit": "samples" if self.costs is None else "cost"})
+
+    @property
+    def needs_ids(self) -> bool:
+        """True when the rows must carry sample ids (to sum their costs)."""
+        return self.costs is not None
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        return self.rebalancer.weights
+
+    # -- per step ---------------------------------------------------------------------------
+    def record(self, epoch: int, step: int, row: dict) -> None:
+        """One settled plan step's outputs (``sums`` ``[local R, 3]``, ``timing`` on an update's last step)."""
+        samples = np.asarray(row["sums"], np.float64)[:, 2]
+        if self.costs is not None:
+            ids = np.asarray(row["ids"])
+            cost = np.array([self.costs[r[r >= 0]].sum() for r in ids.reshape(len(ids), -1)])
+        else:
+            cost = samples
+        load = np.stack([samples, cost], axis=1)
+        self._load = load if self._load is None else self._load + load
+        if "timing" not in row:
+            return  # a micro-step of an accumulated update: its timing comes with the update's last step
+        t = np.asarray(row["timing"], np.float64)  # [local R, 5]: began, ready, start, grads, end
+        began = t[:, 0]
+        fields = np.column_stack([self._load, t[:, 3] - t[:, 2], t[:, 1] - began, t[:, 4] - began])
+        self._rows.append(np.maximum(fields, 0.0))
+        self._meta.append((int(epoch), int(step), self.global_step, self._since_plan >= self.rebalancer.options.warmup))
+        self._load = None
+        self.global_step += 1
+        self._since_plan += 1
+
+    def due(self, end_of_epoch: bool) -> bool:
+        """Whether the trainer should gather and :meth:`absorb` now (the same answer on every worker)."""
+        return bool(self._rows) and (end_of_epoch or len(self._rows) >= self.check_every)
+
+    def window(self) -> np.ndarray:
+        """float64 ``[local R, updates * FIELDS]``: the rows since the last check, for the all-gather."""
+        return np.concatenate(self._rows, axis=1) if self._rows else np.zeros((0, 0))
+
+    def drop(self) -> None:
+        """Forget rows not absorbed yet (their steps are about to be trained again after a rewind)."""
+        self._rows, self._meta, self._load = [], [], None
+
+    # -- per check ---------------------------------------------------------------------------
+    def absorb(self, gathered: np.ndarray) -> Decision | None:
+        """Take the all-gathered window (``[R, updates * FIELDS]``); returns the decision of this check."""
+        rows = np.asarray(gathered, np.float64).reshape(self.replicas, len(self._meta), FIELDS).transpose(1, 0, 2)
+        meta, self._rows, self._meta = self._meta, [], []
+        weights = list(self.weights)
+        for (epoch, step, gstep, _), r in zip(meta, rows):
+            compute = r[:, 2]
+            wait, took = float(r[:, 3].max()), float(r[:, 4].max())
+            slowest = int(np.argmax(compute))
+            self.waited_for[slowest] += float((compute[slowest] - compute).sum())
+            self.totals += r
+            self.step_seconds += took
+            self.input_wait += wait
+            imbalance = float(compute.max() / compute.mean()) if compute.mean() > 0 else 1.0
+            self.imbalance_sum += imbalance
+            self.updates += 1
+            self._write({"kind": "step", "epoch": epoch, "step": step, "global_step": gstep, "weights": weights,
+                         "samples": [int(round(x)) for x in r[:, 0]], "cost": [round(float(x), 6) for x in r[:, 1]],
+                         "compute": [round(float(x), 6) for x in compute], "input_wait": round(wait, 6),
+                         "step_seconds": round(took, 6)})
+        if self.log is not None and len(rows):
+            at = meta[-1][2]
+            mean = rows.mean(axis=0)
+            for r in range(self.replicas):
+                self.log.scalar(f"replica_samples/replica_{r}", mean[r, 0], at)
+                self.log.scalar(f"replica_cost/replica_{r}", mean[r, 1], at)
+                self.log.scalar(f"replica_compute_seconds/replica_{r}", mean[r, 2], at)
+                self.log.scalar(f"replica_weight/replica_{r}", weights[r], at)
+            comp = rows[:, :, 2]
+            self.log.scalar("step/input_wait_seconds", rows[:, :, 3].max(axis=1).mean(), at)
+            self.log.scalar("step/seconds", rows[:, :, 4].max(axis=1).mean(), at)
+            self.log.scalar("step/imbalance", float(np.mean(comp.max(axis=1) / np.maximum(comp.mean(axis=1), 1e-12))),
+                            at)
+        use = np.array([m[3] for m in meta], bool)
+        if not use.any():
+            return None
+        # Load units per second are measured on the compute part of the step (without the wait for
+        # the slowest replica in the all-reduce): the replica's own speed.
+        load = rows[use, :, 1].sum(axis=0)
+        seconds = rows[use, :, 2].sum(axis=0)
+        return self.rebalancer.check(load, seconds)
+
+    def replanned(self, cursor: Cursor, before: tuple[float, ...], decision: Decision) -> None:
+        """Log a re-plan that starts at ``cursor``."""
+        self._since_plan = 0
+        event = {"kind": "rebalance", "epoch": cursor.epoch, "step": cursor.step, "global_step": self.global_step,
+                 "before": list(before), "after": list(decision.weights),
+                 "speeds": [round(x, 6) for x in decision.speeds],
+                 "imbalance_before": round(decision.imbalance_before, 6),
+                 "imbalance_after": round(decision.imbalance_after, 6)}
+        self.history.append(event)
+        self._write(event)
+
+    def _write(self, record: dict) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def summary(self) -> dict:
+        """The run's per-replica section of ``summary.json``."""
+        t = self.totals
+        per = []
+        for r in range(self.replicas):
+            samples, cost, compute = float(t[r, 0]), float(t[r, 1]), float(t[r, 2])
+            per.append({"replica": r, "samples": int(round(samples)), "cost": cost, "compute_seconds": compute,
+                        "seconds_per_sample": compute / samples if samples > 0 else None,
+                        "others_waited_seconds": float(self.waited_for[r]), "final_weight": self.weights[r]})
+        speeds = self.rebalancer.estimator.speeds()
+        return {"per_replica": per, "updates": self.updates,
+                "step_seconds": self.step_seconds, "input_wait_seconds": self.input_wait,
+                "input_wait_fraction": self.input_wait / self.step_seconds if self.step_seconds > 0 else 0.0,
+                "mean_imbalance": self.imbalance_sum / self.updates if self.updates else 1.0,
+                "speeds": [None if not np.isfinite(x) else float(x) for x in speeds],
+                "weights": list(self.weights), "rebalances": list(self.history)}

@@ -1,0 +1,171 @@
+"""``evenflow report``: telemetry loading, the diagnosis rules, the HTML page and the CLI (no TensorFlow)."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from evenflow.cli import main
+from evenflow.report.run_report import downsample, write_report
+from evenflow.report.telemetry import diagnose, diagnose_phases, load_telemetry
+
+R = 4
+
+
+def _step(i, compute, step_seconds=None, input_wait=0.0, weights=None, **extra):
+    compute = [float(c) for c in compute]
+    step_seconds = max(compute) + input_wait + 0.1 if step_seconds is None else step_seconds
+    return {"kind": "step", "epoch": 0, "step": i, "global_step": i, "weights": weights or [1.0] * len(compute),
+            "samples": [8] * len(compute), "cost": [8.0] * len(compute), "compute": compute,
+            "input_wait": input_wait, "step_seconds": step_seconds, **extra}
+
+
+def _write(run_dir, lines, replicas=R, tail=""):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    head = {"kind": "run", "replicas": replicas, "workers": 1, "global_batch_size": 8 * replicas,
+            "steps_per_epoch": 100, "load_unit": "samples"}
+    text = "\n".join(json.dumps(x) for x in [head, *lines]) + "\n" + tail
+    (run_dir / "telemetry.jsonl").write_text(text)
+    return run_dir
+
+
+def _straggling(n, start=0):
+    # replica 2 computes 2 s, the others 1 s; each step 2.2 s, so others wait 3 * 1 s per step for replica 2
+    return [_step(start + i, [1, 1, 2, 1], step_seconds=2.2) for i in range(n)]
+
+
+def _balanced(n, start=0, input_wait=0.0):
+    rng = np.random.default_rng(0)
+    return [_step(start + i, 1.0 + 0.01 * rng.random(R), step_seconds=1.0, input_wait=input_wait) for i in range(n)]
+
+
+def test_balanced_run(tmp_path):
+    d = diagnose(load_telemetry(_write(tmp_path / "run", _balanced(50))))
+    assert d.kind == "balanced"
+    assert d.straggler_fraction < 0.01 and d.imbalance < 1.01
+    assert d.lines[0].startswith("balanced:") and not any("input-bound" in s for s in d.lines)
+
+
+def test_straggler_charged_with_hand_computed_wait(tmp_path):
+    tel = load_telemetry(_write(tmp_path / "run", _straggling(10)))
+    d = diagnose(tel)
+    assert d.kind == "straggler" and d.straggler == 2
+    assert d.straggler_wait_seconds == pytest.approx(10 * 3 * 1.0)  # 10 steps x 3 others x (2 s - 1 s)
+    assert d.straggler_fraction == pytest.approx(30.0 / (3 * 22.0))
+    assert d.imbalance == pytest.approx(2.0 / 1.25)
+    assert d.waited_for == pytest.approx((0.0, 0.0, 30.0, 0.0))
+    assert "replica 2 took 2.0x the others' compute time" in d.lines[0]
+    assert "waited 30.0 s" in d.lines[0] and "rebalancing is off" in d.lines[0]
+
+
+@pytest.mark.parametrize("wait, kind, moderate", [
+    (0.30, "input-bound", False),  # 30% of step time waiting for input
+    (0.08, "balanced", True),      # 8%: a note, the kind stays balanced
+    (0.02, "balanced", False),     # 2%: nothing said
+])
+def test_input_wait_rules(tmp_path, wait, kind, moderate):
+    d = diagnose(load_telemetry(_write(tmp_path / "run", _balanced(20, input_wait=wait))))
+    assert d.kind == kind
+    assert d.input_wait_fraction == pytest.approx(wait)
+    assert any(s.startswith("moderately input-bound") for s in d.lines) == moderate
+    if kind == "input-bound":
+        assert "evenflow convert" in d.lines[0] and "--augment" in d.lines[0]
+
+
+def test_input_bound_and_straggler_larger_problem_wins_and_both_are_said(tmp_path):
+    # straggler fraction 30 / (3 * 22) = 45% beats 25% input wait
+    steps = [_step(i, [1, 1, 2, 1], step_seconds=2.2, input_wait=0.55) for i in range(10)]
+    d = diagnose(load_telemetry(_write(tmp_path / "run", steps)))
+    assert d.kind == "straggler" and d.input_wait_fraction == pytest.approx(0.25)
+    assert d.lines[0].startswith("straggler:") and d.lines[1].startswith("input-bound:")
+
+
+def test_rebalance_splits_run_into_before_and_after(tmp_path):
+    event = {"kind": "rebalance", "epoch": 0, "step": 10, "global_step": 10, "before": [1.0] * R,
+             "after": [1, 1, 0.5, 1], "speeds": [8, 8, 4, 8], "imbalance_before": 1.6, "imbalance_after": 1.0}
+    tel = load_telemetry(_write(tmp_path / "run", [*_straggling(10), event, *_balanced(10, start=10)]))
+    assert [ev["index"] for ev in tel.rebalances] == [10]
+    phases = diagnose_phases(tel)
+    assert phases["before rebalancing"].kind == "straggler" and phases["before rebalancing"].straggler == 2
+    assert (phases["before rebalancing"].start, phases["before rebalancing"].stop) == (0, 10)
+    assert phases["after rebalancing"].kind == "balanced" and phases["after rebalancing"].start == 10
+    assert "changed the weights after these steps, at update 10" in phases["before rebalancing"].lines[0]
+    assert "compare the diagnoses before and after" in phases["whole run"].lines[0]
+
+
+def test_unknown_keys_and_kinds_ignored_truncated_last_line_skipped(tmp_path):
+    lines = [_step(0, [1] * R, future_field=[1, 2]), {"kind": "checkpoint", "path": "x"}, _step(1, [1] * R)]
+    tel = load_telemetry(_write(tmp_path / "run", lines, tail='{"kind": "step", "epoch": 0, "st'))
+    assert tel.num_updates == 2 and tel.compute.shape == (2, R)
+    assert tel.truncated_line == 5  # run line, 3 lines, then the cut one
+
+
+def test_bad_json_in_the_middle_is_an_error(tmp_path):
+    run_dir = _write(tmp_path / "run", [_step(0, [1] * R)])
+    with open(run_dir / "telemetry.jsonl", "a") as f:
+        f.write('{"kind": "st\n' + json.dumps(_step(1, [1] * R)) + "\n")
+    with pytest.raises(ValueError, match=r"line 3 is not valid JSON"):
+        load_telemetry(run_dir)
+
+
+def test_wrong_array_length_names_the_line(tmp_path):
+    run_dir = _write(tmp_path / "run", [_step(0, [1] * R), _step(1, [1] * (R - 1))])
+    with pytest.raises(ValueError, match=r"telemetry\.jsonl line 3: 'weights' must have one value per replica "
+                                         r"\(4, from the run line\), got 3 values"):
+        load_telemetry(run_dir)
+
+
+def test_missing_dir_file_and_steps(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_telemetry(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="written by evenflow train with telemetry; run training first"):
+        load_telemetry(tmp_path / "empty")
+    with pytest.raises(ValueError, match="has no step lines"):
+        load_telemetry(_write(tmp_path / "nosteps", []))
+
+
+def test_downsample_averages_buckets():
+    x = np.arange(1200.0)
+    y = np.stack([x, 2 * x], axis=1)
+    xb, yb = downsample(x, y, max_points=600)
+    assert xb.shape == (600,) and yb.shape == (600, 2)
+    assert xb[0] == 0.5 and yb[0].tolist() == [0.5, 1.0] and yb[-1].tolist() == [1198.5, 2397.0]
+
+
+def test_html_report_is_self_contained(tmp_path):
+    event = {"kind": "rebalance", "epoch": 0, "step": 10, "global_step": 10, "before": [1.0] * R,
+             "after": [1, 1, 0.5, 1], "speeds": [8, 8, 4, 8], "imbalance_before": 1.6, "imbalance_after": 1.0}
+    run_dir = _write(tmp_path / "run<x>", [*_straggling(10), event, *_balanced(1500, start=10)])
+    (run_dir / "summary.json").write_text(json.dumps({"test_accuracy": 0.97, "dataset": "digits <&>"}))
+    path, d = write_report(run_dir)
+    assert path == run_dir / "report.html" and d.kind in ("balanced", "straggler")
+    page = path.read_text()
+    assert page.count("<svg") == 4 and page.count("</svg>") == 4
+    assert not re.search(r"<script|<link|@import|https?:", page)
+    assert "digits &lt;&amp;&gt;" in page and "digits <&>" not in page and "run&lt;x&gt;" in page
+    assert page.count('class="rebalance"') == 4  # one marker per chart
+    assert "before rebalancing" in page and "after rebalancing" in page
+    n_points = max(len(m.split()) for m in re.findall(r'points="([^"]*)"', page))
+    assert n_points <= 600
+    assert not list(run_dir.glob(".report.html.tmp-*"))
+
+
+def test_cli_prints_table_diagnosis_and_writes(tmp_path, capsys):
+    run_dir = _write(tmp_path / "run", _straggling(10))
+    out_file = tmp_path / "page.html"
+    assert main(["report", str(run_dir), "--output", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    assert out_file.is_file() and f"wrote {out_file}" in out
+    assert "whole run (updates 0..9): straggler" in out and "replica 2 took 2.0x" in out
+    assert re.search(r"^\s*2\s+80\s+80\.0\s+20\.00\s", out, re.M)  # replica 2: 80 samples, cost 80, 20 s compute
+
+
+def test_cli_without_telemetry_exits_2_with_one_line(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    assert main(["report", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("evenflow report: error: ") and "run training first" in err and "\n" not in err
+    assert not (tmp_path / "run" / "report.html").exists()

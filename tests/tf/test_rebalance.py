@@ -1,0 +1,152 @@
+"""Rebalancing by measured speed, per-replica telemetry and pre-flight checks, through the real CLI.
+
+Every TensorFlow run is its own process with a hard timeout. The slow replica is
+emulated (``--simulate-slow``); the trainer is not told its factor and has to measure it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evenflow.tf.cluster import tf_config
+from evenflow.tf.launcher import free_ports
+from evenflow.tf.monitor import FIELDS, ReplicaMonitor
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(SRC), PYTHONUNBUFFERED="1")
+for key in ("TF_CONFIG", "EVENFLOW_REPLICAS_PER_WORKER"):
+    ENV.pop(key, None)
+
+
+def _train(run_dir: Path, *flags: str, timeout: float = 240) -> dict:
+    cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", "builtin:digits", "--epochs", "2",
+           "--replicas", "4", "--output-dir", str(run_dir), *flags]
+    try:
+        proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"evenflow train did not finish within {timeout} s: {(e.stderr or '')[-2000:]}")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((run_dir / "summary.json").read_text()) | {"_stdout": proc.stdout}
+
+
+@pytest.mark.slow
+def test_a_2x_slow_replica_gets_half_the_work_exactly_once_and_training_is_unchanged(tmp_path):
+    slow = _train(tmp_path / "slow", "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--audit")
+    tel = slow["telemetry"]
+    assert tel["rebalances"], slow["_stdout"]
+    first = tel["rebalances"][0]
+    assert first["global_step"] <= 12, first  # "within a few steps": warm-up 2, then two checks 2 updates apart
+    w = np.array(tel["weights"])
+    assert 1.6 <= w[:3].mean() / w[3] <= 2.6, w
+    per = tel["per_replica"]
+    assert sum(r["samples"] for r in per) == slow["history"][0]["samples"] + slow["history"][1]["samples"]
+    # Measured seconds per sample: replica 3 about twice the others (the emulated device, plus real compute).
+    spp = np.array([r["seconds_per_sample"] for r in per])
+    assert 1.6 <= spp[3] / spp[:3].mean() <= 2.6, spp
+    # Exactly once, checked by the audit trail of the ids each replica really received.
+    audit = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(tmp_path / "slow")], env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    # The same run without slowness or rebalancing: every step trains on the same samples, so the
+    # model ends (up to float summation order) the same.
+    plain = _train(tmp_path / "plain", "--rebalance", "off")
+    assert not plain["telemetry"]["rebalances"]
+    assert abs(slow["test_accuracy"] - plain["test_accuracy"]) <= 0.02
+    assert slow["final_train_loss"] == pytest.approx(plain["final_train_loss"], rel=0.05)
+    # Telemetry file and report.
+    lines = [json.loads(x) for x in (tmp_path / "slow" / "telemetry.jsonl").read_text().splitlines()]
+    assert lines[0]["kind"] == "run" and lines[0]["replicas"] == 4
+    assert sum(x["kind"] == "step" for x in lines) == slow["steps"]
+    report = subprocess.run([sys.executable, "-m", "evenflow", "report", str(tmp_path / "slow")], env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "slow" / "report.html").is_file()
+    assert "before rebalancing" in report.stdout and "straggler" in report.stdout
+
+
+@pytest.mark.slow
+def test_two_workers_with_different_seeds_fail_the_preflight_check(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", x=rng.normal(size=(128, 8)).astype(np.float32), y=rng.integers(0, 4, size=128))
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    procs = []
+    for i in (0, 1):
+        cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "data.npz"), "--epochs", "1",
+               "--replicas", "1", "--seed", str(i), "--collective-timeout", "30",
+               "--output-dir", str(tmp_path / f"run{i}")]
+        procs.append(subprocess.Popen(["timeout", "-k", "5", "150"] + cmd, env=dict(ENV, TF_CONFIG=tf_config(
+            addresses, i)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    errs = []
+    for p in procs:
+        _, err = p.communicate(timeout=170)
+        errs.append(err)
+    for i, (p, err) in enumerate(zip(procs, errs)):
+        assert p.returncode == 2, (i, p.returncode, err[-3000:])
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("evenflow train: error: the workers would plan differently ("), last
+        assert "seed 0 on worker 0 but 1 on worker 1" in last
+        assert "Traceback" not in err
+    assert not (tmp_path / "run0" / "summary.json").exists()
+
+
+def test_fewer_samples_than_replicas_fail_before_anything_is_written(tmp_path, capsys):
+    from evenflow.cli import main
+
+    np.savez(tmp_path / "tiny.npz", x=np.zeros((5, 2), np.float32), y=np.array([0, 1, 0, 1, 0]))
+    code = main(["train", "--dataset", str(tmp_path / "tiny.npz"), "--replicas", "8",
+                 "--output-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "samples but the run has 8 replicas" in err and "use at most" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_simulate_slow_value_is_one_line_exit_2(tmp_path, capsys):
+    from evenflow.cli import main
+
+    code = main(["train", "--dataset", "builtin:digits", "--simulate-slow", "3x2", "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "REPLICA:FACTOR[@STEP]" in err and len(err.splitlines()) == 1, err
+    code = main(["train", "--dataset", "builtin:digits", "--replicas", "2", "--simulate-slow", "5:2",
+                 "--output-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "replica 5 does not exist" in err, err
+
+
+def _row(samples, compute, wait=0.001, began=100.0):
+    r = len(samples)
+    t = np.zeros((r, 5))
+    t[:, 0], t[:, 1], t[:, 2] = began, began + wait, began + wait
+    t[:, 3] = t[:, 2] + np.asarray(compute)
+    t[:, 4] = t[:, 3].max() + 0.002
+    return {"sums": np.column_stack([np.zeros(r), np.zeros(r), np.asarray(samples, float)]), "timing": t}
+
+
+def test_monitor_writes_one_line_per_update_and_decides_from_the_gathered_window(tmp_path):
+    path = tmp_path / "telemetry.jsonl"
+    mon = ReplicaMonitor(4, 64, 100, telemetry=path, check_every=2)
+    decisions = []
+    for step in range(12):
+        mon.record(0, step, _row([16] * 4, [0.016, 0.016, 0.016, 0.032]))
+        if mon.due(False):
+            window = mon.window()
+            assert window.shape == (4, 2 * FIELDS)
+            decisions.append(mon.absorb(window))  # one worker: the gathered window is the local one
+    mon.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines[0] == {"kind": "run", "replicas": 4, "workers": 1, "global_batch_size": 64,
+                        "steps_per_epoch": 100, "load_unit": "samples"}
+    steps = [x for x in lines if x["kind"] == "step"]
+    assert [x["step"] for x in steps] == list(range(12))
+    assert steps[0]["compute"] == pytest.approx([0.016, 0.016, 0.016, 0.032])
+    assert steps[0]["input_wait"] == pytest.approx(0.001) and steps[0]["step_seconds"] == pytest.approx(0.035)
+    changed = [d for d in decisions if d is not None and d.weights is not None]
+    assert changed and changed[0].weights == (1.0, 1.0, 1.0, 0.5)
+    # The others waited 0.016 s per step for replica 3, three of them.
+    assert mon.summary()["per_replica"][3]["others_waited_seconds"] == pytest.approx(12 * 3 * 0.016)
