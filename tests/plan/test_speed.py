@@ -104,3 +104,10 @@ def test_feasible_weights_keep_every_replica_in_every_step():
 def test_bad_options_state_the_rule(kwargs, fragment):
     with pytest.raises((ValueError, TypeError), match=fragment):
         RebalanceOptions(**kwargs)
+
+
+def test_a_real_change_of_speed_replaces_the_average_at_once():
+    est = SpeedEstimator(2, smoothing=0.5, jump=0.3)
+    est.update([10, 10], [1.0, 1.0])
+    est.update([10, 10], [1.1, 3.0])  # +10%: smoothed; x3: a new speed, taken as it is
+    np.testing.assert_allclose(est.seconds_per_unit, [0.105, 0.3])

@@ -43,6 +43,9 @@ class RebalanceOptions:
         cooldown: checks after a re-plan during which no other one happens, >= 0.
         smoothing: weight of the newest window in the exponential moving average of
             seconds per unit, in (0, 1].
+        jump: a window that differs from a replica's average by more than this fraction
+            replaces the average (a device that really changed speed, e.g. throttled, is
+            followed at once instead of over several windows), > 0.
         resolution: weights are rounded to multiples of this (fastest replica = 1), in (0, 0.5].
         warmup: steps after the start of a run or a re-plan whose timings are ignored
             (they include tracing and pipeline start-up), >= 0.
@@ -54,6 +57,7 @@ class RebalanceOptions:
     urgent: float = 1.5
     cooldown: int = 2
     smoothing: float = 0.5
+    jump: float = 0.3
     resolution: float = 0.02
     warmup: int = 1
 
@@ -71,6 +75,8 @@ class RebalanceOptions:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if not (isinstance(self.smoothing, (int, float)) and 0 < self.smoothing <= 1):
             raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
+        if not (isinstance(self.jump, (int, float)) and self.jump > 0):
+            raise ValueError(f"jump must be a number > 0 (0.3 = a 30% change), got {self.jump!r}")
         if not (isinstance(self.resolution, (int, float)) and 0 < self.resolution <= 0.5):
             raise ValueError(f"resolution must be in (0, 0.5], got {self.resolution!r}")
 
@@ -81,10 +87,11 @@ class SpeedEstimator:
     Args:
         replicas: R.
         smoothing: weight of each new window, in (0, 1].
+        jump: a window more than this fraction away from the average replaces it.
     """
 
-    def __init__(self, replicas: int, smoothing: float = 0.5):
-        self.replicas, self.smoothing = int(replicas), float(smoothing)
+    def __init__(self, replicas: int, smoothing: float = 0.5, jump: float = float("inf")):
+        self.replicas, self.smoothing, self.jump = int(replicas), float(smoothing), float(jump)
         self.seconds_per_unit = np.full(self.replicas, np.nan)
 
     def update(self, load: np.ndarray, seconds: np.ndarray) -> None:
@@ -99,6 +106,8 @@ class SpeedEstimator:
         ok = (load > 0) & (seconds > 0) & np.isfinite(seconds)
         rate = np.where(ok, seconds / np.where(ok, load, 1.0), np.nan)
         fresh = ok & np.isnan(self.seconds_per_unit)
+        with np.errstate(invalid="ignore"):
+            fresh |= ok & (np.abs(rate / self.seconds_per_unit - 1) > self.jump)
         self.seconds_per_unit[fresh] = rate[fresh]
         old = ok & ~fresh
         a = self.smoothing
@@ -171,7 +180,7 @@ class Rebalancer:
     def __init__(self, replicas: int, options: RebalanceOptions = RebalanceOptions(), global_batch_size: int = 1,
                  weights=None):
         self.options, self.global_batch_size = options, int(global_batch_size)
-        self.estimator = SpeedEstimator(replicas, options.smoothing)
+        self.estimator = SpeedEstimator(replicas, options.smoothing, options.jump)
         self.weights = tuple(float(x) for x in (np.ones(replicas) if weights is None else weights))
         self._streak = 0
         self._cooldown = 0
