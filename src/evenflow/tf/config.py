@@ -298,7 +298,7 @@ class MonitorOptions:
         """
         from evenflow.plan.speed import RebalanceOptions
 
-        emulated = bool(self.simulate_slow) or self.simulate_sample_ms > 0
+        emulated = self.simulation().active
         enabled = self.rebalance == "on" or (self.rebalance == "auto" and (emulated or not shared_cpu))
         return RebalanceOptions(enabled=enabled, threshold=self.rebalance_threshold)
 

@@ -366,9 +366,11 @@ def _diagnose(run_dir: Path) -> list[str] | None:
     except ValueError:
         return None
     phases = diagnose_phases(tel)
+    if len(phases) == 1:
+        return list(next(iter(phases.values())).lines)
     lines = []
     for name, d in phases.items():
-        lines += [f"{name}: {d.kind}"] + [f"  {line}" for line in d.lines] if len(phases) > 1 else list(d.lines)
+        lines += [f"{name}: {d.kind}"] + [f"  {line}" for line in d.lines]
     return lines
 
 

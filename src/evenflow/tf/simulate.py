@@ -62,14 +62,6 @@ class Simulation:
                 raise ValueError(f"simulate_slow: replica {s.replica} does not exist in a run of {replicas} "
                                  f"replicas; use a replica in [0, {replicas - 1}]")
 
-    def factors(self, replicas: int, step: int) -> list[float]:
-        """Each replica's slowdown at global step ``step`` (host-side mirror of the in-graph rule)."""
-        out = [1.0] * replicas
-        for s in self.slow:
-            if step >= s.from_step and s.replica < replicas:
-                out[s.replica] *= s.factor
-        return out
-
 
 def parse_slow(text: str) -> tuple[SlowReplica, ...]:
     """``"3:2"``, ``"3:2@100"``, ``"1:1.5,3:3@50"`` -> slow replicas ("" -> none)."""

@@ -181,6 +181,7 @@ class Trainer:
         # The plan fit() runs now: the one passed in, or a re-plan with measured weights.
         self.plan: Plan | None = None
         self.replans: list[tuple[Cursor, tuple[float, ...]]] = []
+        self._decided = None  # a monitor decision with new weights, not applied yet
         self._loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         # This worker's replicas, and the worker count (1 under MirroredStrategy).
         self._local = len(strategy.extended.worker_devices)
@@ -530,8 +531,6 @@ class Trainer:
         self.replans.append((cursor, decision.weights))
         monitor.replanned(cursor, before, decision)
 
-    _decided = None  # a monitor decision with new weights, not yet applied
-
     def _run_epoch(self, stream, plan: Plan, epoch: int, first: int, on_step, on_batch, guard, monitor=None,
                    tally: "_Tally | None" = None):
         """Run steps ``first..`` of ``epoch``: an :class:`EpochResult`, a Cursor to rewind to, or a :class:`_Replan`."""
@@ -569,10 +568,8 @@ class Trainer:
             end = step == plan.num_steps
             due = end or (guard is not None and guard.due(self.cursor))
             self._settle(pending, tally, guard, epoch, keep=0 if due else LAG, monitor=monitor)
-            if monitor is not None and monitor.due(end):
-                decision = monitor.absorb(self._all_workers(monitor.window()))
-                if decision is not None and decision.weights is not None:
-                    self._decided = decision
+            if monitor is not None:
+                self._check_speeds(monitor, end)
             if guard is not None:
                 rewind = guard.after_step(self, self.cursor, tally, self._result(epoch, tally) if end else None)
                 if rewind is not None:
@@ -583,15 +580,20 @@ class Trainer:
             if self._decided is not None and not end:
                 # Every worker decided the same at the same update (same gathered numbers).
                 self._settle(pending, tally, guard, epoch, keep=0, monitor=monitor)
-                if monitor.due(True):  # log the steps settled just now (the decision is made: in cool-down)
-                    monitor.absorb(self._all_workers(monitor.window()))
+                self._check_speeds(monitor, True)  # logs the steps settled just now (in cool-down: no decision)
                 return _Replan(self.cursor, tally)
         self._settle(pending, tally, guard, epoch, keep=0, monitor=monitor)
-        if monitor is not None and monitor.due(True):
-            decision = monitor.absorb(self._all_workers(monitor.window()))
-            if decision is not None and decision.weights is not None:
-                self._decided = decision
+        if monitor is not None:
+            self._check_speeds(monitor, True)
         return self._result(epoch, tally)
+
+    def _check_speeds(self, monitor, end_of_epoch: bool) -> None:
+        """Gather the monitor's window across workers when due; keep a decision with new weights."""
+        if not monitor.due(end_of_epoch):
+            return
+        decision = monitor.absorb(self._all_workers(monitor.window()))
+        if decision is not None and decision.weights is not None:
+            self._decided = decision
 
     def _settle(self, pending: deque, tally: "_Tally", guard, epoch: int, keep: int, monitor=None) -> None:
         # Read back all but the last `keep` step outputs (waits for those steps to finish).
