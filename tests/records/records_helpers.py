@@ -22,3 +22,38 @@ def write_shard(path, rows: dict[str, np.ndarray], start: int = 0, stop: int | N
         w.write(r)
     w.close(labels=rows["label"][start:stop])
     return recs
+
+
+def break_image(root, shard: int, record: int) -> int:
+    """Rewrite one shard of a converted image dataset so that one record's image is cut to 100 bytes
+    (valid CRCs); returns the record's offset."""
+    import os
+
+    from evenflow.records import ExampleEncoder, RecordDataset, decode_examples, iter_records
+    from evenflow.records.manifest import ShardEntry, read_manifest, write_manifest
+    m = read_manifest(root)
+    path = os.path.join(root, m.shards[shard].file)
+    recs = list(iter_records(path))
+    cols = {k: list(v) for k, v in decode_examples(recs, m.features).items()}
+    cols["image"][record] = bytes(cols["image"][record])[:100]
+    enc = ExampleEncoder(m.features)
+    w = RecordWriter(path)
+    for j in range(len(recs)):
+        w.write(enc.encode({k: cols[k][j] for k in m.features}))
+    w.close(labels=np.asarray(cols["label"]))
+    m.shards[shard] = ShardEntry(m.shards[shard].file, len(recs), os.path.getsize(path))
+    write_manifest(root, m)
+    return int(RecordDataset(root).shards[shard].offsets[record])
+
+
+def flip_payload_byte(root, shard: int, record: int) -> int:
+    """Flip one bit in the middle of a record's payload (a data CRC error); returns the record's offset."""
+    from evenflow.records import RecordDataset
+    s = RecordDataset(root).shards[shard]
+    off, n = int(s.offsets[record]), int(s.lengths[record]) - 16
+    with open(s.path, "r+b") as f:
+        f.seek(off + 12 + n // 2)
+        b = f.read(1)
+        f.seek(off + 12 + n // 2)
+        f.write(bytes([b[0] ^ 0x40]))
+    return off

@@ -117,8 +117,8 @@ def test_unknown_datasets(name, fragment):
 
 
 def test_a_directory_that_is_not_a_records_dataset_is_explained(tmp_path):
-    with pytest.raises(ValueError, match="is a directory without dataset.json, so not a records dataset; write "
-                                         "one with `evenflow convert"):
+    with pytest.raises(ValueError, match="is a directory without dataset.json or \\*.tfrecord files, so not a "
+                                         "records dataset; write one with `evenflow convert"):
         load_dataset(load_config(None, overrides={"dataset": str(tmp_path)}).data)
 
 

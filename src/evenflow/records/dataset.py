@@ -79,6 +79,7 @@ class RecordDataset:
             check = "crc"  # corrupt records are only found by checking CRCs
         self.paths, self.manifest, self.manifest_path = _resolve(path)
         self.bad: list[BadRecord] = []
+        self.skip_corrupt = skip_corrupt
         self._shards: list[ShardIndex] = [self._open_shard(i, p) for i, p in enumerate(self.paths)]
         # Plain uint8 views of read-only maps (np.memmap's subclass overhead shows in small gathers).
         self._maps = [np.frombuffer(open_mmap(s.path), dtype=np.uint8) for s in self._shards]
@@ -267,6 +268,18 @@ class RecordDataset:
             raise ValueError(f"{where}: label_key {label_key!r} must be one int64 per record, got "
                              f"{specs[label_key].dtype} {specs[label_key].shape}")
         return feature_key
+
+    def set_labels(self, labels) -> None:
+        """Use ``labels`` (int ``[N]``, e.g. read from the records) as the label column of :meth:`index`.
+
+        Raises:
+            ValueError: not one integer label per sample.
+        """
+        labels = np.asarray(labels)
+        if labels.shape != (self.num_samples,) or labels.dtype.kind not in "iu":
+            raise ValueError(f"labels must be integers of shape ({self.num_samples},), one per sample, got "
+                             f"{labels.dtype} {labels.shape}")
+        self.labels = labels.astype(np.int64, copy=False)
 
     def locate(self, ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(shard int32, offset int64, framed length int64)`` of each sample id."""

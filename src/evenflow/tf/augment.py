@@ -26,6 +26,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from evenflow.records.augment_policy import POLICY_NAMES, parse_policy
+from evenflow.records.augment_policy import STREAMS as _STREAMS
+from evenflow.records.augment_policy import policy_value as _policy_value
 from evenflow.tf._lazy import tf as _tf
 
 __all__ = ["POLICY_NAMES", "brightness", "chain", "contrast", "flip", "from_policy", "parse_policy",
@@ -33,7 +36,6 @@ __all__ = ["POLICY_NAMES", "brightness", "chain", "contrast", "flip", "from_poli
 
 MapFn = Callable[[dict], dict]
 
-_STREAMS = {"crop": 1, "flip": 2, "rotate": 3, "brightness": 4, "contrast": 5}
 
 
 def _check_seed(seed) -> int:
@@ -224,59 +226,7 @@ def contrast(lower: float, upper: float, seed: int = 0) -> MapFn:
     return fn
 
 
-# -- policies: the ``augment`` key of `evenflow train` ---------------------------------------------
-POLICY_NAMES: tuple[str, ...] = ("brightness", "contrast", "crop", "flip", "rotate")
-_POLICY_HELP = ("crop[=PIXELS] (pad and crop back; default H/8), rotate[=DEGREES] (default 10), "
-                "flip[=h|v|hv] (default h), brightness[=DELTA] (default 0.1), contrast[=SPREAD] (default 0.2)")
-
-
-def parse_policy(text: str) -> tuple[tuple[str, str | None], ...]:
-    """Parse an augmentation policy such as ``"crop,rotate=15"`` (pure Python, no TensorFlow).
-
-    ``"none"`` (or an empty string) is no augmentation. Otherwise a comma list of
-    ``crop[=PIXELS]``, ``rotate[=DEGREES]``, ``flip[=h|v|hv]``, ``brightness[=DELTA]``
-    and ``contrast[=SPREAD]``, applied in the order given.
-
-    Returns:
-        ``((name, value or None), ...)``, values still as text but checked.
-
-    Raises:
-        ValueError: an unknown name, a repeated one, or a value out of range.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"augment must be a string such as 'crop,rotate', got {type(text).__name__}")
-    if text.strip().lower() in ("", "none"):
-        return ()
-    out: list[tuple[str, str | None]] = []
-    for item in text.split(","):
-        name, _, value = item.strip().partition("=")
-        name, value = name.strip().lower(), (value.strip() or None)
-        if name not in POLICY_NAMES:
-            raise ValueError(f"augment must be 'none' or a comma list of {_POLICY_HELP}; got {name!r} in {text!r}")
-        if any(n == name for n, _ in out):
-            raise ValueError(f"augment names {name!r} twice in {text!r}; give each augmentation once")
-        if value is not None:
-            _policy_value(name, value, text)
-        out.append((name, value))
-    return tuple(out)
-
-
-def _policy_value(name: str, value: str, text: str):
-    if name == "flip":
-        if value.lower() not in ("h", "v", "hv", "vh"):
-            raise ValueError(f"augment flip must be flip, flip=h, flip=v or flip=hv, got flip={value} in {text!r}")
-        return value.lower()
-    try:
-        number = int(value) if name == "crop" else float(value)
-    except ValueError:
-        kind = "an integer number of pixels" if name == "crop" else "a number"
-        raise ValueError(f"augment {name} takes {kind}, got {name}={value} in {text!r}") from None
-    limits = {"crop": (0, None), "rotate": (0.0, 180.0), "brightness": (0.0, None), "contrast": (0.0, 1.0)}
-    low, high = limits[name]
-    if not (number >= low and (high is None or number <= high)) or number != number:
-        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"augment {name} must be {bound}, got {name}={value} in {text!r}")
-    return number
+# -- policies: the ``augment`` key of `evenflow train` (framework-free, shared with evenflow.torch) --------
 
 
 def from_policy(policy, feature_shape: tuple[int, ...], seed: int = 0) -> MapFn | None:
@@ -298,8 +248,8 @@ def from_policy(policy, feature_shape: tuple[int, ...], seed: int = 0) -> MapFn 
     items = parse_policy(policy) if isinstance(policy, str) else tuple(policy)
     if not items:
         return None
-    shape = tuple(int(d) for d in feature_shape)
-    if len(shape) not in (2, 3) or min(shape[:2]) < 2:
+    shape = tuple(None if d is None else int(d) for d in feature_shape)  # None: variable-length text
+    if len(shape) not in (2, 3) or None in shape or min(shape[:2]) < 2:
         raise ValueError(f"augment {', '.join(n for n, _ in items)} needs image features [H, W] or [H, W, C] of at "
                          f"least 2 x 2 pixels, got feature shape {shape}; use augment = 'none' for other data")
     fns = []

@@ -73,8 +73,9 @@ class DataOptions:
     """Which dataset to train on and how to split off the test set."""
 
     dataset: str = field(metadata=_help("'builtin:digits', 'builtin:stdlib-docs' (text), a path ending in .npz, "
-                                        "or a records directory written by `evenflow convert` (with its "
-                                        "dataset.json)"))
+                                        "a records directory written by `evenflow convert` (with its "
+                                        "dataset.json), or TFRecord files with .idx sidecars: a quoted glob, a "
+                                        "directory of *.tfrecord files or one .tfrecord file"))
     feature_key: str = field(default="x", metadata=_help("array name of the features in a .npz file; for records, "
                                                          "the feature to train on (default: the manifest's image, "
                                                          "or its only non-label feature)"))
@@ -90,6 +91,10 @@ class DataOptions:
     skip_corrupt: bool = field(default=False, metadata=_help(
         "records only: check every record before training and leave out, and list, those with a bad CRC or an "
         "image that does not decode, instead of stopping at the first one"))
+    pad_lengths: str = field(default="", metadata=_help(
+        "text only: pad each replica batch up to the next of these increasing lengths in tokens, e.g. "
+        "64,128,256,512 (a fixed set of shapes; the last must reach the longest sequence); default: pad to the "
+        "batch's longest sequence"))
 
     def __post_init__(self):
         _check_str("dataset", self.dataset)
@@ -101,6 +106,9 @@ class DataOptions:
         from evenflow.tf.augment import parse_policy  # pure Python; TensorFlow is imported lazily there
         parse_policy(self.augment)
         _check_bool("skip_corrupt", self.skip_corrupt)
+        from evenflow.tf.text import parse_pad_lengths  # numpy only; a TOML array becomes the comma form
+        parsed = parse_pad_lengths(self.pad_lengths)
+        object.__setattr__(self, "pad_lengths", ",".join(map(str, parsed)) if parsed else "")
 
 
 @dataclass(frozen=True)

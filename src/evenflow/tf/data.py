@@ -12,7 +12,12 @@ Kinds of dataset are tried in order:
   loaded without pickle;
 * a directory written by ``evenflow convert`` (it holds ``dataset.json``) — read by
   record id through :class:`~evenflow.tf.records_source.RecordSource`
-  (:mod:`evenflow.tf.records_data`); other kinds plug in with :func:`register_loader`.
+  (:mod:`evenflow.tf.records_data`);
+* plain TFRecord files with ``.idx`` sidecars (``evenflow index FILES``): a glob such as
+  ``'data/train-*.tfrecord'``, a directory of ``*.tfrecord`` files without ``dataset.json``,
+  or one ``.tfrecord`` file (:mod:`evenflow.records.plain`);
+
+other kinds plug in with :func:`register_loader`.
 
 The test set is split off with ``split_seed`` (not the training seed), stratified
 by label, so it is the same whatever the training seed.
@@ -128,9 +133,9 @@ def load_dataset(options) -> LoadedData:
             raise ValueError(f"dataset file {name} does not exist; check the path")
         return _npz(options)
     if path.is_dir():
-        raise ValueError(f"dataset {name} is a directory without dataset.json, so not a records dataset; write "
-                         f"one with `evenflow convert SRC {name}` (from a .npz file, an image folder or "
-                         f"builtin:digits), or pass a .npz file")
+        raise ValueError(f"dataset {name} is a directory without dataset.json or *.tfrecord files, so not a records "
+                         f"dataset; write one with `evenflow convert SRC {name}` (from a .npz file, an image folder "
+                         f"or builtin:digits), or pass a .npz file")
     valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTINS))
     raise ValueError(f"dataset must be one of {valid}, a path ending in .npz, or a records directory; "
                      f"got {name!r}")
@@ -147,3 +152,11 @@ def _records(options) -> LoadedData:
 
 
 register_loader("records", _is_records, _records)
+
+
+def _is_tfrecord_files(name: str) -> bool:
+    from evenflow.records.plain import is_tfrecord_files  # a glob, a directory of *.tfrecord, a .tfrecord file
+    return is_tfrecord_files(name)
+
+
+register_loader("tfrecord files", _is_tfrecord_files, _records)

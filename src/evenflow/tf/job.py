@@ -53,6 +53,10 @@ def prepare(config: TrainConfig) -> Prepared:
         ValueError, TypeError: with a one-line reason, before anything is written.
     """
     data = load_dataset(config.data)
+    if config.data.pad_lengths and None not in data.feature_shape:
+        raise ValueError(f"pad_lengths only applies to variable-length text (builtin:stdlib-docs, or records "
+                         f"converted from it), but {config.data.dataset} has fixed-size features "
+                         f"{data.feature_shape}; drop --pad-lengths")
     check_model_input(config.model.model, data.feature_shape)
     from evenflow.tf.augment import from_policy  # builds map functions; TensorFlow runs only when they do
     augment = from_policy(config.data.augment, data.feature_shape, seed=config.schedule.seed)
@@ -381,10 +385,10 @@ def make_readers(p: Prepared):
     the test samples as they are.
     """
     from evenflow.tf.reader import PlanReader
-    from evenflow.tf.text import TextSource, blank_padding_rows
+    from evenflow.tf.text import blank_padding_rows
 
-    # Variable-length text: padding slots become empty rows, which text_cnn does not compute.
-    pre = [blank_padding_rows] if isinstance(p.data.train, TextSource) else []
+    # Variable-length text (builtin or records): padding slots become empty rows, which text_cnn does not compute.
+    pre = [blank_padding_rows] if None in p.data.feature_shape else []
     # Trimmed batches: a replica computes its real samples only, so a weighted split saves real time.
     return (PlanReader(p.data.train, map_fns=pre + ([p.augment] if p.augment is not None else []), trim_padding=True),
             PlanReader(p.data.test, map_fns=pre, trim_padding=True))

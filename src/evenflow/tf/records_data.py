@@ -11,6 +11,13 @@ the records layer run here: every check happens before TensorFlow starts.
   records hold it; the default ``"x"`` falls back to the manifest's image, or to its
   only other feature. A key the records do not hold is an error naming
   ``dataset.json`` and the keys it lists.
+* **Plain TFRecord files** (a glob, a directory of ``*.tfrecord`` files without
+  ``dataset.json``, or one ``.tfrecord`` file; :mod:`evenflow.records.plain`) need only
+  their ``.idx`` sidecars (``evenflow index FILES``). The first record gives the keys:
+  ``label_key`` (default ``y``, else a feature named ``label``) and ``feature_key``
+  (default ``x``, else the only other feature). Labels come from the sidecars when
+  ``evenflow index --label-key`` stored them, else they are read from the records
+  (decoded in chunks), so the split and the plan are stratified either way.
 * **Split.** :func:`evenflow.tf.data.split_indices` on the sidecar labels with
   ``test_fraction`` and ``split_seed``: the rule and random stream of ``.npz`` files
   and ``builtin:digits``, so records converted from ``builtin:digits`` hold out the
@@ -22,6 +29,9 @@ the records layer run here: every check happens before TensorFlow starts.
 * **Images.** Encoded images are decoded in the pipeline to float32 in [0, 1]; the
   first record fixes height, width and channels (grey for grey modes, else RGB), and
   an image of another size stops training with an error naming it.
+* **Text.** A ``bytes`` feature that the manifest does not name as its image (``evenflow
+  convert builtin:stdlib-docs``) is variable-length text: :mod:`evenflow.tf.records_text`
+  turns each batch into padded token ids like the builtin (feature shape ``(None,)``).
 * **Bad records.** Without ``skip_corrupt``, a record that fails while training is
   named afterwards by :meth:`RecordSource.find_bad_record` (``LoadedData.diagnose``).
   With it, every CRC is checked and every image decoded (Pillow) before training;
@@ -29,7 +39,6 @@ the records layer run here: every check happens before TensorFlow starts.
 """
 from __future__ import annotations
 
-import io
 import os
 
 import numpy as np
@@ -42,7 +51,6 @@ __all__ = ["CACHE_BYTES", "load_records"]
 CACHE_BYTES = 1 << 30
 # Defaults of DataOptions.feature_key / label_key: for records they mean "the manifest's".
 _DEFAULT_FEATURE, _DEFAULT_LABEL = "x", "y"
-_GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
 
 def _keys(ds, options, where: str) -> tuple[str | None, str]:
@@ -67,51 +75,6 @@ def _keys(ds, options, where: str) -> tuple[str | None, str]:
     return None, label
 
 
-def _image_layout(ds, key: str, record: int) -> tuple[int, int, int]:
-    """(height, width, channels) of the encoded image of ``record``, from its header (Pillow)."""
-    from evenflow.records import RecordError
-    try:
-        from PIL import Image
-    except ModuleNotFoundError as e:  # pragma: no cover - matplotlib, in the tf extra, brings Pillow
-        raise ModuleNotFoundError("training on encoded images needs Pillow to read their size; "
-                                  "pip install pillow", name=e.name) from e
-    data = ds.decode_batch([record], keys=[key])[key][0]
-    try:
-        with Image.open(io.BytesIO(bytes(data))) as im:
-            w, h = im.size
-            mode = im.mode
-    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError...
-        path, rec, off = ds._where(record)
-        raise RecordError(path, f"image {key!r} does not decode: {type(e).__name__}: {e}; replace it, or leave "
-                          f"such records out with --skip-corrupt", record=rec, offset=off, kind="image") from e
-    return h, w, 1 if mode in _GREY_MODES else 3
-
-
-def _undecodable_images(ds, key: str, layout: tuple[int, int, int]) -> np.ndarray:
-    """bool ``[N]``: records whose image Pillow cannot fully decode. Another size is an error."""
-    from PIL import Image
-
-    from evenflow.records import RecordError
-
-    bad = np.zeros(len(ds), bool)
-    for lo in range(0, len(ds), 1024):
-        ids = np.arange(lo, min(lo + 1024, len(ds)))
-        for i, data in zip(ids.tolist(), ds.decode_batch(ids, keys=[key])[key]):
-            try:
-                with Image.open(io.BytesIO(bytes(data))) as im:
-                    im.load()
-                    w, h = im.size
-            except Exception:
-                bad[i] = True
-                continue
-            if (h, w) != layout[:2]:
-                path, rec, off = ds._where(i)
-                raise RecordError(path, f"image {key!r} is {h}x{w} but the dataset's first image is "
-                                  f"{layout[0]}x{layout[1]}; every image must have the same size: resize them "
-                                  f"before converting", record=rec, offset=off, kind="image")
-    return bad
-
-
 def load_records(options) -> LoadedData:
     """Load the records directory ``options.dataset`` (see the module docstring).
 
@@ -125,21 +88,34 @@ def load_records(options) -> LoadedData:
         ValueError: too few samples to split, fewer than 2 classes.
     """
     from evenflow.records import RecordDataset, RecordError
+    from evenflow.records.images import image_layout as _image_layout
+    from evenflow.records.images import undecodable_images as _undecodable_images
+    from evenflow.records.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
     from evenflow.tf.records_source import RecordSource, decode_images
+    from evenflow.tf.records_text import is_text, text_layout
     from evenflow.tf.sources import SubsetSource
 
     path = options.dataset
     skip = bool(getattr(options, "skip_corrupt", False))
-    ds = RecordDataset(path, skip_corrupt=skip)
+    plain = is_tfrecord_files(path)
+    ds = RecordDataset(tfrecord_files(path) if plain else path, skip_corrupt=skip)
     where = ds.manifest_path or path
     if len(ds) == 0:
         raise ValueError(f"{where}: the dataset has no records; nothing to train on")
-    feature_key, label_key = _keys(ds, options, where)
+    if plain:  # no manifest: keys from the first record, labels from the sidecars or the records
+        feature_key, label_key = plain_keys(ds, options.feature_key, options.label_key)
+        ds.set_labels(label_column(ds, label_key))
+    else:
+        feature_key, label_key = _keys(ds, options, where)
     probe = RecordSource(ds, feature_key=feature_key, label_key=label_key)  # checks and picks the keys
     feature_key, spec = probe.feature_key, probe.feature_spec
     skipped = [b.to_json() for b in ds.bad]
     good = np.ones(len(ds), bool)
-    if probe.is_encoded:
+    text = None
+    if is_text(ds, feature_key):  # variable-length text, e.g. `evenflow convert builtin:stdlib-docs`
+        text = text_layout(ds, feature_key, options)
+        decode, shape = text.decode, (None,)
+    elif probe.is_encoded:
         layout = None
         for i in range(len(ds)):  # the first image fixes the layout; with skip_corrupt, the first that opens
             try:
@@ -194,12 +170,14 @@ def load_records(options) -> LoadedData:
         more = f"; and {len(skipped) - 5} more (summary.json lists them)" if len(skipped) > 5 else ""
         notes = (f"skipped {len(skipped)} bad records: {listed}{more}",)
     reading = "cached in memory" if cache else "read by offset"
+    kind = f" ({text.describe()})" if text else " (decoded images)" if probe.is_encoded else ""
     return LoadedData(
         train=SubsetSource(source, ids[train]), test=SubsetSource(source, ids[test]), num_classes=num_classes,
-        feature_shape=tuple(int(d) for d in shape),
-        description=f"{path}: records ({len(ds)} in {len(ds.paths)} shards, {size / 1e6:.1f} MB, {reading}), "
+        feature_shape=tuple(shape),
+        description=f"{path}: {'TFRecord files' if plain else 'records'} ({len(ds)} in {len(ds.paths)} shards, "
+                    f"{size / 1e6:.1f} MB, {reading}), "
                     f"{len(train)} train / {len(test)} test samples, {num_classes} classes, feature "
-                    f"{feature_key!r} {tuple(shape)}{' (decoded images)' if probe.is_encoded else ''}",
+                    f"{feature_key!r} {tuple(shape)}{kind}",
         notes=notes, diagnose=diagnose, skipped=tuple(skipped))
 
 

@@ -214,12 +214,14 @@ class RecordSource:
         """The RecordError of the first of ``ids`` whose image ``decode`` rejects, or None."""
         tf = _tf()
         from evenflow.records import RecordError
+        from evenflow.records.images import quiet_native_stderr
 
         def run(sel):
             batch = {"image": tf.constant(list(encoded[sel]), tf.string),
                      "label": tf.zeros([len(sel)], tf.int64), "id": tf.constant(ids[sel]),
                      "epoch": tf.constant(0, tf.int64)}
-            self.decode(batch)["features"].numpy()
+            with quiet_native_stderr():  # libjpeg prints its own line on fd 2 before TensorFlow raises
+                self.decode(batch)["features"].numpy()
 
         try:
             run(np.arange(len(ids)))

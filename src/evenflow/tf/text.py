@@ -33,7 +33,8 @@ from evenflow.records.textdata import PAD, VOCAB_SIZE, TextData
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["TextSource", "load_text", "text_cnn", "blank_padding_rows"]
+__all__ = ["TextSource", "load_text", "text_cnn", "blank_padding_rows", "check_pad_lengths", "decode_text",
+           "pad_lengths_of", "parse_pad_lengths"]
 
 
 class TextSource:
@@ -53,14 +54,7 @@ class TextSource:
     def __init__(self, data: TextData, pad_lengths: tuple[int, ...] | None = None):
         if not isinstance(data, TextData):
             raise TypeError(f"data must be an evenflow TextData, got {type(data).__name__}")
-        longest = int(data.lengths.max())
-        if pad_lengths is not None:
-            pad_lengths = tuple(int(x) for x in pad_lengths)
-            if not pad_lengths or any(b <= a for a, b in zip(pad_lengths, pad_lengths[1:])) or pad_lengths[0] < 1:
-                raise ValueError(f"pad_lengths must be increasing positive lengths, got {pad_lengths}")
-            if pad_lengths[-1] < longest:
-                raise ValueError(f"pad_lengths must reach the longest sequence ({longest} tokens), but the last is "
-                                 f"{pad_lengths[-1]}; append {longest} or more")
+        pad_lengths = check_pad_lengths(pad_lengths, int(data.lengths.max()))
         self.data, self.pad_lengths = data, pad_lengths
         self.num_samples = data.num_samples
         self._tensors = None
@@ -87,15 +81,114 @@ class TextSource:
         rows, labels, lengths = self._tensors
         picked = tf.gather(rows, ids)
         length = tf.gather(lengths, ids)
-        longest = tf.reduce_max(length)
-        if self.pad_lengths is not None:
-            bounds = tf.constant(self.pad_lengths, tf.int64)
-            longest = tf.gather(bounds, tf.reduce_min(tf.where(bounds >= longest)))
+        longest = _padded_length(length, self.pad_lengths)
         features = picked.to_tensor(default_value=PAD, shape=tf.stack([tf.shape(ids, out_type=tf.int64)[0], longest]))
         return {"features": features, "label": tf.gather(labels, ids), "length": length}
 
     def __repr__(self):
         return f"TextSource(num_samples={self.num_samples}, pad_lengths={self.pad_lengths})"
+
+
+def parse_pad_lengths(value) -> tuple[int, ...] | None:
+    """The ``pad_lengths`` config value as a tuple, or None for ``""`` (pad to each batch's longest).
+
+    Args:
+        value: a comma list such as ``"64,128,256,512"`` (the flag), or a list of ints
+            (a TOML array).
+
+    Raises:
+        ValueError: not increasing positive integers; the message names the bad item.
+    """
+    rule = "pad_lengths must be a comma list of increasing positive integers (tokens), e.g. 64,128,256,512"
+    if isinstance(value, str):
+        items = [x.strip() for x in value.split(",")] if value.strip() else []
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ValueError(f"{rule}; got {type(value).__name__} {value!r}")
+    if not items:
+        return None
+    lengths = []
+    for x in items:
+        if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
+            raise ValueError(f"{rule}; got {value!r}, where {x!r} is not an integer")
+        if int(x) < 1:
+            raise ValueError(f"{rule}; got {value!r}, where {int(x)} is not positive")
+        lengths.append(int(x))
+    for a, b in zip(lengths, lengths[1:]):
+        if b <= a:
+            raise ValueError(f"{rule}; got {value!r}, where {b} follows {a}: sort them and drop repeats")
+    return tuple(lengths)
+
+
+def pad_lengths_of(options) -> tuple[int, ...] | None:
+    """The parsed ``pad_lengths`` of :class:`~evenflow.tf.config.DataOptions` (None if unset)."""
+    return parse_pad_lengths(getattr(options, "pad_lengths", "") or "")
+
+
+def check_pad_lengths(pad_lengths, longest: int) -> tuple[int, ...] | None:
+    """``pad_lengths`` as a tuple of ints, checked: increasing, positive, the last >= ``longest``.
+
+    Args:
+        pad_lengths: lengths in tokens, or None (pad each batch to its longest sequence).
+        longest: tokens of the dataset's longest sequence.
+
+    Raises:
+        ValueError: not increasing positive lengths, or the last one shorter than ``longest``.
+    """
+    if pad_lengths is None:
+        return None
+    pad_lengths = tuple(int(x) for x in pad_lengths)
+    if not pad_lengths or any(b <= a for a, b in zip(pad_lengths, pad_lengths[1:])) or pad_lengths[0] < 1:
+        raise ValueError(f"pad_lengths must be increasing positive lengths, got {pad_lengths}")
+    if pad_lengths[-1] < longest:
+        raise ValueError(f"pad_lengths must reach the longest sequence ({longest} tokens), but the last is "
+                         f"{pad_lengths[-1]}; append {longest} or more")
+    return pad_lengths
+
+
+def _padded_length(length, pad_lengths):
+    """int64 scalar: the batch's longest ``length``, or the smallest of ``pad_lengths`` that holds it."""
+    tf = _tf()
+    longest = tf.reduce_max(length)
+    if pad_lengths is not None:
+        bounds = tf.constant(pad_lengths, tf.int64)
+        longest = tf.gather(bounds, tf.reduce_min(tf.where(bounds >= longest)))
+    return longest
+
+
+def decode_text(pad_lengths: tuple[int, ...] | None = None, key: str = "image"):
+    """A map function: UTF-8 bytes ``batch[key]`` (tf.string ``[slots]``) -> token ids, padded per batch.
+
+    For text records written by ``evenflow convert`` (one ``bytes`` feature per
+    record, which :class:`~evenflow.tf.records_source.RecordSource` returns under
+    ``"image"``): token ids are ``byte + 1`` as in :mod:`evenflow.records.textdata`,
+    padded with 0 like :meth:`TextSource.batch`, so the batch is the same one the
+    builtin dataset gives for the same samples.
+
+    Args:
+        pad_lengths: checked increasing lengths (:func:`check_pad_lengths`), or None.
+        key: the batch key holding the bytes; it is removed from the batch.
+
+    Returns:
+        ``fn(batch) -> batch`` adding ``features`` int32 ``[slots, L]`` and ``length``
+        int64 ``[slots]``.
+    """
+
+    def fn(batch: dict) -> dict:
+        tf = _tf()
+        batch = dict(batch)
+        text = batch.pop(key)
+        length = tf.cast(tf.strings.length(text, unit="BYTE"), tf.int64)
+        longest = _padded_length(length, pad_lengths)
+        # decode_raw pads with 0 bytes; the mask keeps them apart from real 0 bytes (token 1).
+        raw = tf.io.decode_raw(text, tf.uint8, fixed_length=tf.cast(longest, tf.int32))
+        real = tf.range(tf.shape(raw, out_type=tf.int64)[1])[None, :] < length[:, None]
+        batch["features"] = tf.where(real, tf.cast(raw, tf.int32) + 1, PAD)
+        batch["length"] = length
+        return batch
+
+    return fn
 
 
 def load_text(options, name: str):
@@ -106,8 +199,9 @@ def load_text(options, name: str):
     data = BUILTIN_TEXT[name]()
     train, test = split_indices(data.labels, options.test_fraction, options.split_seed)
     lengths = data.lengths
+    pad_lengths = pad_lengths_of(options)
     return LoadedData(
-        train=TextSource(data.subset(train)), test=TextSource(data.subset(test)),
+        train=TextSource(data.subset(train), pad_lengths), test=TextSource(data.subset(test), pad_lengths),
         num_classes=len(data.class_names), feature_shape=(None,),
         description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
                     f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")

@@ -12,7 +12,15 @@ so every data error surfaces before PyTorch starts.
 * a directory written by ``evenflow convert``: read record by record id through
   :class:`~evenflow.torch.sources.RecordSource` in the loader's workers
   (``feature_key`` defaults to the only non-label feature; the label key is the
-  manifest's).
+  manifest's);
+* plain TFRecord files with ``.idx`` sidecars (a glob, a directory of ``*.tfrecord``
+  without ``dataset.json``, one ``.tfrecord`` file): keys and labels as on the
+  TensorFlow path (:mod:`evenflow.records.plain`).
+
+Encoded images are decoded with Pillow in the loader's workers; the first image fixes
+their size. With ``skip_corrupt`` every CRC is checked and every image decoded before
+training, and the records that fail are left out of both splits and listed, as on the
+TensorFlow path.
 
 The test set is split off per label with ``split_seed`` by
 :func:`evenflow.records.arrays.split_indices`, the function the TensorFlow path
@@ -42,6 +50,8 @@ class LoadedData:
     num_classes: int
     feature_shape: tuple[int, ...]
     description: str
+    notes: tuple[str, ...] = ()  # more lines for the log (e.g. records skipped as corrupt)
+    skipped: tuple[dict, ...] = ()  # records left out as corrupt, as JSON objects for summary.json
 
 
 def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData:
@@ -66,22 +76,70 @@ def _npz(options) -> LoadedData:
     return _from_arrays(x, y, options, str(Path(options.dataset)))
 
 
+def _first_layout(ds, key: str, skip: bool) -> tuple[int, int, int]:
+    """The first image's (height, width, channels); with ``skip``, of the first image that opens."""
+    from evenflow.records import RecordError
+    from evenflow.records.images import image_layout
+    for i in range(len(ds)):
+        try:
+            return image_layout(ds, key, i)
+        except RecordError:
+            if not skip:
+                raise
+    raise RecordError(ds.manifest_path or ds.paths[0], f"no image {key!r} in the records opens; nothing to train "
+                      f"on", kind="image")
+
+
 def _records(options) -> LoadedData:
     from evenflow.records import RecordDataset
+    from evenflow.records.images import DecodeImages, undecodable_images
+    from evenflow.records.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
     where = options.dataset
-    ds = RecordDataset(where)
-    label_key = ds.label_key or options.label_key
-    if ds.labels is None:
-        raise ValueError(f"{where}: the records have no label column in their index; convert them with "
-                         f"--label-key so the split and the stratified plan can see the labels")
-    k = check_labels(ds.labels, len(ds), where)
-    train, test = split_or_explain(ds.labels, options.test_fraction, options.split_seed, where)
-    feature_key = options.feature_key if options.feature_key in ds.specs else None
-    tr = RecordSource(where, feature_key=feature_key, label_key=label_key, ids=train)
-    te = RecordSource(where, feature_key=tr.feature_key, label_key=label_key, ids=test)
-    return LoadedData(tr, te, k, tr.feature_shape,
-                      f"{where}: records, {len(train)} train / {len(test)} test samples, {k} classes, "
-                      f"feature {tr.feature_key!r} {tr.feature_shape}")
+    skip = bool(getattr(options, "skip_corrupt", False))
+    plain = is_tfrecord_files(where)
+    ds = RecordDataset(tfrecord_files(where) if plain else where, skip_corrupt=skip)
+    if len(ds) == 0:
+        raise ValueError(f"{where}: the dataset has no records; nothing to train on")
+    if plain:  # no manifest: keys from the first record, labels from the sidecars or the records
+        feature_key, label_key = plain_keys(ds, options.feature_key, options.label_key)
+        ds.set_labels(label_column(ds, label_key))
+    else:
+        label_key = ds.label_key or options.label_key
+        if ds.labels is None:
+            raise ValueError(f"{where}: the records have no label column in their index; convert them with "
+                             f"--label-key so the split and the stratified plan can see the labels")
+        feature_key = options.feature_key if options.feature_key in ds.specs else None
+    feature_key = ds.training_keys(feature_key, label_key)
+    skipped = [b.to_json() for b in ds.bad]  # with skip_corrupt: records with a bad CRC, already left out
+    good = np.ones(len(ds), bool)
+    decode, shape = None, tuple(int(d) for d in ds.specs[feature_key].shape)
+    if ds.specs[feature_key].dtype == "bytes":  # encoded images, decoded with Pillow in the loader's workers
+        shape = _first_layout(ds, feature_key, skip)
+        decode = DecodeImages(shape)
+        if skip:
+            bad = undecodable_images(ds, feature_key, shape)
+            for i in np.flatnonzero(bad).tolist():
+                p, rec, off = ds._where(i)
+                skipped.append({"path": p, "record": rec, "offset": off, "kind": "image",
+                                "reason": f"image {feature_key!r} does not decode (Pillow)"})
+            good &= ~bad
+    ids = np.flatnonzero(good).astype(np.int64)
+    labels = ds.labels[ids]
+    k = check_labels(labels, len(ids), where)
+    train, test = split_or_explain(labels, options.test_fraction, options.split_seed, where)
+    tr = RecordSource(ds, feature_key=feature_key, label_key=label_key, ids=ids[train], decode=decode)
+    te = RecordSource(ds, feature_key=tr.feature_key, label_key=label_key, ids=ids[test], decode=decode)
+    notes = ()
+    if skipped:
+        listed = "; ".join(f"{b['path']} (record {b['record']}, offset {b['offset']}): {b['kind']}"
+                           for b in skipped[:5])
+        more = f"; and {len(skipped) - 5} more (summary.json lists them)" if len(skipped) > 5 else ""
+        notes = (f"skipped {len(skipped)} bad records: {listed}{more}",)
+    what = "TFRecord files" if plain else "records"
+    return LoadedData(tr, te, k, shape,
+                      f"{where}: {what}, {len(train)} train / {len(test)} test samples, {k} classes, "
+                      f"feature {tr.feature_key!r} {shape}{' (decoded images)' if decode else ''}",
+                      notes=notes, skipped=tuple(skipped))
 
 
 def load_dataset(options) -> LoadedData:
@@ -101,7 +159,9 @@ def load_dataset(options) -> LoadedData:
         if not os.path.isfile(name):
             raise ValueError(f"dataset file {name} does not exist; check the path")
         return _npz(options)
-    if os.path.isdir(name):
+    from evenflow.records.plain import is_tfrecord_files
+    if os.path.isdir(name) or is_tfrecord_files(name):
         return _records(options)
-    raise ValueError(f"dataset must be builtin:digits, a path ending in .npz, or a records directory written by "
-                     f"`evenflow convert`; got {name!r}")
+    raise ValueError(f"dataset must be builtin:digits, a path ending in .npz, a records directory written by "
+                     f"`evenflow convert`, or TFRecord files with .idx sidecars (a glob, a directory of "
+                     f"*.tfrecord, a .tfrecord file); got {name!r}")

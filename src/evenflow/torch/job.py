@@ -80,6 +80,9 @@ def run_training(config, options: TorchOptions = TorchOptions(), out=None, title
                          f"use --precision float32")
     data = load_dataset(cfg.data)
     check_model_input(cfg.model.model, data.feature_shape)
+    from evenflow.torch.augment import from_policy  # numpy; training batches only, keyed by (seed, epoch, id)
+    policy = getattr(cfg.data, "augment", "none")
+    augment = from_policy(policy, data.feature_shape, seed=sched.seed)
     run_dir = Path(cfg.output.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {run_dir} exists and is not a directory; choose another --output-dir")
@@ -130,6 +133,10 @@ def run_training(config, options: TorchOptions = TorchOptions(), out=None, title
     _say(rank, out, f"global batch {sched.global_batch_size} ({train_plan.slots} slots per rank), "
                     f"{train_plan.num_steps} steps per epoch, {sched.epochs} epochs, seed {sched.seed}, "
                     f"{'stratified' if sched.stratify else 'unstratified'} plan")
+    if augment is not None:
+        _say(rank, out, f"augmenting training batches only: {policy} (keyed by seed {sched.seed}, epoch, sample id)")
+    for note in data.notes:
+        _say(rank, out, note)
     if start is not None:
         _say(rank, out, f"resuming from {ckpt.path} at Cursor({start.epoch}, {start.step})")
 
@@ -142,7 +149,7 @@ def run_training(config, options: TorchOptions = TorchOptions(), out=None, title
     results = []
     if start is None or start.epoch < sched.epochs:
         results = trainer.fit(data.train, train_plan, sched.epochs, start=start,
-                              num_workers=options.loader_workers, on_epoch=on_epoch)
+                              num_workers=options.loader_workers, transform=augment, on_epoch=on_epoch)
     test = trainer.evaluate(data.test, test_plan, num_workers=0)
     if test.count != data.test.num_samples:  # the exactly-once promise, checked on every run
         raise RuntimeError(f"evaluation counted {test.count} samples but the test set has "
@@ -160,6 +167,7 @@ def run_training(config, options: TorchOptions = TorchOptions(), out=None, title
         "slots_per_replica": train_plan.slots, "seed": sched.seed, "epochs": sched.epochs,
         "resumed_from": None if start is None else start.to_dict(),
         "dataset": data.description, "config": config.to_dict(),
+        "augment": policy, "skipped_records": list(data.skipped),
         "history": [{"epoch": r.epoch, "steps": r.steps, "loss": r.loss, "accuracy": r.accuracy,
                      "samples": r.samples, "seconds": r.seconds, "replica_samples": list(r.replica_samples),
                      "replica_forward_seconds": list(r.replica_forward_seconds),

@@ -100,7 +100,10 @@ class RecordSource:
     """Random access by sample id to an evenflow records dataset, without TensorFlow.
 
     Args:
-        path: a dataset directory written by ``evenflow convert`` (or its ``dataset.json``).
+        path: a dataset directory written by ``evenflow convert`` (or its ``dataset.json``), a list
+            of TFRecord files with ``.idx`` sidecars, or an open :class:`evenflow.records.RecordDataset`
+            (its labels and ``skip_corrupt`` are kept; workers that start by ``spawn`` reopen it
+            with the same ``skip_corrupt``).
         feature_key: the numeric feature returned as ``features``; default the only
             feature that is neither the label nor the cost.
         label_key: the integer class feature, returned as ``label``.
@@ -117,8 +120,13 @@ class RecordSource:
     def __init__(self, path, feature_key: str | None = None, label_key: str = "label", ids=None,
                  decode: Callable[[dict], dict] | None = None, scale: float | None = None):
         from evenflow.records import RecordDataset
-        self.path = os.fspath(path)
-        ds = RecordDataset(self.path)
+        if isinstance(path, RecordDataset):  # already open (e.g. with labels read from plain TFRecords)
+            ds = path
+            self.path = os.path.dirname(ds.manifest_path) if ds.manifest_path else list(ds.paths)
+        else:
+            self.path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
+            ds = RecordDataset(self.path)
+        self._skip_corrupt = ds.skip_corrupt  # a reopened dataset must leave out the same records
         specs, where = ds.specs, ds.manifest_path or ds.paths[0]
         feature_key = ds.training_keys(feature_key, label_key)
         if specs[feature_key].dtype == "bytes" and decode is None:
@@ -143,7 +151,7 @@ class RecordSource:
         # A forked worker inherits the maps (valid, read-only); a spawned one gets none.
         if self._ds is None:
             from evenflow.records import RecordDataset
-            self._ds, self._pid = RecordDataset(self.path), os.getpid()
+            self._ds, self._pid = RecordDataset(self.path, skip_corrupt=self._skip_corrupt), os.getpid()
         return self._ds
 
     def __getstate__(self):
@@ -164,7 +172,18 @@ class RecordSource:
                "label": cols[self.label_key].reshape(-1).astype(np.int64, copy=False)}
         if self.scale is not None and not self.is_encoded:
             out["features"] = feats * np.float32(self.scale)
-        return self.decode(out) if self.decode is not None else out
+        elif not self.is_encoded and feats.dtype != np.float32:  # int64 features: the models take float32
+            out["features"] = feats.astype(np.float32)
+        if self.decode is None:
+            return out
+        from evenflow.records.images import ImageDecodeError
+        try:
+            return self.decode(out)
+        except ImageDecodeError as e:  # name the record, not its place in the batch
+            from evenflow.records import RecordError
+            path, rec, off = self._dataset()._where(int(records[e.position]))
+            raise RecordError(path, f"image {self.feature_key!r} {e.reason}; replace it, or leave such records out "
+                              f"with --skip-corrupt", record=rec, offset=off, kind="image") from e
 
     def __repr__(self):
         return (f"RecordSource({self.path!r}, num_samples={self.num_samples}, feature_key={self.feature_key!r}, "

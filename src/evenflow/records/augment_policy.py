@@ -1,0 +1,67 @@
+"""Augmentation policies: the text of ``evenflow train --augment`` and the random streams, framework-free.
+
+:func:`parse_policy` checks a short text such as ``"crop,rotate=15"`` in pure Python, so a
+bad policy exits 2 before any framework starts. Both :mod:`evenflow.tf.augment` and
+:mod:`evenflow.torch.augment` build their functions from its result and draw each
+augmentation's numbers from its own stream constant (:data:`STREAMS`), which is what
+makes their draws the same for the same (seed, epoch, sample id).
+"""
+from __future__ import annotations
+
+__all__ = ["POLICY_HELP", "POLICY_NAMES", "STREAMS", "parse_policy", "policy_value"]
+
+# One stream constant per augmentation: two augmentations with the same seed draw independent numbers.
+STREAMS = {"crop": 1, "flip": 2, "rotate": 3, "brightness": 4, "contrast": 5}
+
+POLICY_NAMES: tuple[str, ...] = ("brightness", "contrast", "crop", "flip", "rotate")
+POLICY_HELP = ("crop[=PIXELS] (pad and crop back; default H/8), rotate[=DEGREES] (default 10), "
+               "flip[=h|v|hv] (default h), brightness[=DELTA] (default 0.1), contrast[=SPREAD] (default 0.2)")
+
+
+def parse_policy(text: str) -> tuple[tuple[str, str | None], ...]:
+    """Parse an augmentation policy such as ``"crop,rotate=15"`` (pure Python, no TensorFlow).
+
+    ``"none"`` (or an empty string) is no augmentation. Otherwise a comma list of
+    ``crop[=PIXELS]``, ``rotate[=DEGREES]``, ``flip[=h|v|hv]``, ``brightness[=DELTA]``
+    and ``contrast[=SPREAD]``, applied in the order given.
+
+    Returns:
+        ``((name, value or None), ...)``, values still as text but checked.
+
+    Raises:
+        ValueError: an unknown name, a repeated one, or a value out of range.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"augment must be a string such as 'crop,rotate', got {type(text).__name__}")
+    if text.strip().lower() in ("", "none"):
+        return ()
+    out: list[tuple[str, str | None]] = []
+    for item in text.split(","):
+        name, _, value = item.strip().partition("=")
+        name, value = name.strip().lower(), (value.strip() or None)
+        if name not in POLICY_NAMES:
+            raise ValueError(f"augment must be 'none' or a comma list of {POLICY_HELP}; got {name!r} in {text!r}")
+        if any(n == name for n, _ in out):
+            raise ValueError(f"augment names {name!r} twice in {text!r}; give each augmentation once")
+        if value is not None:
+            policy_value(name, value, text)
+        out.append((name, value))
+    return tuple(out)
+
+
+def policy_value(name: str, value: str, text: str):
+    if name == "flip":
+        if value.lower() not in ("h", "v", "hv", "vh"):
+            raise ValueError(f"augment flip must be flip, flip=h, flip=v or flip=hv, got flip={value} in {text!r}")
+        return value.lower()
+    try:
+        number = int(value) if name == "crop" else float(value)
+    except ValueError:
+        kind = "an integer number of pixels" if name == "crop" else "a number"
+        raise ValueError(f"augment {name} takes {kind}, got {name}={value} in {text!r}") from None
+    limits = {"crop": (0, None), "rotate": (0.0, 180.0), "brightness": (0.0, None), "contrast": (0.0, 1.0)}
+    low, high = limits[name]
+    if not (number >= low and (high is None or number <= high)) or number != number:
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"augment {name} must be {bound}, got {name}={value} in {text!r}")
+    return number

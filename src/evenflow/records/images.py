@@ -1,0 +1,156 @@
+"""Encoded images in records, read with Pillow: their layout, which ones do not decode, decoding a batch.
+
+Framework-free, so the TensorFlow and the PyTorch paths check images the same way before
+training starts. Without a manifest, the first image that opens fixes height, width and
+channels (grey for Pillow's grey modes, else RGB); every image must have that size.
+
+Pillow installs its own libjpeg error handler, so a corrupt JPEG raises an exception here
+and prints nothing on stderr (TensorFlow's decoder lets libjpeg print a line first; see
+:func:`quiet_native_stderr`).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from evenflow.records.errors import RecordError
+
+__all__ = ["DecodeImages", "GREY_MODES", "ImageDecodeError", "decode_batch", "image_layout", "quiet_native_stderr",
+           "undecodable_images"]
+
+GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
+_CHUNK = 1024
+
+
+def _pil():
+    try:
+        from PIL import Image
+    except ModuleNotFoundError as e:  # pragma: no cover - matplotlib, in the tf extra, brings Pillow
+        raise ModuleNotFoundError("training on encoded images needs Pillow to read them; pip install pillow",
+                                  name=e.name) from e
+    return Image
+
+
+def image_layout(ds, key: str, record: int) -> tuple[int, int, int]:
+    """(height, width, channels) of the encoded image ``key`` of sample ``record``, from its header.
+
+    Raises:
+        RecordError: the image does not open, naming file, record and offset.
+    """
+    Image = _pil()
+    data = ds.decode_batch([record], keys=[key])[key][0]
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as im:
+            w, h = im.size
+            mode = im.mode
+    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError...
+        path, rec, off = ds._where(record)
+        raise RecordError(path, f"image {key!r} does not decode: {type(e).__name__}: {e}; replace it, or leave "
+                          f"such records out with --skip-corrupt", record=rec, offset=off, kind="image") from e
+    return h, w, 1 if mode in GREY_MODES else 3
+
+
+def undecodable_images(ds, key: str, layout: tuple[int, int, int]) -> np.ndarray:
+    """bool ``[N]``: samples whose image Pillow cannot fully decode.
+
+    Raises:
+        RecordError: an image that decodes but has another size than ``layout``.
+    """
+    Image = _pil()
+    bad = np.zeros(len(ds), bool)
+    for lo in range(0, len(ds), _CHUNK):
+        ids = np.arange(lo, min(lo + _CHUNK, len(ds)))
+        for i, data in zip(ids.tolist(), ds.decode_batch(ids, keys=[key])[key]):
+            try:
+                with Image.open(io.BytesIO(bytes(data))) as im:
+                    im.load()
+                    w, h = im.size
+            except Exception:
+                bad[i] = True
+                continue
+            if (h, w) != tuple(layout[:2]):
+                path, rec, off = ds._where(i)
+                raise RecordError(path, f"image {key!r} is {h}x{w} but the dataset's first image is "
+                                  f"{layout[0]}x{layout[1]}; every image must have the same size: resize them "
+                                  f"before converting", record=rec, offset=off, kind="image")
+    return bad
+
+
+def decode_batch(encoded, layout: tuple[int, int, int]) -> np.ndarray:
+    """float32 ``[B, H, W, C]`` in [0, 1]: the encoded images ``encoded`` (``B`` bytes objects).
+
+    Raises:
+        ImageDecodeError: an image that does not decode or has another size than ``layout``
+            (its position in the batch; the caller names the record).
+    """
+    Image = _pil()
+    h, w, c = layout
+    out = np.empty((len(encoded), h, w, c), np.uint8)
+    for j, data in enumerate(encoded):
+        try:
+            with Image.open(io.BytesIO(bytes(data))) as im:
+                arr = np.asarray(im.convert("L" if c == 1 else "RGB"))
+        except Exception as e:
+            raise ImageDecodeError(j, f"does not decode: {type(e).__name__}: {e}") from e
+        if arr.shape[:2] != (h, w):
+            raise ImageDecodeError(j, f"is {arr.shape[0]}x{arr.shape[1]}, not {h}x{w} like the first image")
+        out[j] = arr.reshape(h, w, c)
+    return out.astype(np.float32) * np.float32(1 / 255)
+
+
+class ImageDecodeError(ValueError):
+    """An image of a batch that does not decode; ``position`` is its place in the batch."""
+
+    def __init__(self, position: int, reason: str):
+        self.position, self.reason = int(position), reason
+        super().__init__(f"image {position} of the batch {reason}")
+
+
+@dataclass(frozen=True)
+class DecodeImages:
+    """A picklable ``fn(batch) -> batch``: ``batch[key]`` (encoded images) -> ``batch["features"]``.
+
+    Args:
+        layout: ``(height, width, channels)`` every image must have (see :func:`image_layout`).
+        key: the batch key with the encoded bytes; it is removed from the batch.
+
+    Returns (when called):
+        the batch with ``features`` float32 ``[B, H, W, C]`` in [0, 1].
+    """
+
+    layout: tuple
+    key: str = "image"
+
+    def __call__(self, batch: dict) -> dict:
+        batch = dict(batch)
+        batch["features"] = decode_batch(batch.pop(self.key), self.layout)
+        return batch
+
+
+@contextlib.contextmanager
+def quiet_native_stderr():
+    """Point file descriptor 2 at ``/dev/null`` for the block, then restore it.
+
+    For re-decoding a suspect image to name it: C libraries such as libjpeg write their
+    own line ("Corrupt JPEG data: ...", "Improper call to JPEG library in state 201")
+    straight to fd 2, which ``sys.stderr`` redirection cannot catch. Anything another
+    thread writes to fd 2 during the block is lost too, so keep the block short.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 (e.g. an embedded interpreter): nothing to quieten
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -1,0 +1,79 @@
+"""`evenflow train --framework torch` on records: --augment, --skip-corrupt, a corrupt JPEG, plain TFRecord files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evenflow.cli import main
+from evenflow.records import convert
+from tests.records.records_helpers import break_image, flip_payload_byte
+
+
+@pytest.fixture(scope="module")
+def jpeg(tmp_path_factory):
+    root = tmp_path_factory.mktemp("torch-records") / "jpeg"
+    convert("builtin:digits", root, shards=4, image_format="jpeg")
+    return root
+
+
+def _train(tmp_path, capsys, dataset, *flags):
+    out = tmp_path / "run"
+    code = main(["train", "--framework", "torch", "--dataset", str(dataset), "--epochs", "1", "--loader-workers",
+                 "0", "--output-dir", str(out), *flags])
+    std = capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None
+    return code, std.out, std.err, summary
+
+
+def test_augment_is_applied_to_training_batches(tmp_path, capsys, jpeg):
+    code, out, err, summary = _train(tmp_path, capsys, jpeg, "--model", "cnn", "--augment", "crop,flip,rotate",
+                                     "--loader-workers", "1")
+    assert code == 0, err
+    assert "augmenting training batches only: crop,flip,rotate (keyed by seed 0, epoch, sample id)" in out
+    assert summary["augment"] == "crop,flip,rotate" and summary["test_samples"] == 359
+    assert "(32, 32, 1) (decoded images)" in summary["dataset"]
+
+
+def test_skip_corrupt_leaves_out_and_lists_bad_records(tmp_path, capsys, jpeg):
+    root = tmp_path / "jpeg"
+    convert("builtin:digits", root, shards=4, image_format="jpeg")
+    shards = sorted(str(p) for p in root.glob("*.tfrecord"))
+    image_off = break_image(root, 1, 7)
+    crc_off = flip_payload_byte(root, 3, 2)
+    code, out, err, summary = _train(tmp_path, capsys, root, "--skip-corrupt")
+    assert code == 0, err
+    assert "skipped 2 bad records" in out
+    got = sorted((s["path"], s["record"], s["offset"], s["kind"]) for s in summary["skipped_records"])
+    assert got == sorted([(shards[3], 2, crc_off, "data_crc"), (shards[1], 7, image_off, "image")])
+    assert summary["test_samples"] + summary["history"][0]["samples"] == 1797 - 2
+
+
+def test_corrupt_jpeg_is_one_line_on_stderr(tmp_path, capfd, jpeg):
+    root = tmp_path / "jpeg"
+    convert("builtin:digits", root, shards=4, image_format="jpeg")
+    shard = sorted(str(p) for p in root.glob("*.tfrecord"))[1]
+    offset = break_image(root, 1, 7)
+    capfd.readouterr()
+    code, out, err, summary = _train(tmp_path, capfd, root)  # capfd: also what a C library writes on fd 2
+    assert code == 2 and summary is None
+    assert len(err.strip().splitlines()) == 1, err  # Pillow's libjpeg handler prints nothing of its own
+    assert err.startswith(f"evenflow train: error: {shard} (record 7, offset {offset}): image 'image' does not "
+                          f"decode: OSError: "), err
+    assert err.strip().endswith("; replace it, or leave such records out with --skip-corrupt"), err
+
+
+def test_plain_tfrecords_and_missing_index(tmp_path, capsys, jpeg):
+    # The shards of a converted dataset, copied without dataset.json: plain TFRecord files.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for p in sorted(jpeg.glob("*.tfrecord")):
+        (plain / p.name).write_bytes(p.read_bytes())
+    code, out, err, summary = _train(tmp_path, capsys, plain, "--model", "cnn")
+    first = sorted(str(p) for p in plain.glob("*.tfrecord"))[0]
+    assert code == 2 and err.strip() == (f"evenflow train: error: {first}: missing index {first}.idx; build it "
+                                         f"with `evenflow index {first}`")
+    assert main(["index", *sorted(str(p) for p in plain.glob("*.tfrecord"))]) == 0
+    code, out, err, summary = _train(tmp_path, capsys, str(plain / "*.tfrecord"), "--model", "cnn")
+    assert code == 0, err
+    assert summary["test_samples"] == 359  # labels read from the records: the split of the converted dataset
