@@ -38,6 +38,9 @@ def test_read_batch_buffer_matches_records(three_shards, ids):
     assert buf.size == sum(len(recs[i]) for i in ids)
     assert starts.tolist() == np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(int).tolist()[:len(ids)]
     assert ds.read_batch(ids, verify=True) == [recs[i] for i in ids]
+    raw, starts2, lengths2 = ds.read_batch_bytes(ids)  # the TensorFlow reader's path: one bytes object
+    assert isinstance(raw, bytes) and raw == buf.tobytes()
+    assert np.array_equal(starts2, starts) and np.array_equal(lengths2, lengths)
 
 
 @pytest.mark.parametrize("gather_bytes", [0, 10**9], ids=["slice-per-record", "byte-gather"])

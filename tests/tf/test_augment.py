@@ -71,6 +71,13 @@ def test_crop_is_a_shifted_window_and_zero_rotation_is_identity():
     padded = np.pad(x, [(0, 0), (2, 2), (2, 2), (0, 0)])
     for i in range(10):
         assert any(np.array_equal(out[i], padded[i, r:r + H, c:c + W]) for r in range(5) for c in range(5))
+    # Zero padding is computed without padding (one gather and a mask); the other modes pad. With
+    # REFLECT the window must come from the reflected image at the same offsets.
+    reflected = augment.random_crop(2, mode="REFLECT")(_batch(ids))["features"].numpy()
+    mirror = np.pad(x, [(0, 0), (2, 2), (2, 2), (0, 0)], mode="reflect")
+    for i in range(10):
+        r, c = next((r, c) for r in range(5) for c in range(5) if np.array_equal(out[i], padded[i, r:r + H, c:c + W]))
+        np.testing.assert_array_equal(reflected[i], mirror[i, r:r + H, c:c + W])
     same = augment.rotate(0.0)(_batch(ids))["features"].numpy()
     np.testing.assert_allclose(same, x, atol=1e-6)
 

@@ -82,7 +82,8 @@ class RecordDataset:
         self.skip_corrupt = skip_corrupt
         self._shards: list[ShardIndex] = [self._open_shard(i, p) for i, p in enumerate(self.paths)]
         # Plain uint8 views of read-only maps (np.memmap's subclass overhead shows in small gathers).
-        self._maps = [np.frombuffer(open_mmap(s.path), dtype=np.uint8) for s in self._shards]
+        self._mms = [open_mmap(s.path) for s in self._shards]
+        self._maps = [np.frombuffer(m, dtype=np.uint8) for m in self._mms]
         if check != "crc":  # the CRC scan checks every header itself
             for i, s in enumerate(self._shards):
                 self._check_shard(i, s, check)
@@ -367,6 +368,23 @@ class RecordDataset:
             self._verify(ids, buffer, starts, lengths)
         return buffer, starts, lengths
 
+    def read_batch_bytes(self, ids) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """Like :meth:`read_batch_buffer` (without ``verify``), as one ``bytes`` object.
+
+        One ``bytes.join`` of slices of the file maps: 0.5-1 µs per 800-byte record on the
+        2-core reference machine, against 1.7-2.5 µs for the slice copies into a numpy
+        buffer plus its ``tobytes()``. This is what a TensorFlow reader wants: it becomes one
+        ``tf.string`` scalar, cut into records by ``tf.strings.substr``.
+        """
+        ids = self._ids(ids)
+        lengths = self.sample_length[ids] - FRAME_BYTES
+        starts = np.cumsum(lengths) - lengths
+        begin = self.sample_offset[ids] + HEADER_BYTES
+        mms = self._mms
+        raw = b"".join([mms[s][a:b] for s, a, b in zip(self.sample_shard[ids].tolist(), begin.tolist(),
+                                                         (begin + lengths).tolist())])
+        return raw, starts, lengths
+
     def _verify(self, ids, buffer, starts, lengths) -> None:
         from evenflow.records.framing import _Q
         shard = self.sample_shard[ids]
@@ -445,6 +463,7 @@ class RecordDataset:
     def close(self) -> None:
         """Drop the file maps (they are also released when the dataset is garbage collected)."""
         self._maps = []
+        self._mms = []
 
     def __enter__(self) -> "RecordDataset":
         return self

@@ -123,14 +123,25 @@ def random_crop(padding: int, seed: int = 0, mode: str = "CONSTANT") -> MapFn:
         tf, x = _features(batch, "random_crop")
         if padding == 0:
             return batch
-        h, w = tf.shape(x)[1], tf.shape(x)[2]
-        padded = tf.pad(x, [[0, 0], [padding, padding], [padding, padding], [0, 0]], mode=mode)
+        shape = tf.shape(x)
+        n, h, w, c = shape[0], shape[1], shape[2], shape[3]
         u = sample_uniform(batch, seed, _STREAMS["crop"], 2)
         off = tf.minimum(tf.cast(u * (2 * padding + 1), tf.int32), 2 * padding)  # [slots, 2] in 0..2p
-        rows = off[:, :1] + tf.range(h)[None, :]
-        cols = off[:, 1:] + tf.range(w)[None, :]
-        out = tf.gather(padded, rows, axis=1, batch_dims=1)
-        out = tf.gather(out, cols, axis=2, batch_dims=1)
+        if mode != "CONSTANT":
+            padded = tf.pad(x, [[0, 0], [padding, padding], [padding, padding], [0, 0]], mode=mode)
+            out = tf.gather(padded, off[:, :1] + tf.range(h)[None, :], axis=1, batch_dims=1)
+            out = tf.gather(out, off[:, 1:] + tf.range(w)[None, :], axis=2, batch_dims=1)
+            return {**batch, "features": tf.ensure_shape(out, x.shape)}
+        # Zero padding without padding: one gather of source pixels (clipped into the image),
+        # times a mask that zeroes the pixels that came from outside. Pad + two gathers cost
+        # twice as much: they copy the padded batch, then the batch twice.
+        rows = off[:, :1] - padding + tf.range(h)[None, :]                       # [slots, H] source rows
+        cols = off[:, 1:] - padding + tf.range(w)[None, :]                       # [slots, W]
+        src = (tf.clip_by_value(rows, 0, h - 1)[:, :, None] * w
+               + tf.clip_by_value(cols, 0, w - 1)[:, None, :])                   # [slots, H, W]
+        inside = (((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :])
+        out = tf.gather(tf.reshape(x, [n, h * w, c]), tf.reshape(src, [n, h * w]), batch_dims=1)
+        out = tf.reshape(out, shape) * tf.cast(inside, x.dtype)[:, :, :, None]
         return {**batch, "features": tf.ensure_shape(out, x.shape)}
 
     return fn
