@@ -49,13 +49,16 @@ def test_skip_corrupt_leaves_out_and_lists_bad_records(tmp_path, capsys, jpeg):
     assert summary["test_samples"] + summary["history"][0]["samples"] == 1797 - 2
 
 
-def test_corrupt_jpeg_is_one_line_on_stderr(tmp_path, capfd, jpeg):
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_corrupt_jpeg_is_one_line_on_stderr(tmp_path, capfd, jpeg, workers):
+    # With loader worker processes torch re-raises the worker's error as a RuntimeError holding
+    # its traceback; the CLI still prints the record's one line.
     root = tmp_path / "jpeg"
     convert("builtin:digits", root, shards=4, image_format="jpeg")
     shard = sorted(str(p) for p in root.glob("*.tfrecord"))[1]
     offset = break_image(root, 1, 7)
     capfd.readouterr()
-    code, out, err, summary = _train(tmp_path, capfd, root)  # capfd: also what a C library writes on fd 2
+    code, out, err, summary = _train(tmp_path, capfd, root, "--loader-workers", workers)  # capfd: fd 2 too
     assert code == 2 and summary is None
     assert len(err.strip().splitlines()) == 1, err  # Pillow's libjpeg handler prints nothing of its own
     assert err.startswith(f"evenflow train: error: {shard} (record 7, offset {offset}): image 'image' does not "

@@ -102,6 +102,10 @@ def _run_torch(args) -> int:
         return 2
     except RuntimeError as e:
         from evenflow.torch.distributed import PeerLostError
+        from evenflow.torch.loader import worker_record_error
+        bad = worker_record_error(e)  # a bad record met in a loader worker process
+        if bad is not None:
+            raise bad from None
         if not isinstance(e, PeerLostError):
             raise
         print(f"evenflow train: error: {e}", file=sys.stderr)

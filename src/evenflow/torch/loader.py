@@ -34,7 +34,7 @@ from evenflow.plan import Cursor, Plan
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.sources import RESERVED_KEYS, Source
 
-__all__ = ["PlanLoader", "PlanSteps", "rank_and_world_size"]
+__all__ = ["PlanLoader", "PlanSteps", "rank_and_world_size", "worker_record_error"]
 
 
 def rank_and_world_size(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -120,6 +120,24 @@ class _StepBatches:
         # benchmarks/torch_loader.py (2 workers per rank, 2-core machine).
         batch.update(id=ids, global_real_count=count, epoch=epoch, step=step)
         return self.transform(batch) if self.transform is not None else batch
+
+
+def worker_record_error(error: BaseException):
+    """The :class:`~evenflow.records.RecordError` a DataLoader worker process raised, or None.
+
+    torch re-raises an exception from a worker in the main process by calling its class
+    with one message that holds the worker's traceback; ``RecordError`` takes keyword
+    location fields, so torch falls back to a ``RuntimeError`` of that text. Its last
+    ``RecordError:`` line is the one-line message (file, record number, byte offset, fix).
+    """
+    from evenflow.records import RecordError
+    text = str(error)
+    if not text.startswith("Caught RecordError"):
+        return None
+    lines = [ln for ln in text.strip().splitlines() if "RecordError: " in ln]
+    if not lines:
+        return None
+    return RecordError(None, lines[-1].split("RecordError: ", 1)[1].strip())
 
 
 def _finish(batch: dict) -> dict:
