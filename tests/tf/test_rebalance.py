@@ -68,6 +68,17 @@ def test_a_2x_slow_replica_gets_half_the_work_exactly_once_and_training_is_uncha
     assert report.returncode == 0, report.stderr
     assert (tmp_path / "slow" / "report.html").is_file()
     assert "before rebalancing" in report.stdout and "straggler" in report.stdout
+    # The measured weights are checkpointed: the same command with one more epoch resumes with
+    # them (no second measuring phase), and the three epochs are still covered exactly once.
+    newest = sorted((tmp_path / "slow" / "checkpoints").glob("*/meta.json"))[-1]
+    assert json.loads(newest.read_text())["weights"] == pytest.approx(tel["weights"])
+    more = _train(tmp_path / "slow", "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--audit", "--epochs", "3")
+    shown = ", ".join(f"{x:g}" for x in tel["weights"])
+    assert f"resuming with the measured replica weights {shown}" in more["_stdout"], more["_stdout"]
+    assert more["history"][2]["samples"] == more["history"][0]["samples"]
+    audit = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(tmp_path / "slow")], env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 @pytest.mark.slow

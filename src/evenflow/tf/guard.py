@@ -53,6 +53,9 @@ class TrainingGuard:
         self.plan, self.checkpointer, self.every = plan, checkpointer, int(every)
         self.audit, self.anomalies, self.is_chief = audit, anomalies, is_chief
         self.history: list[dict] = []
+        # Replica weights in use when they differ from the plan's (measured speeds; see
+        # Trainer.fit's re-plans): saved with each checkpoint, so a resumed run starts from them.
+        self.weights: tuple[float, ...] | None = None
         self.saved: CheckpointInfo | None = None
         self.needs_ids = True
         self._partial: tuple[Cursor, dict] | None = None
@@ -88,6 +91,10 @@ class TrainingGuard:
     def _adopt(self, info: CheckpointInfo) -> None:
         self.saved = info
         self.history = list(info.meta.get("history", []))
+        weights = info.meta.get("weights")
+        # Weights for another number of replicas (an elastic restart) are dropped: measured again.
+        self.weights = tuple(float(w) for w in weights) if weights and len(weights) == self.plan.topology.replicas \
+            else None
         partial = info.meta.get("partial")
         self._partial = (info.cursor, partial) if partial else None
         if self.audit is not None:
@@ -177,6 +184,7 @@ class TrainingGuard:
             self.audit.flush()  # before the checkpoint: a crash in between is trimmed on resume
         extra = {"plan": self.plan.fingerprint(), "replicas": self.plan.topology.replicas,
                  "history": self.history, "partial": partial,
+                 "weights": None if self.weights is None else [float(w) for w in self.weights],
                  "anomaly": self.anomalies.state() if self.anomalies is not None else None}
         path = self.checkpointer.save(cursor, extra)
         self.saved = CheckpointInfo(path, cursor, extra)

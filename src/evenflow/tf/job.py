@@ -198,6 +198,10 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
     if start is None:
         start = Cursor(0, 0)
         guard.save_initial(start)
+    train_plan = p.train_plan
+    if guard.weights is not None:  # the checkpoint's measured weights: no need to measure them again
+        train_plan = p.train_plan.with_topology(Topology(comp.replicas, guard.weights))
+        print(f"resuming with the measured replica weights {', '.join(f'{w:g}' for w in guard.weights)}", file=out)
 
     plan0 = p.train_plan.epoch(0)
     slots = p.train_plan.slots
@@ -259,7 +263,7 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
 
     try:
         if start.epoch < sched.epochs:
-            trainer.fit(train_reader, p.train_plan, sched.epochs, start=start, on_step=on_step, on_epoch=on_epoch,
+            trainer.fit(train_reader, train_plan, sched.epochs, start=start, on_step=on_step, on_epoch=on_epoch,
                         guard=guard, monitor=monitor)
         else:
             print(f"all {sched.epochs} epochs were trained already; evaluating the last checkpoint "
