@@ -161,3 +161,44 @@ def test_monitor_writes_one_line_per_update_and_decides_from_the_gathered_window
     assert changed and changed[0].weights == (1.0, 1.0, 1.0, 0.5)
     # The others waited 0.016 s per step for replica 3, three of them.
     assert mon.summary()["per_replica"][3]["others_waited_seconds"] == pytest.approx(12 * 3 * 0.016)
+
+
+@pytest.mark.slow
+def test_a_rewind_after_a_replan_keeps_exactly_once(tmp_path):
+    # Replica 3 is emulated 2x slow, so epoch 0 re-plans with measured weights. Epoch 1 holds NaN
+    # samples in three consecutive global steps: the guard restores the epoch-0 checkpoint and
+    # replays epoch 1 from its start under the new weights. A step's set of samples does not
+    # depend on the weights (world-size invariance), so the poisoned steps are known up front.
+    import evenflow as ef
+    from evenflow.tf.data import split_indices
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(1000, 6)).astype(np.float32)
+    y = ((x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)).astype(np.int64)
+    train, _ = split_indices(y, 0.2, 0)
+    g, seed = 64, 0
+    plan = ef.Plan(ef.Index(len(train), labels=y[train]), ef.Topology(4), global_batch_size=g, seed=seed,
+                   stratify=True)
+    ep1 = plan.epoch(1)
+    streak = (4, 5, 6)
+    bad = [int(ep1.ids[s][ep1.ids[s] >= 0][0]) for s in streak]
+    x[train[bad]] = np.nan
+    np.savez(tmp_path / "poison.npz", x=x, y=y)
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "poison.npz"), "--model", "mlp",
+           "--replicas", "4", "--global-batch-size", str(g), "--seed", str(seed), "--epochs", "2", "--audit",
+           "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--restore-after", "3",
+           "--output-dir", str(run)]
+    proc = subprocess.run(["timeout", "-k", "5", "300"] + cmd, env=ENV, capture_output=True, text=True, timeout=320)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((run / "summary.json").read_text())
+    replans = summary["telemetry"]["rebalances"]
+    assert replans and replans[0]["epoch"] == 0, replans  # the weights changed before the rewind
+    events = [json.loads(line) for line in (run / "anomalies.jsonl").read_text().splitlines()]
+    restores = [e for e in events if e["event"] == "restored"]
+    assert len(restores) == 1 and restores[0]["to"]["epoch"] == 1 and restores[0]["to"]["step"] == 0, restores
+    first = sorted(e["step"] for e in events if e["event"] == "nonfinite" and e["epoch"] == 1 and not e["replay"])
+    assert first == list(streak), events
+    audit = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(run)], env=ENV, capture_output=True,
+                           text=True, timeout=120)
+    assert audit.returncode == 0, audit.stdout + audit.stderr

@@ -80,3 +80,13 @@ def test_plain_tfrecords_and_missing_index(tmp_path, capsys, jpeg):
     code, out, err, summary = _train(tmp_path, capsys, str(plain / "*.tfrecord"), "--model", "cnn")
     assert code == 0, err
     assert summary["test_samples"] == 359  # labels read from the records: the split of the converted dataset
+
+
+def test_text_records_and_pad_lengths_are_refused_with_the_tf_hint(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    convert("builtin:stdlib-docs", docs, shards=1)
+    code, out, err, summary = _train(tmp_path, capsys, docs)
+    assert code == 2 and summary is None
+    assert "feature 'text' holds text; text records train on the TensorFlow path only" in err, err
+    code, out, err, summary = _train(tmp_path, capsys, "builtin:digits", "--pad-lengths", "64,512")
+    assert code == 2 and "--pad-lengths pads text batches" in err, err

@@ -282,6 +282,15 @@ class RecordDataset:
                              f"{labels.dtype} {labels.shape}")
         self.labels = labels.astype(np.int64, copy=False)
 
+    def holds_text(self, key: str) -> bool:
+        """Whether feature ``key`` is text: one ``bytes`` value per record in a dataset whose
+        manifest does not name it as its image (``evenflow convert builtin:stdlib-docs``).
+        Without a manifest a ``bytes`` feature counts as an encoded image."""
+        spec = self.specs.get(key)
+        if spec is None or spec.dtype != "bytes" or spec.shape not in ((), (1,)) or self.manifest is None:
+            return False
+        return (self.manifest.image or {}).get("key") != key
+
     def locate(self, ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(shard int32, offset int64, framed length int64)`` of each sample id."""
         ids = self._ids(ids)

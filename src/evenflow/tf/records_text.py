@@ -54,10 +54,7 @@ class TextLayout:
 
 def is_text(ds, feature_key: str) -> bool:
     """Whether ``feature_key`` of records dataset ``ds`` holds text (see the module docstring)."""
-    spec = ds.specs[feature_key]
-    if spec.dtype != "bytes" or spec.shape not in ((), (1,)) or ds.manifest is None:
-        return False
-    return (ds.manifest.image or {}).get("key") != feature_key
+    return ds.holds_text(feature_key)
 
 
 def _lengths(ds, key: str) -> np.ndarray:

@@ -110,6 +110,9 @@ def _records(options) -> LoadedData:
                              f"--label-key so the split and the stratified plan can see the labels")
         feature_key = options.feature_key if options.feature_key in ds.specs else None
     feature_key = ds.training_keys(feature_key, label_key)
+    if ds.holds_text(feature_key):
+        raise ValueError(f"{where}: feature {feature_key!r} holds text; text records train on the TensorFlow path "
+                         f"only (evenflow train --framework tf --model text_cnn --dataset {where})")
     skipped = [b.to_json() for b in ds.bad]  # with skip_corrupt: records with a bad CRC, already left out
     good = np.ones(len(ds), bool)
     decode, shape = None, tuple(int(d) for d in ds.specs[feature_key].shape)
@@ -146,8 +149,12 @@ def load_dataset(options) -> LoadedData:
     """Load ``options.dataset`` (see the module docstring).
 
     Raises:
-        ValueError: unknown builtin, missing file or key, unusable arrays or records.
+        ValueError: unknown builtin, missing file or key, unusable arrays or records; text
+            options (``pad_lengths``), which only the TensorFlow path has.
     """
+    if getattr(options, "pad_lengths", ""):
+        raise ValueError(f"--pad-lengths pads text batches, and text trains on the TensorFlow path only; drop "
+                         f"--framework torch (got --pad-lengths {options.pad_lengths})")
     name = options.dataset
     if name.startswith("builtin:"):
         key = name.split(":", 1)[1]
