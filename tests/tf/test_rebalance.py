@@ -152,7 +152,8 @@ def test_monitor_writes_one_line_per_update_and_decides_from_the_gathered_window
     mon.close()
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert lines[0] == {"kind": "run", "replicas": 4, "workers": 1, "global_batch_size": 64,
-                        "steps_per_epoch": 100, "load_unit": "samples"}
+                        "steps_per_epoch": 100, "load_unit": "samples", "rebalance": True,
+                        "shared_devices": False}
     steps = [x for x in lines if x["kind"] == "step"]
     assert [x["step"] for x in steps] == list(range(12))
     assert steps[0]["compute"] == pytest.approx([0.016, 0.016, 0.016, 0.032])
@@ -202,3 +203,18 @@ def test_a_rewind_after_a_replan_keeps_exactly_once(tmp_path):
     audit = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(run)], env=ENV, capture_output=True,
                            text=True, timeout=120)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_input_wait_counts_only_batches_made_after_the_step_began(tmp_path):
+    # A pipeline that sleeps 40 ms per batch starves ~2 ms steps: most of the step time is input
+    # wait. With the same arrays served from memory and 16 batches prefetched, batches wait in the
+    # buffer and the steps do not wait for them. (A clock read after the batches arrived reported
+    # 70% input wait for in-memory digits even with 64 batches prefetched: it queued behind compute.)
+    out = tmp_path / "wait.json"
+    script = Path(__file__).with_name("_input_wait.py")
+    proc = subprocess.run(["timeout", "-k", "5", "150", sys.executable, str(script), str(out)], env=ENV,
+                          capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["slow"] > 0.6, got
+    assert got["fast"] < got["slow"] / 3, got

@@ -250,6 +250,11 @@ def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnos
 
 
 def _rebalance_advice(tel: Telemetry, start: int, stop: int, strag: int) -> str:
+    if tel.run.get("shared_devices"):
+        return (f"but the replicas are logical devices sharing one CPU's cores, so the one scheduled last looks "
+                f"slow: replica {strag} is not a slower device, and giving it less work would only make another "
+                f"one look slow (rebalancing stays off for such devices); on separate devices this would be a "
+                f"real straggler")
     at = [ev["index"] for ev in tel.rebalances]
     inside, later = [i for i in at if start < i < stop], [i for i in at if i >= stop]
     if inside:

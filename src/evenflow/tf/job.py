@@ -362,7 +362,8 @@ def _monitor(cfg: TrainConfig, p: Prepared, log, chief: bool, resumed: bool, sha
     return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
                           rebalance=cfg.monitor.rebalance_options(shared_cpu), log=log,
                           telemetry=p.run_dir / TELEMETRY_FILE if chief else None,
-                          workers=p.cluster.num_workers, append=resumed)
+                          workers=p.cluster.num_workers, append=resumed,
+                          shared_devices=shared_cpu and not cfg.monitor.simulation().active)
 
 
 def _diagnose(run_dir: Path) -> list[str] | None:
@@ -394,7 +395,9 @@ def make_readers(p: Prepared):
     # Variable-length text (builtin or records): padding slots become empty rows, which text_cnn does not compute.
     pre = [blank_padding_rows] if None in p.data.feature_shape else []
     # Trimmed batches: a replica computes its real samples only, so a weighted split saves real time.
-    return (PlanReader(p.data.train, map_fns=pre + ([p.augment] if p.augment is not None else []), trim_padding=True),
+    stamp = bool(p.config.monitor.telemetry)  # when each batch was made: the steps' input wait
+    return (PlanReader(p.data.train, map_fns=pre + ([p.augment] if p.augment is not None else []), trim_padding=True,
+                       stamp=stamp),
             PlanReader(p.data.test, map_fns=pre, trim_padding=True))
 
 

@@ -52,6 +52,9 @@ class ReplicaMonitor:
         log: an object with ``scalar(tag, value, step)`` (a :class:`~evenflow.tf.runlog.RunLog`), or None.
         workers: number of workers (for the run line).
         append: keep an existing telemetry file (a resumed run continues it).
+        shared_devices: the replicas are logical devices sharing one CPU's cores (not
+            emulated): written to the run line, so the diagnosis does not blame a replica
+            for being scheduled last.
         log_every: updates averaged into one point of the TensorBoard scalars, >= 1. Each
             point is 4R + 3 eager summary writes on the training thread, which holds the
             GIL meanwhile and so also delays the replicas' clock callbacks: on the 2-core
@@ -62,7 +65,7 @@ class ReplicaMonitor:
     def __init__(self, replicas: int, global_batch_size: int, steps_per_epoch: int, costs: np.ndarray | None = None,
                  rebalance: RebalanceOptions = RebalanceOptions(), check_every: int = 2,
                  telemetry: str | Path | None = None, log=None, workers: int = 1, append: bool = False,
-                 log_every: int = 25):
+                 log_every: int = 25, shared_devices: bool = False):
         for name, value in (("check_every", check_every), ("log_every", log_every)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -91,7 +94,8 @@ class ReplicaMonitor:
             if not keep:
                 self._write({"kind": "run", "replicas": self.replicas, "workers": int(workers),
                              "global_batch_size": int(global_batch_size), "steps_per_epoch": self.steps_per_epoch,
-                             "load_unit": "samples" if self.costs is None else "cost"})
+                             "load_unit": "samples" if self.costs is None else "cost",
+                             "rebalance": bool(rebalance.enabled), "shared_devices": bool(shared_devices)})
 
     @property
     def needs_ids(self) -> bool:

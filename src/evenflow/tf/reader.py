@@ -13,7 +13,11 @@ count in that step with ``trim_padding``):
 * ``mask``: float32 ``[slots]``, 1 for real samples, 0 for padding;
 * ``global_real_count``: int64 scalar, real samples of this step over all replicas
   (``EpochPlan.global_real_counts``) — the denominator of the masked loss;
-* ``epoch``: int64 scalar, so augmentations can be keyed by (seed, epoch, id).
+* ``epoch``: int64 scalar, so augmentations can be keyed by (seed, epoch, id);
+* ``produced`` (with ``stamp=True``): float64 scalar, the host clock (``time.time()``)
+  when the batch left the last map function, before the prefetch buffer. A training
+  step that began at ``t`` waited ``max(0, produced - t)`` for this batch: a batch that
+  sat in the buffer cost no wait.
 
 A pipeline can stream many epochs from a :class:`~evenflow.plan.cursor.Cursor`
 (:meth:`PlanReader.distribute`), planning each epoch when it reaches it.
@@ -32,6 +36,7 @@ Sources follow a three-member protocol (:class:`~evenflow.tf.sources.Source`):
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -129,10 +134,13 @@ class PlanReader:
             replica with fewer samples finishes sooner instead of computing its
             padding. The leading axis is then dynamic (``None``), so replanning with
             other weights does not retrace the training step.
+        stamp: add ``produced`` to every batch (one Python callback per batch, in the
+            pipeline's threads), from which :class:`~evenflow.tf.trainer.Trainer` with
+            ``timing`` measures how long each step waited for its input.
     """
 
     def __init__(self, source: Source, map_fns: Sequence[MapFn] = (), prefetch: int = 4,
-                 trim_padding: bool = False):
+                 trim_padding: bool = False, stamp: bool = False):
         if not isinstance(source, Source):
             raise TypeError(f"source must follow the evenflow.tf.Source protocol (num_samples, index(), "
                             f"batch(ids)), got {type(source).__name__}")
@@ -142,9 +150,11 @@ class PlanReader:
                 raise TypeError(f"map_fns[{i}] must be a function batch -> batch, got {type(fn).__name__}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1 (batches per replica), got {prefetch!r}")
-        if not isinstance(trim_padding, bool):
-            raise TypeError(f"trim_padding must be True or False, got {trim_padding!r}")
+        for name, flag in (("trim_padding", trim_padding), ("stamp", stamp)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.source, self.map_fns, self.prefetch, self.trim_padding = source, map_fns, prefetch, trim_padding
+        self.stamp = stamp
 
     def _check(self, plan: Plan) -> None:
         if not isinstance(plan, Plan):
@@ -281,6 +291,12 @@ class PlanReader:
         ds = rows_ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         for fn in self.map_fns:
             ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if self.stamp:
+            def stamp(batch):
+                now = numpy_function(_wall_clock, [], tf.float64, stateful=True)
+                return {**batch, "produced": tf.ensure_shape(now, [])}
+
+            ds = ds.map(stamp)
         ds = ds.prefetch(self.prefetch if prefetch is None else prefetch)
         # tf.data's autotuner runs a model thread per iterator that sleeps on a growing timer
         # (up to a minute); deleting the iterator waits for it while holding the GIL. With R
@@ -333,3 +349,7 @@ class PlanReader:
             experimental_replication_mode=mode.PER_WORKER if multi_worker else mode.PER_REPLICA,
             experimental_fetch_to_device=not on_cpu)
         return strategy.distribute_datasets_from_function(dataset_fn, options=options)
+
+
+def _wall_clock():
+    return np.float64(time.time())

@@ -20,7 +20,7 @@ from evenflow.tf._lazy import tf as _tf
 __all__ = ["Source", "ArraySource", "SubsetSource", "RESERVED_KEYS"]
 
 # Keys the reader adds to every batch; a source or map function must not produce them itself.
-RESERVED_KEYS = ("id", "mask", "global_real_count", "epoch")
+RESERVED_KEYS = ("id", "mask", "global_real_count", "epoch", "produced")
 
 
 @runtime_checkable

@@ -400,9 +400,19 @@ class Trainer:
         batches = [next(iterator) for _ in range(count)]
         clock = None
         if self.timing:
-            arrived = [t for b in batches for t in self.strategy.experimental_local_results(b["mask"])]
-            with tf.control_dependencies(arrived):
-                clock = tf.stack([began, _now()])
+            made = [t for b in batches if "produced" in b for t in self.strategy.experimental_local_results(
+                b["produced"])]
+            if made and len(made) == len(batches) * self._local:
+                # A stamped pipeline (PlanReader(stamp=True)) says when each batch was made: the step
+                # waited only for those made after it began. A clock callback run once the batches
+                # have arrived measures more: it queues behind the replicas' first ops on the
+                # inter-op threads. On digits (4 logical CPUs, 2 cores) it reported 70% of the step
+                # time as input wait even with 64 batches prefetched per replica.
+                clock = tf.stack([began, tf.maximum(began, tf.reduce_max(tf.stack(made)))])
+            else:
+                arrived = [t for b in batches for t in self.strategy.experimental_local_results(b["mask"])]
+                with tf.control_dependencies(arrived):
+                    clock = tf.stack([began, _now()])
         return self._distributed_train_step(*batches, clock=clock, step=step)
 
     def _distributed_eval_step(self, batch):
