@@ -19,7 +19,8 @@ from evenflow.torch.loader import PlanLoader, PlanSteps, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.models import MODELS, OPTIMIZERS, build_model, make_optimizer
 from evenflow.torch.sources import ArraySource, RecordSource, Source
-from evenflow.torch.trainer import GRADIENT_SUMS, EpochResult, EvalResult, Timings, Trainer, speed_weights
+from evenflow.torch.trainer import (GRADIENT_SUMS, EpochResult, EvalResult, SpeedRebalancer, Timings, Trainer,
+                                    speed_weights)
 
 __all__ = [
     "ArraySource",
@@ -36,6 +37,7 @@ __all__ = [
     "PlanSteps",
     "RecordSource",
     "Source",
+    "SpeedRebalancer",
     "Timings",
     "Trainer",
     "build_model",

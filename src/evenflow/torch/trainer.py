@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 
 from evenflow.plan import Cursor, Plan, Topology
+from evenflow.plan.speed import Decision, RebalanceOptions, Rebalancer
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from evenflow.torch.distributed import (PeerLostError, all_gather_rows, all_reduce_sum, broadcast_row,
@@ -45,7 +46,7 @@ from evenflow.torch.distributed import (PeerLostError, all_gather_rows, all_redu
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 
-__all__ = ["Trainer", "EpochResult", "EvalResult", "Timings", "speed_weights", "GRADIENT_SUMS"]
+__all__ = ["Trainer", "EpochResult", "EvalResult", "Timings", "SpeedRebalancer", "speed_weights", "GRADIENT_SUMS"]
 
 # DDP communication hooks by name; both SUM (DDP's default hook would average).
 GRADIENT_SUMS: dict[str, Callable] = {"ordered": ordered_sum_hook, "ring": sum_gradients_hook}
@@ -131,6 +132,44 @@ def speed_weights(timings: Timings, min_change: float = 0.1, decimals: int = 2) 
     if np.max(np.abs(new - old) / old) <= min_change or (new <= 0).any():
         return None
     return tuple(float(w) for w in new)
+
+
+class SpeedRebalancer:
+    """A rebalance callback with the TensorFlow trainer's estimator and hysteresis.
+
+    It feeds each window of :class:`Timings` to :class:`evenflow.plan.speed.Rebalancer`,
+    the numpy decision logic behind ``evenflow train``'s rebalancing: an exponential
+    average of each rank's seconds per sample (a jump of more than ``options.jump``
+    replaces it), weights rounded to ``options.resolution`` of the fastest rank, a re-plan
+    only when the predicted speed-up passes ``options.threshold`` at ``options.patience``
+    windows in a row (or ``options.urgent`` at one), then ``options.cooldown`` windows of
+    rest, and every rank at 1.5 samples of a full step or more. Every rank sees the same
+    all-gathered timings, so every rank decides the same.
+
+    A rank's time is its forward pass plus its data wait: under DDP the backward pass
+    overlaps the gradient all-reduce, so it includes waiting for the slowest rank.
+
+    Args:
+        world_size: R.
+        global_batch_size: G.
+        options: :class:`~evenflow.plan.speed.RebalanceOptions`.
+
+    Attributes:
+        decisions: every window's :class:`~evenflow.plan.speed.Decision` (None before
+            every rank was measured), for logs and tests.
+    """
+
+    def __init__(self, world_size: int, global_batch_size: int, options: RebalanceOptions = RebalanceOptions()):
+        self.rebalancer = Rebalancer(world_size, options, global_batch_size)
+        self.decisions: list[Decision | None] = []
+
+    def __call__(self, timings: Timings) -> tuple[float, ...] | None:
+        if timings.weights is not None and len(timings.weights) == len(self.rebalancer.weights):
+            self.rebalancer.weights = tuple(float(w) for w in timings.weights)  # the plan's, if set elsewhere
+        decision = self.rebalancer.check(np.asarray(timings.samples, np.float64),
+                                         np.asarray(timings.forward_seconds + timings.data_seconds, np.float64))
+        self.decisions.append(decision)
+        return None if decision is None else decision.weights
 
 
 @dataclass
