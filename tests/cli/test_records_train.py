@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from evenflow.cli import main
+from tests.records.records_helpers import break_image, flip_payload_byte
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -92,42 +93,10 @@ def test_train_and_demo_from_records(tmp_path, digits):
     assert summary["test_accuracy"] >= 0.85, summary["test_accuracy"]  # 0.930 measured; 0.955 without augmenting
 
 
-def _flip_payload_byte(root: Path, shard: int, record: int) -> int:
-    from evenflow.records import RecordDataset
-    s = RecordDataset(root).shards[shard]
-    off, n = int(s.offsets[record]), int(s.lengths[record]) - 16
-    with open(s.path, "r+b") as f:
-        f.seek(off + 12 + n // 2)
-        b = f.read(1)
-        f.seek(off + 12 + n // 2)
-        f.write(bytes([b[0] ^ 0x40]))
-    return off
-
-
-def _break_image(root: Path, shard: int, record: int) -> int:
-    """Rewrite one shard so that one record's JPEG is cut short (valid CRCs); returns its offset."""
-    from evenflow.records import ExampleEncoder, RecordDataset, RecordWriter, decode_examples, iter_records
-    from evenflow.records.manifest import ShardEntry, read_manifest, write_manifest
-    m = read_manifest(root)
-    path = root / m.shards[shard].file
-    recs = list(iter_records(path))
-    cols = {k: list(v) for k, v in decode_examples(recs, m.features).items()}
-    cols["image"][record] = bytes(cols["image"][record])[:100]
-    enc = ExampleEncoder(m.features)
-    w = RecordWriter(path)
-    for j in range(len(recs)):
-        w.write(enc.encode({k: cols[k][j] for k in m.features}))
-    w.close(labels=np.asarray(cols["label"]))
-    m.shards[shard] = ShardEntry(m.shards[shard].file, len(recs), os.path.getsize(path))
-    write_manifest(root, m)
-    return int(RecordDataset(root).shards[shard].offsets[record])
-
-
-@pytest.mark.slow
 def test_bad_records_named_or_skipped(tmp_path):
     root = _convert(tmp_path / "jpeg", "--image-format", "jpeg")
     shards = sorted(root.glob("*.tfrecord"))
-    image_off = _break_image(root, 1, 7)
+    image_off = break_image(root, 1, 7)
     # Found only when TensorFlow decodes it, mid-epoch: one line naming file, record and offset.
     proc = _cli("train", "--dataset", str(root), "--epochs", "1", "--replicas", "2",
                 "--output-dir", str(tmp_path / "run"))
@@ -137,7 +106,7 @@ def test_bad_records_named_or_skipped(tmp_path):
                            f"does not decode"), last
     assert "Traceback" not in proc.stderr
     # --skip-corrupt: every CRC and image is checked first; bad records are left out and listed.
-    crc_off = _flip_payload_byte(root, 3, 2)
+    crc_off = flip_payload_byte(root, 3, 2)
     proc = _cli("train", "--dataset", str(root), "--epochs", "1", "--replicas", "2", "--skip-corrupt",
                 "--output-dir", str(tmp_path / "skip"))
     assert proc.returncode == 0, proc.stderr

@@ -10,6 +10,7 @@ from evenflow.cli import main as cli_main  # noqa: E402
 from evenflow.plan import Index, Plan, Topology  # noqa: E402
 from evenflow.tf.reader import PlanReader, Source  # noqa: E402
 from evenflow.tf.records_source import RecordSource, decode_images  # noqa: E402
+from tests.records.records_helpers import break_image, flip_payload_byte  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -88,45 +89,16 @@ def test_plan_index_matches_labels(digits_dir, digits_arrays):
     assert isinstance(idx, Index) and idx.num_samples == len(digits_arrays[1])
 
 
-def _flip_payload_byte(root, shard: int, record: int) -> tuple[str, int]:
-    """Damage one payload byte of a record (its data CRC no longer matches); returns (path, offset)."""
+def _shard_path(root, shard: int) -> str:
     from evenflow.records import RecordDataset
-    s = RecordDataset(root).shards[shard]
-    off, n = int(s.offsets[record]), int(s.lengths[record]) - 16
-    with open(s.path, "r+b") as f:
-        f.seek(off + 12 + n // 2)
-        b = f.read(1)
-        f.seek(off + 12 + n // 2)
-        f.write(bytes([b[0] ^ 0x40]))
-    return s.path, off
-
-
-def _break_image(root, shard: int, record: int) -> tuple[str, int]:
-    """Rewrite one shard so that one record's image is a JPEG cut short (its CRCs are valid)."""
-    import os
-
-    from evenflow.records import ExampleEncoder, RecordDataset, RecordWriter, decode_examples, iter_records
-    from evenflow.records.manifest import ShardEntry, read_manifest, write_manifest
-    m = read_manifest(root)
-    path = os.path.join(root, m.shards[shard].file)
-    recs = list(iter_records(path))
-    cols = {k: list(v) for k, v in decode_examples(recs, m.features).items()}
-    cols["image"][record] = bytes(cols["image"][record])[:100]
-    enc = ExampleEncoder(m.features)
-    w = RecordWriter(path)
-    for j in range(len(recs)):
-        w.write(enc.encode({k: cols[k][j] for k in m.features}))
-    w.close(labels=np.asarray(cols["label"]))  # the sidecar keeps its label column
-    m.shards[shard] = ShardEntry(m.shards[shard].file, len(recs), os.path.getsize(path))
-    write_manifest(root, m)
-    return path, int(RecordDataset(root).shards[shard].offsets[record])
+    return RecordDataset(root).shards[shard].path
 
 
 def test_verify_names_a_corrupt_record_read_in_a_pipeline(tmp_path):
     from evenflow.records import RecordError
     out = tmp_path / "d"
     cli_main(["convert", "builtin:digits", str(out), "--shards", "3"])
-    path, off = _flip_payload_byte(out, 1, 4)
+    path, off = _shard_path(out, 1), flip_payload_byte(out, 1, 4)
     bad_id = 599 + 4  # shard 1 starts at sample 1797 * 1 // 3
     # Read by offset inside tf.data: TensorFlow passes the error on as text; the source keeps it.
     src = RecordSource(out, verify=True)
@@ -147,7 +119,8 @@ def test_find_bad_record_names_an_image_that_does_not_decode(tmp_path):
     from evenflow.records import RecordError
     out = tmp_path / "jpeg"
     cli_main(["convert", "builtin:digits", str(out), "--image-format", "jpeg", "--shards", "2"])
-    path, off = _break_image(out, 1, 7)
+    off = break_image(out, 1, 7)
+    path = _shard_path(out, 1)
     src = RecordSource(out, cache=True, decode=decode_images(channels=1, shape=(32, 32)))
     assert src.find_bad_record(np.arange(898)) is None  # shard 0 holds ids 0..897
     err = src.find_bad_record()

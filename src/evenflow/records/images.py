@@ -20,8 +20,8 @@ import numpy as np
 
 from evenflow.records.errors import RecordError
 
-__all__ = ["DecodeImages", "GREY_MODES", "ImageDecodeError", "decode_batch", "image_layout", "quiet_native_stderr",
-           "undecodable_images"]
+__all__ = ["DecodeImages", "GREY_MODES", "ImageDecodeError", "decode_batch", "first_image_layout", "image_layout",
+           "quiet_native_stderr", "skip_undecodable", "skipped_note", "undecodable_images"]
 
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 _CHUNK = 1024
@@ -79,6 +79,45 @@ def undecodable_images(ds, key: str, layout: tuple[int, int, int]) -> np.ndarray
                                   f"{layout[0]}x{layout[1]}; every image must have the same size: resize them "
                                   f"before converting", record=rec, offset=off, kind="image")
     return bad
+
+
+def first_image_layout(ds, key: str, skip: bool) -> tuple[int, int, int]:
+    """(height, width, channels) of the first image; with ``skip``, of the first image that opens.
+
+    Raises:
+        RecordError: the first image does not open (without ``skip``), or none does.
+    """
+    for i in range(len(ds)):
+        try:
+            return image_layout(ds, key, i)
+        except RecordError:
+            if not skip:
+                raise
+    raise RecordError(ds.manifest_path or ds.paths[0], f"no image {key!r} in the records opens; nothing to train "
+                      f"on", kind="image")
+
+
+def skip_undecodable(ds, key: str, layout: tuple[int, int, int], skipped: list) -> np.ndarray:
+    """bool ``[N]``, True for the records whose image opens; each one that does not is added to ``skipped``.
+
+    The entries are the JSON form of a skipped record (path, record, offset, kind, reason),
+    as ``summary.json`` lists them.
+    """
+    bad = undecodable_images(ds, key, layout)
+    for i in np.flatnonzero(bad).tolist():
+        path, rec, off = ds._where(i)
+        skipped.append({"path": path, "record": rec, "offset": off, "kind": "image",
+                        "reason": f"image {key!r} does not decode (Pillow)"})
+    return ~bad
+
+
+def skipped_note(skipped: list) -> tuple[str, ...]:
+    """The one-line note a training run prints about the records ``--skip-corrupt`` left out (none: ())."""
+    if not skipped:
+        return ()
+    listed = "; ".join(f"{b['path']} (record {b['record']}, offset {b['offset']}): {b['kind']}" for b in skipped[:5])
+    more = f"; and {len(skipped) - 5} more (summary.json lists them)" if len(skipped) > 5 else ""
+    return (f"skipped {len(skipped)} bad records: {listed}{more}",)
 
 
 def decode_batch(encoded, layout: tuple[int, int, int]) -> np.ndarray:

@@ -87,9 +87,8 @@ def load_records(options) -> LoadedData:
             image that does not decode; one line naming the file (and record).
         ValueError: too few samples to split, fewer than 2 classes.
     """
-    from evenflow.records import RecordDataset, RecordError
-    from evenflow.records.images import image_layout as _image_layout
-    from evenflow.records.images import undecodable_images as _undecodable_images
+    from evenflow.records import RecordDataset
+    from evenflow.records.images import first_image_layout, skip_undecodable, skipped_note
     from evenflow.records.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
     from evenflow.tf.records_source import RecordSource, decode_images
     from evenflow.tf.records_text import is_text, text_layout
@@ -116,24 +115,9 @@ def load_records(options) -> LoadedData:
         text = text_layout(ds, feature_key, options)
         decode, shape = text.decode, (None,)
     elif probe.is_encoded:
-        layout = None
-        for i in range(len(ds)):  # the first image fixes the layout; with skip_corrupt, the first that opens
-            try:
-                layout = _image_layout(ds, feature_key, i)
-                break
-            except RecordError:
-                if not skip:
-                    raise
-        if layout is None:
-            raise RecordError(where, f"no image {feature_key!r} in the records opens; nothing to train on",
-                              kind="image")
+        layout = first_image_layout(ds, feature_key, skip)  # with skip_corrupt, of the first image that opens
         if skip:
-            bad_images = _undecodable_images(ds, feature_key, layout)
-            for i in np.flatnonzero(bad_images).tolist():
-                p, rec, off = ds._where(i)
-                skipped.append({"path": p, "record": rec, "offset": off, "kind": "image",
-                                "reason": f"image {feature_key!r} does not decode (Pillow)"})
-            good &= ~bad_images
+            good &= skip_undecodable(ds, feature_key, layout, skipped)
         decode = decode_images(channels=layout[2], shape=layout[:2])
         shape = layout
     else:
@@ -163,12 +147,7 @@ def load_records(options) -> LoadedData:
     def diagnose(error):
         return source.find_bad_record(ids)
 
-    notes = ()
-    if skipped:
-        listed = "; ".join(f"{b['path']} (record {b['record']}, offset {b['offset']}): {b['kind']}"
-                           for b in skipped[:5])
-        more = f"; and {len(skipped) - 5} more (summary.json lists them)" if len(skipped) > 5 else ""
-        notes = (f"skipped {len(skipped)} bad records: {listed}{more}",)
+    notes = skipped_note(skipped)
     reading = "cached in memory" if cache else "read by offset"
     kind = f" ({text.describe()})" if text else " (decoded images)" if probe.is_encoded else ""
     return LoadedData(

@@ -76,23 +76,9 @@ def _npz(options) -> LoadedData:
     return _from_arrays(x, y, options, str(Path(options.dataset)))
 
 
-def _first_layout(ds, key: str, skip: bool) -> tuple[int, int, int]:
-    """The first image's (height, width, channels); with ``skip``, of the first image that opens."""
-    from evenflow.records import RecordError
-    from evenflow.records.images import image_layout
-    for i in range(len(ds)):
-        try:
-            return image_layout(ds, key, i)
-        except RecordError:
-            if not skip:
-                raise
-    raise RecordError(ds.manifest_path or ds.paths[0], f"no image {key!r} in the records opens; nothing to train "
-                      f"on", kind="image")
-
-
 def _records(options) -> LoadedData:
     from evenflow.records import RecordDataset
-    from evenflow.records.images import DecodeImages, undecodable_images
+    from evenflow.records.images import DecodeImages, first_image_layout, skip_undecodable, skipped_note
     from evenflow.records.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
     where = options.dataset
     skip = bool(getattr(options, "skip_corrupt", False))
@@ -117,27 +103,17 @@ def _records(options) -> LoadedData:
     good = np.ones(len(ds), bool)
     decode, shape = None, tuple(int(d) for d in ds.specs[feature_key].shape)
     if ds.specs[feature_key].dtype == "bytes":  # encoded images, decoded with Pillow in the loader's workers
-        shape = _first_layout(ds, feature_key, skip)
+        shape = first_image_layout(ds, feature_key, skip)
         decode = DecodeImages(shape)
         if skip:
-            bad = undecodable_images(ds, feature_key, shape)
-            for i in np.flatnonzero(bad).tolist():
-                p, rec, off = ds._where(i)
-                skipped.append({"path": p, "record": rec, "offset": off, "kind": "image",
-                                "reason": f"image {feature_key!r} does not decode (Pillow)"})
-            good &= ~bad
+            good &= skip_undecodable(ds, feature_key, shape, skipped)
     ids = np.flatnonzero(good).astype(np.int64)
     labels = ds.labels[ids]
     k = check_labels(labels, len(ids), where)
     train, test = split_or_explain(labels, options.test_fraction, options.split_seed, where)
     tr = RecordSource(ds, feature_key=feature_key, label_key=label_key, ids=ids[train], decode=decode)
     te = RecordSource(ds, feature_key=tr.feature_key, label_key=label_key, ids=ids[test], decode=decode)
-    notes = ()
-    if skipped:
-        listed = "; ".join(f"{b['path']} (record {b['record']}, offset {b['offset']}): {b['kind']}"
-                           for b in skipped[:5])
-        more = f"; and {len(skipped) - 5} more (summary.json lists them)" if len(skipped) > 5 else ""
-        notes = (f"skipped {len(skipped)} bad records: {listed}{more}",)
+    notes = skipped_note(skipped)
     what = "TFRecord files" if plain else "records"
     return LoadedData(tr, te, k, shape,
                       f"{where}: {what}, {len(train)} train / {len(test)} test samples, {k} classes, "
