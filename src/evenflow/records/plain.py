@@ -25,7 +25,7 @@ import numpy as np
 from evenflow.records.errors import RecordError
 from evenflow.records.manifest import MANIFEST_NAME
 
-__all__ = ["SUFFIXES", "is_tfrecord_files", "label_column", "plain_keys", "tfrecord_files"]
+__all__ = ["SUFFIXES", "is_tfrecord_files", "label_column", "open_for_training", "plain_keys", "tfrecord_files"]
 
 SUFFIXES = (".tfrecord", ".tfrecords")
 _SIDECARS = (".idx", ".meta.npz")
@@ -110,3 +110,28 @@ def label_column(ds, key: str) -> np.ndarray:
     parts = [ds.decode_batch(np.arange(lo, min(lo + _CHUNK, len(ds))), keys=[key])[key].reshape(-1)
              for lo in range(0, len(ds), _CHUNK)]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def open_for_training(name: str, feature_key: str, label_key: str, skip_corrupt: bool = False):
+    """Open ``--dataset NAME`` (a records directory or plain TFRecord files) for a training run.
+
+    Returns:
+        ``(dataset, plain, keys)``: the :class:`~evenflow.records.RecordDataset`, whether it
+        is plain TFRecord files, and for those the ``(feature_key, label_key)`` taken from
+        the first record, with the label column read from the records when no sidecar
+        holds it (None for a directory written by ``evenflow convert``: its manifest names
+        the keys).
+
+    Raises:
+        RecordError, ValueError: see :func:`tfrecord_files`, :func:`plain_keys`; no records.
+    """
+    from evenflow.records.dataset import RecordDataset
+    plain = is_tfrecord_files(name)
+    ds = RecordDataset(tfrecord_files(name) if plain else name, skip_corrupt=skip_corrupt)
+    if len(ds) == 0:
+        raise ValueError(f"{ds.manifest_path or name}: the dataset has no records; nothing to train on")
+    keys = None
+    if plain:
+        keys = plain_keys(ds, feature_key, label_key)
+        ds.set_labels(label_column(ds, keys[1]))
+    return ds, plain, keys

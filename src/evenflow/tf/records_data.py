@@ -87,23 +87,18 @@ def load_records(options) -> LoadedData:
             image that does not decode; one line naming the file (and record).
         ValueError: too few samples to split, fewer than 2 classes.
     """
-    from evenflow.records import RecordDataset
     from evenflow.records.images import first_image_layout, skip_undecodable, skipped_note
-    from evenflow.records.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
+    from evenflow.records.plain import open_for_training
     from evenflow.tf.records_source import RecordSource, decode_images
     from evenflow.tf.records_text import is_text, text_layout
     from evenflow.tf.sources import SubsetSource
 
     path = options.dataset
     skip = bool(getattr(options, "skip_corrupt", False))
-    plain = is_tfrecord_files(path)
-    ds = RecordDataset(tfrecord_files(path) if plain else path, skip_corrupt=skip)
+    ds, plain, keys = open_for_training(path, options.feature_key, options.label_key, skip)
     where = ds.manifest_path or path
-    if len(ds) == 0:
-        raise ValueError(f"{where}: the dataset has no records; nothing to train on")
     if plain:  # no manifest: keys from the first record, labels from the sidecars or the records
-        feature_key, label_key = plain_keys(ds, options.feature_key, options.label_key)
-        ds.set_labels(label_column(ds, label_key))
+        feature_key, label_key = keys
     else:
         feature_key, label_key = _keys(ds, options, where)
     probe = RecordSource(ds, feature_key=feature_key, label_key=label_key)  # checks and picks the keys

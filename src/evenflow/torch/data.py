@@ -77,18 +77,13 @@ def _npz(options) -> LoadedData:
 
 
 def _records(options) -> LoadedData:
-    from evenflow.records import RecordDataset
     from evenflow.records.images import DecodeImages, first_image_layout, skip_undecodable, skipped_note
-    from evenflow.records.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
+    from evenflow.records.plain import open_for_training
     where = options.dataset
     skip = bool(getattr(options, "skip_corrupt", False))
-    plain = is_tfrecord_files(where)
-    ds = RecordDataset(tfrecord_files(where) if plain else where, skip_corrupt=skip)
-    if len(ds) == 0:
-        raise ValueError(f"{where}: the dataset has no records; nothing to train on")
+    ds, plain, keys = open_for_training(where, options.feature_key, options.label_key, skip)
     if plain:  # no manifest: keys from the first record, labels from the sidecars or the records
-        feature_key, label_key = plain_keys(ds, options.feature_key, options.label_key)
-        ds.set_labels(label_column(ds, label_key))
+        feature_key, label_key = keys
     else:
         label_key = ds.label_key or options.label_key
         if ds.labels is None:
