@@ -6,10 +6,11 @@ step``). The slowdown is a delay inside that replica's step, after its gradients
 are computed: ``(FACTOR - 1) x`` the time its computation took, so proportional to
 its real batch. The trainer is never told the factor; it has to measure it.
 
-``sample_ms`` gives every replica an emulated device time per real sample on top
-(its slowdown factor applies to it too). On a machine whose replicas share a few
-CPU cores (logical devices), it makes replicas behave like separate devices that
-work at the same time: the delays are sleeps, during which the other replicas run.
+``sample_ms`` gives every replica an emulated device time per real sample: its step
+lasts ``FACTOR x max(compute, sample_ms x real samples)`` from its start, the real
+computation running inside that time. On a machine whose replicas share a few CPU cores
+(logical devices), it makes replicas behave like separate devices that work at the same
+time: the delays are sleeps, during which the other replicas run.
 """
 from __future__ import annotations
 

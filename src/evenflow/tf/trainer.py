@@ -280,8 +280,9 @@ class Trainer:
     def _stamp(self, after, since=None, factor=None, sample_seconds=None):
         """The host clock (seconds, float64) once ``after`` are computed.
 
-        With ``since`` (this replica's start) and a slowdown, first sleeps
-        ``(factor - 1) * (now - since) + factor * sample_seconds``: the emulated device.
+        With ``since`` (this replica's start) and a slowdown, first sleeps until
+        ``since + factor * max(now - since, sample_seconds)``: the emulated device (see
+        :func:`_clock`).
         """
         tf = _tf()
         zero, one = tf.constant(0.0, tf.float64), tf.constant(1.0, tf.float64)
@@ -753,12 +754,18 @@ def _drain(stream) -> None:
 def _clock(anchor, since, factor, sample_seconds):
     """The host clock (``time.time()``, the clock of ``tf.timestamp``), after an emulated delay.
 
-    The delay is ``(factor - 1) * (now - since) + factor * sample_seconds`` (0 by default).
-    ``anchor`` (a replica's resource handle) is only there to order the call (see ``Trainer._anchor``).
+    The emulated device is busy ``factor * max(compute, sample_seconds)`` from ``since``, where
+    ``compute = now - since`` is the real work done so far: the real computation runs inside the
+    device time instead of before it. (Session 3 slept ``factor * sample_seconds`` after the
+    computation; on 2 shared cores the replicas' real computations ran one after another, so the
+    replica scheduled last started its sleep last, a queue that separate devices do not have.)
+    With ``sample_seconds`` 0 the delay is ``(factor - 1) * compute``. ``anchor`` (a replica's
+    resource handle) is only there to order the call (see ``Trainer._anchor``).
     """
     now = time.time()
     f = float(factor)
-    delay = (f - 1.0) * max(now - float(since), 0.0) + f * float(sample_seconds)
+    compute = max(now - float(since), 0.0)
+    delay = f * max(compute, float(sample_seconds)) - compute
     if delay > 0:
         time.sleep(delay)
         now = time.time()
