@@ -345,10 +345,7 @@ class RecordDataset:
             IndexError: an id out of range.
         """
         ids = self._ids(ids)
-        shard = self.sample_shard[ids]
-        data_off = self.sample_offset[ids] + HEADER_BYTES
-        lengths = self.sample_length[ids] - FRAME_BYTES
-        starts = np.cumsum(lengths) - lengths
+        shard, data_off, lengths, starts = self._spans(ids)
         total = int(lengths.sum()) if ids.size else 0
         buffer = np.empty(total, dtype=np.uint8)
         if ids.size and total >= GATHER_BYTES * ids.size:
@@ -385,14 +382,15 @@ class RecordDataset:
         buffer plus its ``tobytes()``. This is what a TensorFlow reader wants: it becomes one
         ``tf.string`` scalar, cut into records by ``tf.strings.substr``.
         """
-        ids = self._ids(ids)
-        lengths = self.sample_length[ids] - FRAME_BYTES
-        starts = np.cumsum(lengths) - lengths
-        begin = self.sample_offset[ids] + HEADER_BYTES
+        shard, begin, lengths, starts = self._spans(self._ids(ids))
         mms = self._mms
-        raw = b"".join([mms[s][a:b] for s, a, b in zip(self.sample_shard[ids].tolist(), begin.tolist(),
-                                                         (begin + lengths).tolist())])
+        raw = b"".join([mms[s][a:b] for s, a, b in zip(shard.tolist(), begin.tolist(), (begin + lengths).tolist())])
         return raw, starts, lengths
+
+    def _spans(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per id: its shard, its data's offset in the shard, its data length, and its start in a joined batch."""
+        lengths = self.sample_length[ids] - FRAME_BYTES
+        return self.sample_shard[ids], self.sample_offset[ids] + HEADER_BYTES, lengths, np.cumsum(lengths) - lengths
 
     def _verify(self, ids, buffer, starts, lengths) -> None:
         from evenflow.records.framing import _Q

@@ -27,9 +27,12 @@ import threading
 import time
 from typing import Callable
 
+import numpy as np
+
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["MAX_WAIT_SECONDS", "PipelineClosed", "QUIET_SECONDS", "in_flight", "numpy_function", "quiesce"]
+__all__ = ["MAX_WAIT_SECONDS", "PipelineClosed", "QUIET_SECONDS", "in_flight", "numpy_function", "quiesce",
+           "wall_clock"]
 
 # How long no callback may have run before the pipelines count as idle. It covers the
 # gap between a call ending and its pipeline starting the next one (microseconds to a
@@ -58,6 +61,11 @@ _GATE = _Gate()
 def in_flight() -> int:
     """Number of :func:`numpy_function` callbacks running right now."""
     return _GATE.in_flight
+
+
+def wall_clock():
+    """The host clock (``time.time()``) as a float64: the body of evenflow's clock callbacks."""
+    return np.float64(time.time())
 
 
 def numpy_function(func: Callable, inp, Tout, *, stateful: bool = True, name: str | None = None):

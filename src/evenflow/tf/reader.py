@@ -36,7 +36,6 @@ Sources follow a three-member protocol (:class:`~evenflow.tf.sources.Source`):
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -44,7 +43,7 @@ import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.pyfunc import numpy_function
+from evenflow.tf.pyfunc import numpy_function, wall_clock
 # Re-exported: the source protocol is part of the reader's interface.
 from evenflow.tf.sources import RESERVED_KEYS, ArraySource, Source
 
@@ -293,7 +292,7 @@ class PlanReader:
             ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         if self.stamp:
             def stamp(batch):
-                now = numpy_function(_wall_clock, [], tf.float64, stateful=True)
+                now = numpy_function(wall_clock, [], tf.float64, stateful=True)
                 return {**batch, "produced": tf.ensure_shape(now, [])}
 
             ds = ds.map(stamp)
@@ -349,7 +348,3 @@ class PlanReader:
             experimental_replication_mode=mode.PER_WORKER if multi_worker else mode.PER_REPLICA,
             experimental_fetch_to_device=not on_cpu)
         return strategy.distribute_datasets_from_function(dataset_fn, options=options)
-
-
-def _wall_clock():
-    return np.float64(time.time())

@@ -56,6 +56,7 @@ from evenflow.plan import Cursor, Plan, Topology
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
+from evenflow.tf.pyfunc import wall_clock
 
 __all__ = ["Trainer", "EpochResult", "EvalResult", "OPTIMIZERS", "COMPRESSIONS", "make_optimizer", "CHUNK_SLOTS",
            "MAX_ACCUMULATE_STEPS"]
@@ -401,14 +402,13 @@ class Trainer:
         batches = [next(iterator) for _ in range(count)]
         clock = None
         if self.timing:
-            made = [t for b in batches if "produced" in b for t in self.strategy.experimental_local_results(
-                b["produced"])]
-            if made and len(made) == len(batches) * self._local:
+            if "produced" in batches[0]:
                 # A stamped pipeline (PlanReader(stamp=True)) says when each batch was made: the step
                 # waited only for those made after it began. A clock callback run once the batches
                 # have arrived measures more: it queues behind the replicas' first ops on the
                 # inter-op threads. On digits (4 logical CPUs, 2 cores) it reported 70% of the step
                 # time as input wait even with 64 batches prefetched per replica.
+                made = [t for b in batches for t in self.strategy.experimental_local_results(b["produced"])]
                 clock = tf.stack([began, tf.maximum(began, tf.reduce_max(tf.stack(made)))])
             else:
                 arrived = [t for b in batches for t in self.strategy.experimental_local_results(b["mask"])]
@@ -775,11 +775,8 @@ def _clock(anchor, since, factor, sample_seconds):
 def _now():
     """The host clock as a graph op. Not ``tf.timestamp``: op determinism (``--deterministic``) forbids it."""
     tf = _tf()
-    return tf.ensure_shape(tf.py_function(_wall_clock, [], tf.float64), [])
+    return tf.ensure_shape(tf.py_function(wall_clock, [], tf.float64), [])
 
-
-def _wall_clock():
-    return np.float64(time.time())
 
 
 def _stack_padded(tensors):
