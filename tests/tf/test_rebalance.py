@@ -41,7 +41,9 @@ def test_a_2x_slow_replica_gets_half_the_work_exactly_once_and_training_is_uncha
     tel = slow["telemetry"]
     assert tel["rebalances"], slow["_stdout"]
     first = tel["rebalances"][0]
-    assert first["global_step"] <= 12, first  # "within a few steps": warm-up 2, then two checks 2 updates apart
+    # "Within a few steps": the first update is warm-up, and on CPU devices outputs are read at once, so
+    # the first check is at update 2 (measured: 2; the urgent rule, gain 1.75 > 1.5); 4 if patience is needed.
+    assert first["global_step"] <= 4, first
     w = np.array(tel["weights"])
     assert 1.6 <= w[:3].mean() / w[3] <= 2.6, w
     per = tel["per_replica"]

@@ -63,8 +63,11 @@ __all__ = ["Trainer", "EpochResult", "EvalResult", "OPTIMIZERS", "COMPRESSIONS",
 
 # Most plan slots (ids) one training pipeline holds: 2**23 int64 ids = 64 MiB of host memory.
 CHUNK_SLOTS = 2**23
-# With a guard, the host reads each step's outputs this many steps behind the newest dispatched
-# one: anomalies are seen promptly without making the host wait for every step.
+# With a guard or monitor, the host reads each step's outputs this many steps behind the newest
+# dispatched one on accelerators: anomalies are seen promptly without making the host wait for every
+# step. On CPU devices a step's call returns only once the step has run, so its outputs are read at
+# once (lag 0): nothing overlaps anyway, and the speed monitor re-plans two updates sooner (a replica
+# 2x slow from the start re-plans after update 2 instead of 4).
 LAG = 2
 # Python's GIL switch interval while timed steps run (see Trainer.fit), seconds.
 TIMING_SWITCH_SECONDS = 0.0005
@@ -190,6 +193,7 @@ class Trainer:
         # This worker's replicas, and the worker count (1 under MirroredStrategy).
         self._local = len(strategy.extended.worker_devices)
         self._workers = max(int(strategy.num_replicas_in_sync) // self._local, 1)
+        self._lag = 0 if all("CPU" in d.upper() for d in strategy.extended.worker_devices) else LAG
         if compression != "none":
             _skip_optimizer_all_reduce(optimizer)
         with strategy.scope():
@@ -565,8 +569,8 @@ class Trainer:
         """Run steps ``first..`` of ``epoch``: an :class:`EpochResult`, a Cursor to rewind to, or a :class:`_Replan`."""
         # Step outputs stay tensors until they are needed: reading one back every step would make
         # the host wait for each step before dispatching the next (a GPU would idle). Without a
-        # guard or monitor they are read at the epoch's end; with one, each LAG steps behind
-        # (anomalies, timings), and all of them before a checkpoint.
+        # guard or monitor they are read at the epoch's end; with one, each self._lag steps behind
+        # (anomalies, timings; see LAG), and all of them before a checkpoint.
         tf = _tf()
         if tally is None:
             tally = _Tally(self._local, guard.partial(Cursor(epoch, first)) if guard is not None else None,
@@ -596,7 +600,7 @@ class Trainer:
                 continue
             end = step == plan.num_steps
             due = end or (guard is not None and guard.due(self.cursor))
-            self._settle(pending, tally, guard, epoch, keep=0 if due else LAG, monitor=monitor)
+            self._settle(pending, tally, guard, epoch, keep=0 if due else self._lag, monitor=monitor)
             if monitor is not None:
                 self._check_speeds(monitor, end)
             if guard is not None:
