@@ -14,10 +14,17 @@ keeps epoch totals close to the epoch's share as well.
 
 That steering looks at one step at a time, so a few (label, replica) cells can
 still end the epoch more than one sample off. A final repair pass looks at the
-whole epoch: while some cell is off by more than one, it applies the 2x2
-interchange, in whichever step allows it, that most reduces the sum of fourth
-powers of the epoch deviations. Entries then stay within one of each step's share (they may
-take ``share - 1`` or ``share + 1`` when the share is a whole number).
+whole epoch and, while some cell is off by more than one, lowers a potential of
+the epoch deviations (their excess over one first, their fourth powers second):
+1. the best 2x2 interchange that some step allows;
+2. when none helps, a longer cycle inside one step (replica r1 gives r2 a sample of
+   one class, r2 gives r3 one of another, ..., back to r1) through a cell still
+   off by more than one, found as a cheapest walk over replicas;
+3. when no single cycle helps, an ejection chain of up to three such cycles in
+   different steps: one may push a cell past the bound if the next brings it back.
+Every move keeps each step's class and replica counts, so the step's id set is
+untouched, and entries stay within one of each step's share (they may take
+``share - 1`` or ``share + 1`` when the share is a whole number).
 """
 from __future__ import annotations
 
@@ -29,6 +36,14 @@ __all__ = ["assign_stratified"]
 _MAX_INTERCHANGE_ELEMS = 1 << 20
 _MAX_REPAIR_ELEMS = 1 << 24  # steps x classes x replicas held dense by the epoch repair
 _MAX_REPAIR_TRIES = 4096  # improving interchanges tried per repair move before giving up
+_MAX_CYCLE_LEN = 16  # moves in one cycle of the repair's escape search
+_MAX_CYCLE_ELEMS = 1 << 22  # steps x replicas^2 held at once by the cycle search
+_MAX_CYCLE_STEPS = 1 << 12  # steps searched for cycles through one cell
+_CYCLE_TRIES = 64  # cycles checked exactly per cell
+_CHAIN_DEPTH = 3  # cycles in one ejection chain
+_CHAIN_BRANCH = 8  # first cycles tried per cell when a chain is needed
+_MAX_CYCLE_WORK = 1 << 32  # steps x replicas^2 x (classes + walk length), over one repair (~15 s)
+_EXCESS_WEIGHT = 1e6  # weight of the part of |d| above one in the repair's potential (see _potential)
 
 
 def _interchange(extra: np.ndarray, deficit: np.ndarray, rounds: int = 64) -> None:
@@ -85,6 +100,15 @@ def _round_shares(n_c: np.ndarray, k_r: np.ndarray, deficit: np.ndarray) -> np.n
     return base + extra
 
 
+def _potential(d: np.ndarray) -> np.ndarray:
+    """Per-cell potential the epoch repair lowers: the excess of |d| over one first, then d^4.
+
+    With d^4 alone a move that brings a cell from 1.01 to 0.01 but two others from 0.001 to
+    0.999 looks like a loss, although it is exactly what the bound needs.
+    """
+    return d ** 4 + _EXCESS_WEIGHT * np.maximum(np.abs(d) - 1, 0)
+
+
 def _repair_epoch(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, want: np.ndarray) -> None:
     """Move extras between steps' cells, in place, until every epoch total is within one of ``want``.
 
@@ -96,15 +120,16 @@ def _repair_epoch(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, want: np.ndarra
     _, c, r = x.shape
     if c < 2 or r < 2 or c * c * r * r > _MAX_INTERCHANGE_ELEMS:
         return
+    budget = [_MAX_CYCLE_WORK]
     for _ in range(8 * c * r):
         d = x.sum(axis=0) - want
         if np.abs(d).max() <= 1 + 1e-9:
             return
         # Interchange (class i: a -> b, class j: b -> a) changes d[i, a] and d[j, b] by -1 and
-        # d[i, b] and d[j, a] by +1; its gain is measured on sum(d^4), which weighs the cells
-        # furthest off most.
-        minus = (d - 1) ** 4 - d ** 4
-        plus = (d + 1) ** 4 - d ** 4
+        # d[i, b] and d[j, a] by +1; its gain is measured on the potential, which counts the
+        # excess over one first and weighs the cells furthest off most.
+        minus = _potential(d - 1) - _potential(d)
+        plus = _potential(d + 1) - _potential(d)
         delta = (minus[:, None, :, None] + plus[:, None, None, :]
                  + minus[None, :, None, :] + plus[None, :, :, None])           # [i, j, a, b]
         delta[np.arange(c), np.arange(c)] = np.inf
@@ -123,7 +148,149 @@ def _repair_epoch(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, want: np.ndarra
                 x[s, j, a] += 1
                 break
         else:
-            return
+            bad = _worst_first(d, np.ones(d.shape, dtype=bool))
+            if not _chain_move(x, lo, hi, d, bad, float(_potential(d).sum()), _CHAIN_DEPTH,
+                               np.zeros(d.shape, dtype=bool), budget):
+                return
+
+
+def _cycles_through(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, cb: int, rb: int,
+                    limit: int, budget: list) -> list:
+    """The cheapest cycles of single-sample moves, each inside one step, that fix cell (cb, rb).
+
+    In step s, moving one sample of class k from replica u to replica v keeps the step's class
+    counts; a cycle of such moves r1 -> r2 -> ... -> r1 (each with its own class) keeps every
+    replica's count too, and a 2x2 interchange is the cycle of length two. The cycle closes with
+    the move that brings d[cb, rb] towards zero; the rest is the cheapest walk back, by walk length
+    (Bellman-Ford on the separable change of the potential, the cheapest class per replica pair).
+
+    Returns:
+        Up to ``limit`` ``(change of the potential, step, new counts [C, R] of that step)``, best
+        first, each within the step's bounds and each with a different change of the epoch totals;
+        none once the search would overdraw ``budget[0]``, the work left to the repair.
+    """
+    _, c, r = x.shape
+    minus = _potential(d - 1) - _potential(d)      # [C, R] change when a cell loses one
+    plus = _potential(d + 1) - _potential(d)
+    can_out = x > lo
+    can_in = x < hi
+    low = d[cb, rb] < 0                # needs one more (cb: a -> rb), else one fewer (cb: rb -> a)
+    if low:
+        end = can_out[:, cb, :] & can_in[:, cb, rb, None]
+        close = minus[cb] + plus[cb, rb]
+    else:
+        end = can_in[:, cb, :] & can_out[:, cb, rb, None]
+        close = minus[cb, rb] + plus[cb]
+    end[:, rb] = False
+    steps = np.flatnonzero(end.any(axis=1))[:_MAX_CYCLE_STEPS]
+    max_len = min(r - 1, _MAX_CYCLE_LEN)
+    budget[0] -= steps.shape[0] * r * r * (c + max_len)
+    if budget[0] < 0:
+        return []
+    chunk = max(1, _MAX_CYCLE_ELEMS // (r * r))
+    diag = np.arange(r)
+    found = []
+    for first in range(0, steps.shape[0], chunk):
+        st = steps[first: first + chunk]
+        cost_out = np.where(can_out[st], minus[None], np.inf)           # [S', C, R]
+        cost_in = np.where(can_in[st], plus[None], np.inf)
+        w = np.full((st.shape[0], r, r), np.inf)                          # cheapest move u -> v
+        for k in range(c):
+            np.minimum(w, cost_out[:, k, :, None] + cost_in[:, k, None, :], out=w)
+        w[:, diag, diag] = np.inf
+        if not low:                    # the walk runs a -> ... -> rb: search it backwards from rb
+            w = w.transpose(0, 2, 1)
+        closing = np.where(end[st], close[None, :], np.inf)             # [S', R]
+        dist = np.full((st.shape[0], r), np.inf)
+        dist[:, rb] = 0.0
+        preds = []
+        for _ in range(max_len):
+            via = dist[:, :, None] + w                                   # [S', u, v]
+            pred = np.argmin(via, axis=1)
+            dist = np.take_along_axis(via, pred[:, None, :], axis=1)[:, 0, :]
+            preds.append(pred)
+            # The best two steps for each replica the walk ends at: many steps offer the same
+            # cycle, and a list of the overall best would hold little else.
+            total = dist + closing
+            best = (np.argsort(total, axis=0, kind="stable")[:2] * r + diag).ravel()
+            total = total.ravel()
+            best = best[np.isfinite(total[best])]
+            found.extend((float(total[f]), len(preds), preds, st, f) for f in best)
+            if not np.isfinite(dist).any():
+                break
+    # Walks that loop through a cell past the bound look far better than they are (the estimate
+    # counts its fix on every pass) and then break the bounds, so short walks are read first;
+    # each cycle that fits the step's bounds is then priced exactly.
+    found.sort(key=lambda t: (t[1], t[0]))
+    base = float(_potential(d).sum())
+    out, seen = [], set()
+    for _, length, preds, st, f in found[: 8 * limit]:
+        si, a = divmod(int(f), r)
+        walk = [a]
+        for pred in reversed(preds[:length]):
+            walk.append(int(pred[si, walk[-1]]))
+        walk.reverse()                 # rb, ..., a
+        s = int(st[si])
+        xs = x[s].copy()
+        arcs = list(zip(walk[:-1], walk[1:]))
+        arcs = arcs if low else [(v, u) for u, v in arcs]
+        arcs.append((a, rb) if low else (rb, a))
+        for u, v in arcs[:-1]:
+            k = int(np.argmin(np.where(can_out[s, :, u] & can_in[s, :, v], minus[:, u] + plus[:, v], np.inf)))
+            xs[k, u] -= 1
+            xs[k, v] += 1
+        xs[cb, arcs[-1][0]] -= 1
+        xs[cb, arcs[-1][1]] += 1
+        effect = (xs - x[s]).tobytes()           # the same change in another step is kept once
+        if effect in seen or np.any(xs < lo[s]) or np.any(xs > hi[s]):
+            continue
+        seen.add(effect)
+        out.append((float(_potential(d + xs - x[s]).sum()) - base, s, xs))
+        if len(out) == limit:
+            break
+    out.sort(key=lambda t: t[0])
+    return out
+
+
+def _chain_move(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, cells: np.ndarray, base: float,
+                depth: int, touched: np.ndarray, budget: list) -> bool:
+    """Apply one cycle, or a chain of up to ``depth`` cycles, that brings the potential below ``base``.
+
+    ``cells`` (int ``[K, 2]``) are tried in turn as the cell a cycle must fix. A cycle that fixes one
+    may push others past the bound; the chain then goes on from the cells it has ``touched`` that are
+    out of bounds (an ejection chain), and is kept only if, as a whole, it lowers the potential.
+    ``budget[0]`` counts down the work left to the whole repair's cycle searches, which keeps its
+    time bounded where the bound cannot be reached.
+    """
+    for cb, rb in cells.tolist():
+        if budget[0] <= 0:
+            return False
+        cands = _cycles_through(x, lo, hi, d, cb, rb, _CYCLE_TRIES, budget)
+        here = float(_potential(d).sum())
+        if cands and here + cands[0][0] < base - 1e-9:
+            _, s, xs = cands[0]
+            x[s] = xs
+            return True
+        if depth <= 1:
+            continue
+        for _, s, xs in cands[:_CHAIN_BRANCH]:
+            d_next = d + xs - x[s]
+            t_next = touched | (xs != x[s])
+            nxt = _worst_first(d_next, t_next)
+            if nxt.shape[0] == 0:
+                continue
+            keep = x[s].copy()
+            x[s] = xs
+            if _chain_move(x, lo, hi, d_next, nxt, base, depth - 1, t_next, budget):
+                return True
+            x[s] = keep
+    return False
+
+
+def _worst_first(d: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """int64 ``[K, 2]``: the cells in ``among`` more than one off, furthest off first."""
+    cells = np.argwhere(among & (np.abs(d) > 1 + 1e-9))
+    return cells[np.argsort(-np.abs(d[cells[:, 0], cells[:, 1]]), kind="stable")]
 
 
 def _deal(step: np.ndarray, step_codes: np.ndarray, present: np.ndarray, x: np.ndarray, k_r: np.ndarray,
