@@ -34,6 +34,7 @@ __all__ = ["assign_stratified"]
 
 
 _MAX_INTERCHANGE_ELEMS = 1 << 20
+_SPLIT_ABOVE_ELEMS = 1 << 13  # classes^2 x replicas^2 above which a step's interchanges are searched split
 _MAX_REPAIR_ELEMS = 1 << 24  # steps x classes x replicas held dense by the epoch repair
 _MAX_REPAIR_TRIES = 4096  # improving interchanges tried per repair move before giving up
 _MAX_CYCLE_LEN = 16  # moves in one cycle of the repair's escape search
@@ -46,30 +47,71 @@ _MAX_CYCLE_WORK = 1 << 32  # steps x replicas^2 x (classes + walk length), over 
 _EXCESS_WEIGHT = 1e6  # weight of the part of |d| above one in the repair's potential (see _potential)
 
 
+def _best_full(extra: np.ndarray, e: np.ndarray):
+    """The best interchange ``(c, d, a, b, gain)`` from the whole ``[c, d, a, b]`` table of gains."""
+    on = extra == 1
+    off = extra == 0
+    # gain of moving an extra from (c, a) to (c, b): e[c, b] - e[c, a] - 1 (halved squares)
+    g_row = e[:, None, :] - e[:, :, None]   # [c, a, b] = e[c, b] - e[c, a]
+    ok_row = on[:, :, None] & off[:, None, :]
+    total = g_row[:, None, :, :] + g_row.transpose(0, 2, 1)[None, :, :, :] - 2.0  # [c, d, a, b]
+    ok = ok_row[:, None, :, :] & ok_row.transpose(0, 2, 1)[None, :, :, :]
+    total = np.where(ok, total, -np.inf)
+    best = int(np.argmax(total))
+    return (*np.unravel_index(best, total.shape), total.flat[best])
+
+
+def _best_split(extra: np.ndarray, e: np.ndarray, tol: float):
+    """The same move as :func:`_best_full` (same gain, same tie-break) without the ``r^2`` table.
+
+    The gain (e[c, b] - e[c, a]) + (e[d, a] - e[d, b]) - 2 is a part in a plus a part in b for each
+    class pair (c, d), so each pair's best (a, b) takes O(r). Those sums round differently from the
+    table's by a few ulps, so every move within ``tol`` (far above that) of the best is then priced
+    exactly as the table does, and the first in (c, d, a, b) order among equals wins.
+    """
+    on = extra == 1
+    off = extra == 0
+    # v[c, d, a] = e[d, a] - e[c, a] where (c, a) can give and (d, a) take; the b part of the
+    # pair (c, d) is v[d, c, b].
+    v = np.where(on[:, None, :] & off[None, :, :], e[None, :, :] - e[:, None, :], -np.inf)
+    v_max = v.max(axis=2)
+    pair = v_max + v_max.T - 2.0
+    best = pair.max()
+    if not best > 1e-9 - tol:
+        return None
+    ci, di = np.nonzero(pair >= best - tol)        # in (c, d) order
+    pa, a = np.nonzero(v[ci, di] >= v_max[ci, di, None] - tol)
+    pb, b = np.nonzero(v[di, ci] >= v_max[di, ci, None] - tol)
+    # Every near-best a of a pair with every near-best b of it, in (c, d, a, b) order.
+    nb = np.bincount(pb, minlength=ci.shape[0])
+    rep = nb[pa]
+    first_b = np.repeat(np.cumsum(nb)[pa] - rep, rep)
+    b = b[first_b + np.arange(first_b.shape[0]) - np.repeat(np.cumsum(rep) - rep, rep)]
+    a = np.repeat(a, rep)
+    ci, di = np.repeat(ci[pa], rep), np.repeat(di[pa], rep)
+    total = (e[ci, b] - e[ci, a]) + (e[di, a] - e[di, b]) - 2.0
+    k = int(np.argmax(total))
+    return ci[k], di[k], a[k], b[k], total[k]
+
+
 def _interchange(extra: np.ndarray, deficit: np.ndarray, rounds: int = 64) -> None:
     """Local search over 2x2 interchanges of the 0/1 ``extra`` matrix, minimising sum(deficit - extra)^2.
 
     Moving extras (c, a) -> (c, b) and (d, b) -> (d, a) keeps all margins; it pays off when
     deficit[c, b] + deficit[d, a] - deficit[c, a] - deficit[d, b] > 1 after accounting for the
-    extras already placed.
+    extras already placed. Each round applies the best such move.
     """
     c, r = extra.shape
     if c < 2 or r < 2 or c * c * r * r > _MAX_INTERCHANGE_ELEMS:
         return
+    small = c * c * r * r <= _SPLIT_ABOVE_ELEMS
+    tol = 1e-9 * (2.0 + float(np.abs(deficit).max()))   # |e| <= |deficit| + 1
     for _ in range(rounds):
         e = deficit - extra                     # what each cell still lacks after this step
-        # gain of moving an extra from (c, a) to (c, b): e[c, b] - e[c, a] - 1 (halved squares)
-        on = extra == 1
-        off = extra == 0
-        g_row = e[:, None, :] - e[:, :, None]   # [c, a, b] = e[c, b] - e[c, a]
-        ok_row = on[:, :, None] & off[:, None, :]
-        total = g_row[:, None, :, :] + g_row.transpose(0, 2, 1)[None, :, :, :] - 2.0  # [c, d, a, b]
-        ok = ok_row[:, None, :, :] & ok_row.transpose(0, 2, 1)[None, :, :, :]
-        total = np.where(ok, total, -np.inf)
-        best = int(np.argmax(total))
-        if total.flat[best] <= 1e-9:
+        move = _best_full(extra, e) if small else _best_split(extra, e, tol)
+        if move is None or move[4] <= 1e-9:
             return
-        ci, di, a, b = np.unravel_index(best, total.shape)
+        ci, di, a, b, _ = move
         extra[ci, a] -= 1
         extra[ci, b] += 1
         extra[di, b] -= 1
