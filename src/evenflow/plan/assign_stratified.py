@@ -170,8 +170,9 @@ def _repair_epoch(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, want: np.ndarra
         # Interchange (class i: a -> b, class j: b -> a) changes d[i, a] and d[j, b] by -1 and
         # d[i, b] and d[j, a] by +1; its gain is measured on the potential, which counts the
         # excess over one first and weighs the cells furthest off most.
-        minus = _potential(d - 1) - _potential(d)
-        plus = _potential(d + 1) - _potential(d)
+        here = _potential(d)
+        minus = _potential(d - 1) - here
+        plus = _potential(d + 1) - here
         delta = (minus[:, None, :, None] + plus[:, None, None, :]
                  + minus[None, :, None, :] + plus[None, :, :, None])           # [i, j, a, b]
         delta[np.arange(c), np.arange(c)] = np.inf
@@ -191,7 +192,7 @@ def _repair_epoch(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, want: np.ndarra
                 break
         else:
             bad = _worst_first(d, np.ones(d.shape, dtype=bool))
-            if not _chain_move(x, lo, hi, d, bad, float(_potential(d).sum()), _CHAIN_DEPTH,
+            if not _chain_move(x, lo, hi, d, bad, float(here.sum()), _CHAIN_DEPTH,
                                np.zeros(d.shape, dtype=bool), budget):
                 return
 
@@ -212,8 +213,9 @@ def _cycles_through(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: np.ndarray
         none once the search would overdraw ``budget[0]``, the work left to the repair.
     """
     _, c, r = x.shape
-    minus = _potential(d - 1) - _potential(d)      # [C, R] change when a cell loses one
-    plus = _potential(d + 1) - _potential(d)
+    here = _potential(d)
+    minus = _potential(d - 1) - here               # [C, R] change when a cell loses one
+    plus = _potential(d + 1) - here
     can_out = x > lo
     can_in = x < hi
     low = d[cb, rb] < 0                # needs one more (cb: a -> rb), else one fewer (cb: rb -> a)
@@ -264,7 +266,7 @@ def _cycles_through(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: np.ndarray
     # counts its fix on every pass) and then break the bounds, so short walks are read first;
     # each cycle that fits the step's bounds is then priced exactly.
     found.sort(key=lambda t: (t[1], t[0]))
-    base = float(_potential(d).sum())
+    base = float(here.sum())
     out, seen = [], set()
     for _, length, preds, st, f in found[: 8 * limit]:
         si, a = divmod(int(f), r)
@@ -304,11 +306,11 @@ def _chain_move(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, ce
     ``budget[0]`` counts down the work left to the whole repair's cycle searches, which keeps its
     time bounded where the bound cannot be reached.
     """
+    here = float(_potential(d).sum())
     for cb, rb in cells.tolist():
         if budget[0] <= 0:
             return False
         cands = _cycles_through(x, lo, hi, d, cb, rb, _CYCLE_TRIES, budget)
-        here = float(_potential(d).sum())
         if cands and here + cands[0][0] < base - 1e-9:
             _, s, xs = cands[0]
             x[s] = xs

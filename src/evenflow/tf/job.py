@@ -158,7 +158,7 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
     from evenflow.tf._lazy import keras as _keras
     from evenflow.tf.progress import ProgressBar
     from evenflow.tf.runlog import RunLog, write_json
-    from evenflow.tf.strategy import collective_failure, make_strategy
+    from evenflow.tf.strategy import collective_failure, make_strategy, on_cpu
     from evenflow.tf.models import build_model
     from evenflow.tf.trainer import Trainer, make_optimizer
 
@@ -170,8 +170,8 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
         reserve_threads(comp.replicas)
     strategy = make_strategy(comp.replicas, p.cluster, comp.communication_options())
     devices = [d.split("device:")[-1].lower() for d in strategy.extended.worker_devices]  # "cpu:0"
-    on_cpu = all("CPU" in d.upper() for d in devices)
-    if comp.precision == "mixed_float16" and on_cpu:
+    cpu = on_cpu(strategy)
+    if comp.precision == "mixed_float16" and cpu:
         warnings.warn("precision mixed_float16 on CPU runs float16 math in software and is slow; "
                       "use mixed_bfloat16 or float32 on CPU", stacklevel=2)
     if ckpt.deterministic:
@@ -225,7 +225,7 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
 
     # Only the chief writes run outputs; the other workers compute the same figures.
     log = RunLog(p.run_dir, keep_events=start != Cursor(0, 0)) if chief else _NoLog()
-    shared_cpu = on_cpu and comp.replicas > 1
+    shared_cpu = cpu and comp.replicas > 1
     monitor = _monitor(cfg, p, log if chief else None, chief, resumed=start != Cursor(0, 0), shared_cpu=shared_cpu)
     if monitor is not None:
         if monitor.rebalancer.options.enabled:

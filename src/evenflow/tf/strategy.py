@@ -215,6 +215,11 @@ def num_workers(strategy) -> int:
     return max(int(strategy.num_replicas_in_sync) // len(strategy.extended.worker_devices), 1)
 
 
+def on_cpu(strategy) -> bool:
+    """True when every replica of ``strategy`` on this worker is a CPU device (logical CPUs included)."""
+    return all("CPU" in d.upper() for d in strategy.extended.worker_devices)
+
+
 def is_chief(strategy) -> bool:
     """True on the worker that writes run outputs; always True for a single worker."""
     return bool(strategy.extended.should_checkpoint)

@@ -57,6 +57,7 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.pyfunc import wall_clock
+from evenflow.tf.strategy import num_workers, on_cpu
 
 __all__ = ["Trainer", "EpochResult", "EvalResult", "OPTIMIZERS", "COMPRESSIONS", "make_optimizer", "CHUNK_SLOTS",
            "MAX_ACCUMULATE_STEPS"]
@@ -192,8 +193,8 @@ class Trainer:
         self._loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         # This worker's replicas, and the worker count (1 under MirroredStrategy).
         self._local = len(strategy.extended.worker_devices)
-        self._workers = max(int(strategy.num_replicas_in_sync) // self._local, 1)
-        self._lag = 0 if all("CPU" in d.upper() for d in strategy.extended.worker_devices) else LAG
+        self._workers = num_workers(strategy)
+        self._lag = 0 if on_cpu(strategy) else LAG
         if compression != "none":
             _skip_optimizer_all_reduce(optimizer)
         with strategy.scope():
