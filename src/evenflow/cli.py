@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    if getattr(args, "verbose", False):
+        os.environ["EVENFLOW_VERBOSE"] = "1"  # read where a framework is imported (and by child processes)
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import sys
 
+from evenflow.cli_flags import add_verbose_flag
 from evenflow.tf.config import add_config_flags, flag_values, load_config
 
 # What the demo trains unless a flag says otherwise; reaches ~0.98 test accuracy on digits.
@@ -48,6 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "several replicas, fed by an evenflow plan, and report exact test accuracy.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_flags(parser, only=_DEMO_FLAGS)
+    add_verbose_flag(parser)
     parser.set_defaults(run=run)
     return parser
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from evenflow.cli_flags import add_verbose_flag
 from evenflow.tf.config import add_config_flags, flag_values, load_config
 
 EXAMPLES = """examples:
@@ -56,6 +57,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="tf (default): tf.distribute on this process's devices; torch: PyTorch DDP, one process "
                              "per rank (run it under torchrun for several)")
     add_config_flags(parser)
+    add_verbose_flag(parser)
     _add_torch_flags(parser)
     parser.set_defaults(run=run)
     return parser

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import os
 
+from evenflow.native_log import quiet_native_startup
+
 __all__ = ["tf", "keras", "MissingFrameworkError", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'evenflow[tf]'"
@@ -26,12 +28,16 @@ def _import(name: str):
     module = _MODULES.get(name)
     if module is not None:
         return module
-    # TensorFlow prints several lines of C++ start-up chatter at the default level 0;
-    # level 2 keeps warnings-as-errors and real errors (level 3 would hide those too).
-    # A value the user set wins.
+    # TensorFlow prints C++ start-up chatter (absl, oneDNN and CPU feature notices) at the
+    # default level 0; evenflow runs it at level 2 (errors only) unless the user set a level or
+    # asked for --verbose. Some of those lines ignore the level, so the import's native
+    # output is filtered by it too (see evenflow.native_log).
+    if os.environ.get("EVENFLOW_VERBOSE"):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        module = _MODULES[name] = importlib.import_module(name)
+        with quiet_native_startup(os.environ["TF_CPP_MIN_LOG_LEVEL"]):
+            module = _MODULES[name] = importlib.import_module(name)
         return module
     except ModuleNotFoundError as e:
         if e.name is not None and e.name.split(".")[0] == name.split(".")[0]:

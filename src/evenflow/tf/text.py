@@ -304,7 +304,11 @@ def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32):
             tf = _tf()
             ids = tf.cast(ids, tf.int32)
             rows = tf.where(tf.reduce_any(ids != PAD, axis=1))  # [M, 1] rows holding tokens
-            logits = self.net(tf.gather_nd(ids, rows), training=training)
+            real = tf.gather_nd(ids, rows)
+            # One blank row more, always: the network never sees an empty batch (a replica whose
+            # step holds no token). oneDNN's convolution kernels fail on zero rows; Eigen's do not.
+            spare = tf.zeros([1, tf.shape(ids)[1]], tf.int32)
+            logits = self.net(tf.concat([real, spare], 0), training=training)[:-1]
             return tf.scatter_nd(rows, logits, tf.stack([tf.shape(ids, out_type=tf.int64)[0], num_classes]))
 
     model = TextCNN()

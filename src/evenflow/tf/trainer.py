@@ -359,8 +359,7 @@ class Trainer:
         tf = _tf()
         ctx = tf.distribute.get_replica_context()
         return {"sums": self._sums(batch, logits, per_sample), "ids": batch["id"],
-                "nonfinite": tf.logical_and(batch["mask"] > 0, tf.logical_not(tf.math.is_finite(
-                    tf.cast(per_sample, tf.float32)))),
+                "nonfinite": tf.logical_and(batch["mask"] > 0, _suspects(batch["features"], logits, per_sample)),
                 "replica": tf.cast(ctx.replica_id_in_sync_group, tf.int64)}
 
     @staticmethod
@@ -737,6 +736,26 @@ def _skip_optimizer_all_reduce(optimizer) -> None:
         raise TypeError(f"gradient compression needs a Keras 3 TensorFlow optimizer (with "
                         f"_all_reduce_sum_gradients), got {type(target).__name__}; use compression='none'")
     target._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+
+
+def _suspects(features, logits, per_sample):
+    """bool ``[slots]``: samples whose input, logits or loss hold a non-finite value.
+
+    The input is checked, not only the loss: a kernel may map a NaN input to a finite
+    output (oneDNN's fused matmul + ReLU turns it into 0) while the gradient stays NaN, so
+    the loss alone would name no sample on some CPUs and the right one on others.
+    """
+    tf = _tf()
+
+    def row_finite(t):
+        t = tf.convert_to_tensor(t)
+        if not t.dtype.is_floating:
+            return tf.ones(tf.shape(t)[:1], tf.bool)
+        t = tf.cast(t, tf.float32)
+        return tf.reduce_all(tf.reshape(tf.math.is_finite(t), [tf.shape(t)[0], -1]), axis=1)
+
+    finite = tf.logical_and(row_finite(features), row_finite(logits))
+    return tf.logical_not(tf.logical_and(finite, tf.math.is_finite(tf.cast(per_sample, tf.float32))))
 
 
 def _all_finite(tensors):

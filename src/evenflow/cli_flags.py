@@ -1,0 +1,13 @@
+"""Flags shared by several ``evenflow`` subcommands."""
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_verbose_flag"]
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    """``--verbose``: let the frameworks' own native logging through (default: errors only)."""
+    parser.add_argument("--verbose", action="store_true", default=False,
+                        help="show TensorFlow's C++ start-up and info logging too (default: its errors only, "
+                             "unless TF_CPP_MIN_LOG_LEVEL is set)")
