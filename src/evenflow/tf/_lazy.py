@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from evenflow.native_log import quiet_native_startup
+from evenflow.util.native_log import quiet_native_startup
 
 __all__ = ["tf", "keras", "MissingFrameworkError", "INSTALL_HINT"]
 
@@ -31,7 +31,7 @@ def _import(name: str):
     # TensorFlow prints C++ start-up chatter (absl, oneDNN and CPU feature notices) at the
     # default level 0; evenflow runs it at level 2 (errors only) unless the user set a level or
     # asked for --verbose. Some of those lines ignore the level, so the import's native
-    # output is filtered by it too (see evenflow.native_log).
+    # output is filtered by it too (see evenflow.util.native_log).
     if os.environ.get("EVENFLOW_VERBOSE"):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

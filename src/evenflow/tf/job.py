@@ -156,7 +156,7 @@ def run_training(config: TrainConfig, out=None, err=None, title: str = "evenflow
     config = p.config  # with the replicas per worker a launcher set
     # TensorFlow starts only now, and the strategy must come first: it fixes the logical devices.
     from evenflow.tf._lazy import keras as _keras
-    from evenflow.tf.progress import ProgressBar
+    from evenflow.util.progress import ProgressBar
     from evenflow.tf.runlog import RunLog, write_json
     from evenflow.tf.strategy import collective_failure, make_strategy, on_cpu
     from evenflow.tf.models import build_model

@@ -1,0 +1,75 @@
+"""Crash-safe file writes: a reader sees the old file or the new one, never half of one.
+
+Every write goes to a hidden temporary name in the same directory, is flushed and fsynced,
+then renamed over the target, and the directory is fsynced so the rename itself survives a
+power cut. :func:`write_json` turns numpy values into JSON types first (non-finite floats
+become ``null``: JSON has no NaN).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["fsync_dir", "fsync_file", "write_atomic", "write_json", "plain_json"]
+
+
+def fsync_dir(path) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - file systems without fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path) -> None:
+    """Flush a written file's data to the disk."""
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def write_atomic(path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file, fsync and rename.
+
+    On any error (a full disk, say) the temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def plain_json(value):
+    """numpy scalars and arrays as JSON types; non-finite floats as None."""
+    if isinstance(value, dict):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return plain_json(value.tolist())
+    if isinstance(value, (np.integer, np.bool_)):
+        return value.item()
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
+def write_json(path, data) -> None:
+    """Write ``data`` as indented, sorted JSON, atomically."""
+    write_atomic(path, json.dumps(plain_json(data), indent=2, sort_keys=True) + "\n")
