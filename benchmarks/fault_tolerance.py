@@ -10,7 +10,7 @@ the same MirroredStrategy (R logical CPUs or GPUs) and plan:
   steps from ``on_step`` — not atomic with the cursor, nothing else;
 * ``skip``: the non-finite guard on (one all-reduce of two flags per step, a
   ``tf.cond`` around the update), no checkpoints;
-* ``guard``: ``skip`` + :class:`~evenflow.tf.guard.TrainingGuard` with checkpoints at
+* ``guard``: ``skip`` + :class:`~evenflow.run.guard.TrainingGuard` with checkpoints at
   epoch ends only (per-step outputs read back two steps behind for the anomaly policy);
 * ``guard-K``: ``guard`` + a crash-safe checkpoint every K steps (temporary directory,
   fsync, rename, keep 3);
@@ -72,10 +72,11 @@ def _variant(name: str, strategy, x, y, g: int, every: int, scratch: Path):
     import tensorflow as tf
 
     from evenflow.tf import ArraySource, PlanReader, Trainer, build_model, make_optimizer, topology_of
-    from evenflow.tf.audit import AuditLog
-    from evenflow.tf.anomaly import AnomalyPolicy
-    from evenflow.tf.checkpoint import Checkpointer
-    from evenflow.tf.guard import TrainingGuard
+    from evenflow.run.audit import AuditLog
+    from evenflow.run.anomaly import AnomalyPolicy
+    from evenflow.run.checkpoints import Checkpointer
+    from evenflow.tf.state import TFState
+    from evenflow.run.guard import TrainingGuard
 
     keras.utils.set_random_seed(0)
     with strategy.scope():
@@ -89,7 +90,7 @@ def _variant(name: str, strategy, x, y, g: int, every: int, scratch: Path):
     saves: list[float] = []
     guard, on_step = None, None
     if name.startswith("guard"):
-        ckpt = Checkpointer(run_dir, model, optimizer, keep=3)
+        ckpt = Checkpointer(run_dir, TFState(model, optimizer), keep=3)
         original = ckpt.save
 
         def timed_save(*a, **k):

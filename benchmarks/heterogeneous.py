@@ -83,7 +83,7 @@ def run_case(name: str, simulation, args, source, plan, tmp: Path, strategy) -> 
     from evenflow.plan.speed import RebalanceOptions
     from evenflow.report.telemetry import load_telemetry
     from evenflow.tf.models import build_model
-    from evenflow.tf.monitor import ReplicaMonitor
+    from evenflow.run.monitor import ReplicaMonitor
     from evenflow.tf.reader import PlanReader
     from evenflow.tf.trainer import Trainer, make_optimizer
 

@@ -39,12 +39,12 @@ import keras  # noqa: E402,F401  (warm imports shared by the forked children; no
 import tensorflow  # noqa: E402,F401
 
 import evenflow as ef  # noqa: E402
-import evenflow.tf.guard  # noqa: E402,F401
-import evenflow.tf.job  # noqa: E402,F401
+import evenflow.run.guard  # noqa: E402,F401
+import evenflow.run.job  # noqa: E402,F401
 import evenflow.tf.trainer  # noqa: E402,F401
 from evenflow.cli import main  # noqa: E402
-from evenflow.tf.audit import check_audit  # noqa: E402
-from evenflow.tf.checkpoint import list_checkpoints  # noqa: E402
+from evenflow.run.audit import check_audit  # noqa: E402
+from evenflow.run.checkpoints import list_checkpoints  # noqa: E402
 from evenflow.tf.data import split_indices  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -199,7 +199,7 @@ def finite_checkpoints(run_dir: Path) -> dict:
 
     out = {}
     for info in list_checkpoints(run_dir):
-        reader = tf.train.load_checkpoint(info.prefix)
+        reader = tf.train.load_checkpoint(str(info.path / "state"))
         names = [k for k in reader.get_variable_to_shape_map() if "VARIABLE_VALUE" in k]
         out[info.path.name] = all(np.isfinite(reader.get_tensor(k)).all() for k in names
                                   if np.issubdtype(reader.get_tensor(k).dtype, np.floating))
@@ -210,7 +210,7 @@ def final_state(run_dir: Path) -> dict[str, np.ndarray]:
     import tensorflow as tf
 
     info = list_checkpoints(run_dir)[-1]
-    reader = tf.train.load_checkpoint(info.prefix)
+    reader = tf.train.load_checkpoint(str(info.path / "state"))
     return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if "VARIABLE_VALUE" in k}
 
 
@@ -226,14 +226,15 @@ def nonfinite_model_is_refused(work: Path) -> dict:
     """Checkpointer.save on a model holding NaN raises and writes nothing."""
     import keras
 
-    from evenflow.tf.checkpoint import Checkpointer, NonFiniteModelError
+    from evenflow.run.checkpoints import Checkpointer, NonFiniteModelError
+    from evenflow.tf.state import TFState
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     opt = keras.optimizers.SGD(0.1)
     opt.build(model.trainable_variables)
     kernel = model.trainable_variables[0]
     kernel.assign(np.full(kernel.shape, np.nan, np.float32))
-    ckpt = Checkpointer(work / "nan", model, opt)
+    ckpt = Checkpointer(work / "nan", TFState(model, opt))
     try:
         ckpt.save(ef.Cursor(0, 1))
         refused = False

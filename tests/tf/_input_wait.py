@@ -18,7 +18,7 @@ import numpy as np
 def main(out: str) -> None:
     import evenflow as ef
     from evenflow.tf import ArraySource, PlanReader, Trainer, build_model, make_optimizer, mirrored_strategy
-    from evenflow.tf.monitor import ReplicaMonitor
+    from evenflow.run.monitor import ReplicaMonitor
     import tensorflow as tf
 
     strategy = mirrored_strategy(2, use_gpus=False)

@@ -32,7 +32,7 @@ def main(out: str) -> None:
     lengths = np.where(ids >= 0, source.data.lengths[np.maximum(ids, 0)], 0).max(axis=2)
     np.savez(out, lengths=lengths, samples=[r.samples for r in results],
              replica_samples=[r.replica_samples for r in results],
-             traces_next=trainer._train_next.experimental_get_tracing_count(), loss=[r.loss for r in results])
+             traces_next=trainer.engine._train_next.experimental_get_tracing_count(), loss=[r.loss for r in results])
 
 
 if __name__ == "__main__":

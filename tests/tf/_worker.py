@@ -100,7 +100,7 @@ def run_onestep(spec, out):
         loss = tf.reduce_mean(per_sample_cross_entropy(y[ids], model(x[ids], training=True)))
     grads = tape.gradient(loss, model.trainable_variables)
     batch = next(iter(reader.distribute(strategy, plan, epochs=1)))
-    trainer._train_step(batch)
+    trainer.engine._train_batches(batch)
     found = {"real": len(ids), "lr": spec["lr"]}
     for i, (v, g) in enumerate(zip(model.trainable_variables, grads)):
         found[f"delta{i}"] = v.numpy() - w0[i]

@@ -8,9 +8,9 @@ import pytest
 
 import evenflow as ef
 from evenflow.cli import main
-from evenflow.tf.audit import AuditLog, check_audit
-from evenflow.tf.checkpoint import list_checkpoints
-from evenflow.tf.config import AnomalyOptions, CheckpointOptions
+from evenflow.run.audit import AuditLog, check_audit
+from evenflow.run.checkpoints import list_checkpoints
+from evenflow.run.options import AnomalyOptions, CheckpointOptions
 
 N, G = 10, 4  # 3 steps per epoch: 4 + 4 + 2 samples
 
@@ -125,11 +125,11 @@ def test_list_checkpoints_sees_only_whole_ones(tmp_path):
         if index:
             (d / "state.index").write_bytes(b"")
 
-    make("ckpt-00000-000004", {"format": 1, "cursor": {"epoch": 0, "step": 4}})
-    make("ckpt-00001-000000", {"format": 1, "cursor": {"epoch": 1, "step": 0}})
-    make(".tmp-ckpt-00001-000002-123", {"format": 1, "cursor": {"epoch": 1, "step": 2}})  # a crashed save
+    make("ckpt-00000-000004", {"format": 2, "cursor": {"epoch": 0, "step": 4}})
+    make("ckpt-00001-000000", {"format": 2, "cursor": {"epoch": 1, "step": 0}})
+    make(".tmp-ckpt-00001-000002-123", {"format": 2, "cursor": {"epoch": 1, "step": 2}})  # a crashed save
     make("ckpt-00001-000004", "{truncated")                                                  # unreadable meta
-    make("ckpt-00001-000006", {"format": 1, "cursor": {"epoch": 1, "step": 6}}, index=False)  # no variables
+    make("ckpt-00001-000006", {"format": 1, "cursor": {"epoch": 1, "step": 6}})  # another format
     assert [c.cursor for c in list_checkpoints(tmp_path)] == [ef.Cursor(0, 4), ef.Cursor(1, 0)]
     assert list_checkpoints(tmp_path / "nothing") == []
 
@@ -154,7 +154,7 @@ def test_a_run_directory_of_another_plan_is_refused_before_training(tmp_path, ca
     ckpt = tmp_path / "run" / "checkpoints" / "ckpt-00001-000000"
     ckpt.mkdir(parents=True)
     (ckpt / "state.index").write_bytes(b"")
-    (ckpt / "meta.json").write_text(json.dumps({"format": 1, "cursor": {"epoch": 1, "step": 0}, "plan": "other"}))
+    (ckpt / "meta.json").write_text(json.dumps({"format": 2, "cursor": {"epoch": 1, "step": 0}, "plan": "other"}))
     code = main(["train", "--dataset", str(tmp_path / "d.npz"), "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from evenflow.tf.cluster import REPLICAS_ENV, Cluster, cluster_from_env, tf_config
-from evenflow.tf.config import load_config
+from evenflow.run.config import load_config
 from evenflow.tf.strategy import DEFAULT_TIMEOUT_SECONDS, Communication
 
 
@@ -71,7 +71,9 @@ def test_communication_options_and_their_config_keys():
             Communication(**bad)
     cfg = load_config(None, {"dataset": "builtin:digits", "communication": "ring", "bytes_per_pack": 1 << 20,
                              "collective_timeout": 30, "gradient_compression": "fp16", "accumulate_steps": 4})
-    assert cfg.compute.communication_options() == Communication("ring", 1 << 20, 30.0)
+    compute = cfg.compute
+    assert Communication(compute.communication, compute.bytes_per_pack, compute.collective_timeout) == \
+        Communication("ring", 1 << 20, 30.0)
     assert (cfg.compute.gradient_compression, cfg.compute.accumulate_steps) == ("fp16", 4)
     for key, value, fragment in (("accumulate_steps", 0, "at least 1"), ("accumulate_steps", 65, "at most 64"),
                                  ("gradient_compression", "int8", "must be one of fp16, none"),

@@ -6,7 +6,7 @@ import argparse
 import numpy as np
 import pytest
 
-from evenflow.tf.config import KEYS, TrainConfig, add_config_flags, flag_values, load_config
+from evenflow.run.config import KEYS, TrainConfig, add_config_flags, flag_values, load_config
 from evenflow.tf.data import load_dataset, split_indices
 
 
@@ -142,9 +142,9 @@ def _python(code: str):
 
 
 def test_importing_evenflow_and_its_commands_does_not_import_tensorflow():
-    proc = _python("import sys, evenflow, evenflow.tf, evenflow.tf.job, evenflow.commands.train, "
+    proc = _python("import sys, evenflow, evenflow.tf, evenflow.run.job, evenflow.torch, evenflow.commands.train, "
                    "evenflow.commands.demo, evenflow.cli; "
-                   "print(sorted(m for m in ('tensorflow', 'keras', 'sklearn') if m in sys.modules))")
+                   "print(sorted(m for m in ('tensorflow', 'keras', 'sklearn', 'torch') if m in sys.modules))")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 

@@ -16,7 +16,7 @@ import pytest
 
 from evenflow.tf.cluster import tf_config
 from evenflow.tf.launcher import free_ports
-from evenflow.tf.monitor import FIELDS, ReplicaMonitor
+from evenflow.run.monitor import FIELDS, ReplicaMonitor
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(SRC), PYTHONUNBUFFERED="1")

@@ -7,9 +7,11 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from evenflow.cli import main as cli_main  # noqa: E402
-from evenflow.tf.config import load_config  # noqa: E402
+from evenflow.run.config import load_config  # noqa: E402
 from evenflow.tf.data import load_dataset  # noqa: E402
-from evenflow.tf.job import make_readers, prepare  # noqa: E402
+from evenflow.run.job import prepare  # noqa: E402
+from evenflow.tf.adapter import TensorFlow  # noqa: E402
+from evenflow.tf.session import make_readers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def test_records_split_is_the_builtin_split(digits_dir):
 
 def test_augmentation_touches_training_batches_only(digits_dir):
     config = load_config(overrides={"dataset": str(digits_dir), "augment": "crop=1,rotate=20", "replicas": 2})
-    p = prepare(config)
+    p = prepare(config, TensorFlow())
     train_reader, test_reader = make_readers(p)
     raw_train, raw_test = _all(p.data.train), _all(p.data.test)
 

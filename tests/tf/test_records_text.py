@@ -9,7 +9,7 @@ tf = pytest.importorskip("tensorflow")
 from evenflow.cli import main as cli_main  # noqa: E402
 from evenflow.records import RecordDataset  # noqa: E402
 from evenflow.tf import records_data  # noqa: E402
-from evenflow.tf.config import load_config  # noqa: E402
+from evenflow.run.config import load_config  # noqa: E402
 from evenflow.tf.data import load_dataset  # noqa: E402
 from evenflow.tf.records_text import is_text  # noqa: E402
 

@@ -115,7 +115,7 @@ def test_killed_rank_stops_the_others_with_a_clear_error_and_a_rerun_resumes_exa
         run = killed[r]
         assert run.returncode == 3, f"rank {r} exit code {run.returncode}:\n{run.stderr[-2000:]}"
         assert "lost contact with another rank after Cursor(0, 5)" in run.stderr, run.stderr[-2000:]
-        assert "ckpt-000000-000004" in run.stderr and "run the same command again" in run.stderr
+        assert "ckpt-00000-000004" in run.stderr and "run the same command again" in run.stderr
         assert run.seconds - killed[2].seconds < spec["pg_timeout"]
     (resumed,) = run_workers([(dict(spec, die_at=None, resume=True), 3, "resume")], timeout=60)
     plan = _plan()

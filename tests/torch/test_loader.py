@@ -12,8 +12,8 @@ import torch
 
 import evenflow as ef
 from evenflow.records import convert
-from evenflow.torch import (ArraySource, PlanLoader, RecordSource, Timings, Trainer, build_model, latest_checkpoint,
-                            load_checkpoint, masked_loss, save_checkpoint, speed_weights)
+from evenflow.run import Checkpointer, NonFiniteModelError, TrainingGuard, list_checkpoints
+from evenflow.torch import ArraySource, PlanLoader, RecordSource, TorchState, Trainer, build_model, masked_loss
 from evenflow.torch.data import split_indices
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,32 +111,36 @@ def test_masked_losses_of_the_ranks_add_up_to_the_mean_over_real_samples():
 
 def test_checkpoint_round_trip_is_exact_and_holds_no_pickle(tmp_path):
     torch.manual_seed(0)
-    model = build_model("cnn", (8, 8, 1), 10)
+    model = build_model("cnn", (8, 8, 1), 10, dropout=0.5)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = torch.randn(6, 8, 8, 1), torch.randint(0, 10, (6,))
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
+    ckpt = Checkpointer(tmp_path, TorchState(model, opt), keep=2)
     for step in (3, 5, 9):
-        path = save_checkpoint(tmp_path, ef.Cursor(1, step), model, opt, extra={"plan": "p"}, keep=2)
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-000001-000005", "ckpt-000001-000009"]
-    for name in os.listdir(path):  # safetensors (8-byte header size + JSON) and JSON, never a pickle
-        head = (Path(path) / name).read_bytes()[:16]
-        assert not head.startswith(b"\x80"), name
-    (tmp_path / ".ckpt-000002-000000.tmp-1").mkdir()  # a save that crashed half-way is ignored
-    assert latest_checkpoint(tmp_path).cursor == ef.Cursor(1, 9)
+        path = ckpt.save(ef.Cursor(1, step), extra={"plan": "p"})
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["ckpt-00001-000005", "ckpt-00001-000009"]
+    for f in path.iterdir():  # safetensors (8-byte header size + JSON) and JSON, never a pickle
+        assert not f.read_bytes()[:16].startswith(b"\x80"), f.name
+    (tmp_path / "checkpoints" / ".tmp-ckpt-00002-000000-1").mkdir()  # a save that crashed half-way is ignored
+    assert list_checkpoints(tmp_path)[-1].cursor == ef.Cursor(1, 9)
+    after_save = torch.rand(3)  # the random stream went on after the save
     torch.manual_seed(1)
-    model2 = build_model("cnn", (8, 8, 1), 10)
+    model2 = build_model("cnn", (8, 8, 1), 10, dropout=0.5)
     opt2 = torch.optim.Adam(model2.parameters(), lr=1e-3)
-    ckpt = load_checkpoint(path, model2, opt2)
-    assert ckpt.cursor == ef.Cursor(1, 9) and ckpt.state["extra"] == {"plan": "p"}
+    info = Checkpointer(tmp_path, TorchState(model2, opt2)).restore_latest()
+    assert info.cursor == ef.Cursor(1, 9) and info.meta["plan"] == "p"
+    assert torch.equal(torch.rand(3), after_save)  # the random state came back with the weights
     for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
         assert torch.equal(a, b)
     s1, s2 = opt.state_dict(), opt2.state_dict()
     for pid in s1["state"]:
         for k in s1["state"][pid]:
             assert torch.equal(s1["state"][pid][k], s2["state"][pid][k])
-    # The restored optimizer keeps training like the original one.
+    # The restored optimizer keeps training like the original one (dropout masks included).
+    torch.manual_seed(5)
     for m, o in ((model, opt), (model2, opt2)):
+        torch.manual_seed(5)
         o.zero_grad()
         torch.nn.functional.cross_entropy(m(x), y).backward()
         o.step()
@@ -146,11 +150,12 @@ def test_checkpoint_round_trip_is_exact_and_holds_no_pickle(tmp_path):
 
 def test_a_non_finite_model_is_never_saved(tmp_path):
     model = build_model("mlp", (3,), 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with torch.no_grad():
         next(model.parameters())[0, 0] = float("nan")
-    with pytest.raises(ValueError, match="refusing to checkpoint a model with non-finite values"):
-        save_checkpoint(tmp_path, ef.Cursor(0, 1), model)
-    assert latest_checkpoint(tmp_path) is None and not any(tmp_path.iterdir())
+    with pytest.raises(NonFiniteModelError, match="holds NaN or Inf"):
+        Checkpointer(tmp_path, TorchState(model, opt)).save(ef.Cursor(0, 1))
+    assert list_checkpoints(tmp_path) == [] and not any(tmp_path.rglob("*.safetensors"))
 
 
 def test_single_process_trainer_resumes_mid_epoch_bitwise(tmp_path):
@@ -158,32 +163,27 @@ def test_single_process_trainer_resumes_mid_epoch_bitwise(tmp_path):
     source = ArraySource(x, y)
     plan = ef.Plan(source.index(), ef.Topology(1), global_batch_size=G, seed=4)
 
-    def make(ckpt_dir=None):
+    def make(run_dir=None):
         torch.manual_seed(0)
-        model = build_model("mlp", (4,), 5)
-        return model, Trainer(model, torch.optim.Adam(model.parameters(), lr=1e-2), checkpoint_dir=ckpt_dir,
-                              checkpoint_every=3, keep_checkpoints=10)
+        model = build_model("mlp", (4,), 5, dropout=0.3)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        guard = TrainingGuard(plan, Checkpointer(run_dir, TorchState(model, opt), keep=10), every=3) \
+            if run_dir else None
+        return model, Trainer(model, opt), guard
 
-    model, trainer = make()
+    model, trainer, _ = make()
     trainer.fit(source, plan, 2)
-    _, first = make(tmp_path)
-    first.fit(source, plan, 1)  # epoch 0 only: checkpoints at steps 3, 6 and the epoch's end (7)
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["ckpt-000000-000003", "ckpt-000000-000006", "ckpt-000000-000007"]
-    resumed, again = make(tmp_path)
-    ckpt = load_checkpoint(tmp_path / "ckpt-000000-000003", resumed, again.optimizer)
-    again.fit(source, plan, 2, start=ckpt.cursor)  # the rest of epoch 0, then epoch 1
+    _, first, guard = make(tmp_path)
+    guard.save_initial(ef.Cursor(0, 0))
+    first.fit(source, plan, 1, guard=guard)  # epoch 0 only: checkpoints at steps 3, 6 and the epoch's end
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["ckpt-00000-000000", "ckpt-00000-000003", "ckpt-00000-000006", "ckpt-00001-000000"]
+    resumed, again, guard = make(tmp_path)
+    info = [c for c in list_checkpoints(tmp_path) if c.cursor == ef.Cursor(0, 3)][0]
+    guard.checkpointer.restore(info)
+    again.fit(source, plan, 2, start=info.cursor)  # the rest of epoch 0, then epoch 1 (dropout included)
     for a, b in zip(model.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
-
-
-def test_speed_weights_follow_measured_speed_and_ignore_noise():
-    t = Timings(ef.Cursor(0, 5), None, samples=np.array([100.0, 100.0]), forward_seconds=np.array([1.0, 2.0]),
-                step_seconds=np.array([3.0, 3.0]), data_seconds=np.zeros(2))
-    assert speed_weights(t) == (1.33, 0.67)
-    noisy = Timings(ef.Cursor(0, 5), None, samples=np.array([100.0, 100.0]), forward_seconds=np.array([1.0, 1.05]),
-                    step_seconds=np.ones(2), data_seconds=np.zeros(2))
-    assert speed_weights(noisy) is None
 
 
 def test_split_is_the_tensorflow_paths_split():

@@ -40,7 +40,7 @@ def _ids(values: list[int], total: int) -> str:
 
 
 def run(args) -> int:
-    from evenflow.tf.audit import check_audit
+    from evenflow.run.audit import check_audit
 
     if args.limit < 0:
         raise ValueError(f"--limit must be >= 0, got {args.limit}")

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from evenflow.cli_flags import add_verbose_flag
-from evenflow.tf.config import add_config_flags, flag_values, load_config
+from evenflow.run.config import add_config_flags, flag_values, load_config
 
 # What the demo trains unless a flag says otherwise; reaches ~0.98 test accuracy on digits.
 DEMO_DEFAULTS = {
@@ -55,24 +54,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from evenflow.tf._lazy import MissingFrameworkError
+    from evenflow.commands.train import train
 
     config = load_config(None, overrides=flag_values(args), defaults=DEMO_DEFAULTS)
-    try:
-        if args.replicas is None:
-            # Without --replicas: one replica per GPU where there are GPUs, else 4 logical CPUs.
+    if args.replicas is None:
+        # Without --replicas: one replica per GPU where there are GPUs, else 4 logical CPUs.
+        try:
             from evenflow.tf.devices import default_replicas
             replicas = default_replicas(DEMO_DEFAULTS["replicas"])
-            if replicas != config.compute.replicas:
-                config = dataclasses.replace(
-                    config, compute=dataclasses.replace(config.compute, replicas=replicas))
-        from evenflow.tf.job import run_training
-        run_training(config, title="evenflow demo")
-    except MissingFrameworkError as e:
-        print(f"evenflow demo: error: {e}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:
-        from evenflow.commands.train import exit_if_peer_lost
-        exit_if_peer_lost(e, "demo")
-        raise
-    return 0
+        except ImportError as e:
+            print(f"evenflow demo: error: {e}", file=sys.stderr)
+            return 2
+        if replicas != config.compute.replicas:
+            config = config.replace(replicas=replicas)
+    return train(config, "evenflow demo", "demo")

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from evenflow.cli_flags import add_verbose_flag
-from evenflow.tf.config import add_config_flags, flag_values, load_config
+from evenflow.run.config import add_config_flags, flag_values, load_config
 
 EXAMPLES = """examples:
   evenflow train --dataset builtin:digits                       # 4 replicas, mlp, adam, 10 epochs
@@ -48,103 +48,72 @@ all passed their checks; bad input exits 2 with a one-line reason and writes not
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "train", help="train a model data-parallel with TensorFlow (MirroredStrategy) or PyTorch (DDP)",
-        description="Train a classifier data-parallel: a stratified, world-size invariant plan feeds one "
-                    "tf.data pipeline per replica, and a custom tf.distribute loop applies the masked mean loss.",
+        "train", help="train a model data-parallel with TensorFlow (tf.distribute) or PyTorch (DDP)",
+        description="Train a classifier data-parallel: a stratified, world-size invariant plan gives every replica "
+                    "its share of each step; the masked mean loss makes every update exact. Every option works "
+                    "with both frameworks or is refused, naming it, by the one that cannot honour it.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", metavar="RUN.TOML", default=None, help="TOML file with flat config keys")
-    parser.add_argument("--framework", choices=FRAMEWORKS, default="tf",
-                        help="tf (default): tf.distribute on this process's devices; torch: PyTorch DDP, one process "
-                             "per rank (run it under torchrun for several)")
     add_config_flags(parser)
     add_verbose_flag(parser)
-    _add_torch_flags(parser)
     parser.set_defaults(run=run)
     return parser
 
 
-FRAMEWORKS = ("tf", "torch")
+def framework_adapter(name: str):
+    """The adapter of ``--framework name`` (imports nothing of the framework itself yet)."""
+    if name == "torch":
+        from evenflow.torch.adapter import Torch
+        return Torch()
+    from evenflow.tf.adapter import TensorFlow
+    return TensorFlow()
 
 
-def _add_torch_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("with --framework torch")
-    flags = [("--loader-workers", int, "N", "DataLoader worker processes per rank (default 1)"),
-             ("--checkpoint-every", int, "STEPS", "checkpoint every STEPS steps as well as at epoch ends "
-                                                  "(default 0: epoch ends only)"),
-             ("--pg-timeout", float, "SECONDS", "how long a collective waits for the other ranks before the run "
-                                                "fails (default 300)"),
-             ("--backend", str, "NAME", "auto (nccl with a GPU, else gloo), gloo or nccl (default auto)"),
-             ("--threads", int, "N", "intra-op CPU threads per rank (default 1)")]
-    for flag, kind, metavar, text in flags:
-        try:
-            group.add_argument(flag, type=kind, metavar=metavar, default=None, help=text)
-        except argparse.ArgumentError:
-            pass  # a config key of the same name already defines the flag; the torch path reads it from args
-
-
-def _run_torch(args) -> int:
+def build_config(path, overrides: dict, defaults: dict | None = None):
+    """The run's config; under ``--framework torch`` the replicas default to the processes torchrun started."""
     import os
 
-    from evenflow.torch._lazy import MissingFrameworkError
-    from evenflow.torch.job import TorchOptions, run_training
+    config = load_config(path, overrides=overrides, defaults=defaults)
+    if config.compute.framework == "torch":
+        world = os.environ.get("WORLD_SIZE", "1")
+        config = load_config(path, overrides=overrides,
+                             defaults={**(defaults or {}), "replicas": int(world) if world.isdigit() else 1})
+    return config
 
-    # The replicas are the processes torchrun started; a --replicas that disagrees is refused later.
-    world = os.environ.get("WORLD_SIZE", "1")
-    config = load_config(args.config, overrides=flag_values(args),
-                         defaults={"replicas": int(world) if world.isdigit() else 1})
-    given = {k: getattr(args, k, None) for k in ("loader_workers", "checkpoint_every", "pg_timeout", "backend",
-                                               "threads")}
-    if given["checkpoint_every"] is None:  # set in the TOML file when it is a config key of the TF path
-        given["checkpoint_every"] = getattr(getattr(config, "checkpoint", None), "checkpoint_every", None)
-    options = TorchOptions(**{k: v for k, v in given.items() if v is not None})
+
+def train(config, title: str, command: str) -> int:
+    """Run ``config`` with its framework; the exit code (0, 1 for a lost peer, 2 for a missing framework)."""
+    from evenflow.run.job import run_training
+
+    adapter = framework_adapter(config.compute.framework)
     try:
-        run_training(config, options, title="evenflow train")
-    except MissingFrameworkError as e:
-        print(f"evenflow train: error: {e}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:
-        from evenflow.torch.distributed import PeerLostError
-        from evenflow.torch.loader import worker_record_error
-        bad = worker_record_error(e)  # a bad record met in a loader worker process
-        if bad is not None:
-            raise bad from None
-        if not isinstance(e, PeerLostError):
+        run_training(config, adapter, title=title)
+    except ImportError as e:
+        if type(e).__name__ != "MissingFrameworkError":
             raise
-        print(f"evenflow train: error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def run(args) -> int:
-    if args.framework == "torch":
-        return _run_torch(args)
-    from evenflow.tf._lazy import MissingFrameworkError
-
-    config = load_config(args.config, overrides=flag_values(args))
-    try:
-        from evenflow.tf.job import run_training
-        run_training(config, title="evenflow train")
-    except MissingFrameworkError as e:
-        print(f"evenflow train: error: {e}", file=sys.stderr)
+        print(f"evenflow {command}: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
-        exit_if_peer_lost(e, "train")
+        exit_if_peer_lost(e, command)
         raise
     return 0
 
 
-def exit_if_peer_lost(error: BaseException, command: str) -> None:
-    """On a lost peer worker, print one line and end the process with exit code 1, at once.
+def run(args) -> int:
+    config = build_config(args.config, flag_values(args))
+    return train(config, "evenflow train", "train")
 
-    Returns (doing nothing) for any other error. A normal exit would run
-    TensorFlow's shutdown, which keeps trying to reach the dead peer (40 s measured
-    on 2 local workers) before the process ends.
+
+def exit_if_peer_lost(error: BaseException, command: str) -> None:
+    """On a lost peer, print one line and end the process with exit code 1, at once.
+
+    Returns (doing nothing) for any other error. A normal exit would run the frameworks'
+    shutdown, which keeps trying to reach the dead peer (TensorFlow: 40 s measured on 2
+    local workers) or aborts in a communication thread (gloo), before the process ends.
     """
     import os
 
-    from evenflow.tf.strategy import CollectiveFailure
-
-    if not isinstance(error, CollectiveFailure):
+    if type(error).__name__ not in ("CollectiveFailure", "PeerLostError"):
         return
     print(f"evenflow {command}: error: {error}", file=sys.stderr)
     sys.stdout.flush()

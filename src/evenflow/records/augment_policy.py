@@ -8,7 +8,7 @@ makes their draws the same for the same (seed, epoch, sample id).
 """
 from __future__ import annotations
 
-__all__ = ["POLICY_HELP", "POLICY_NAMES", "STREAMS", "parse_policy", "policy_value"]
+__all__ = ["POLICY_HELP", "POLICY_NAMES", "STREAMS", "parse_policy", "policy_value", "check_fits"]
 
 # One stream constant per augmentation: two augmentations with the same seed draw independent numbers.
 STREAMS = {"crop": 1, "flip": 2, "rotate": 3, "brightness": 4, "contrast": 5}
@@ -65,3 +65,18 @@ def policy_value(name: str, value: str, text: str):
         bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
         raise ValueError(f"augment {name} must be {bound}, got {name}={value} in {text!r}")
     return number
+
+
+def check_fits(policy, feature_shape) -> tuple[tuple[str, str | None], ...]:
+    """The parsed ``policy``, after checking the features are images it can augment.
+
+    Raises:
+        ValueError: a non-empty policy on features that are not images (rank 2 or 3, at least
+            2 x 2 pixels), naming the policy and the shape.
+    """
+    items = parse_policy(policy) if isinstance(policy, str) else tuple(policy)
+    shape = tuple(None if d is None else int(d) for d in feature_shape)  # None: variable-length text
+    if items and (len(shape) not in (2, 3) or None in shape or min(shape[:2]) < 2):
+        raise ValueError(f"augment {', '.join(n for n, _ in items)} needs image features [H, W] or [H, W, C] of at "
+                         f"least 2 x 2 pixels, got feature shape {shape}; use augment = 'none' for other data")
+    return items

@@ -2,36 +2,33 @@
 
 * :class:`PlanReader` turns a :class:`~evenflow.plan.plan.Plan` into one ``tf.data``
   pipeline per replica over a :class:`Source` (e.g. :class:`ArraySource`);
-* :class:`Trainer` runs the custom ``strategy.run`` loop with the masked loss;
+* :class:`Trainer` runs the custom ``strategy.run`` loop with the masked loss, on the
+  framework-neutral :class:`evenflow.run.TrainLoop` (checkpoints, audit, anomaly policy and
+  rebalancing through :class:`evenflow.run.TrainingGuard` and :class:`evenflow.run.ReplicaMonitor`);
 * :func:`mirrored_strategy` builds a MirroredStrategy over GPUs or logical CPUs;
   :func:`make_strategy` picks it, or MultiWorkerMirroredStrategy for the
   :class:`Cluster` of ``TF_CONFIG`` (:func:`cluster_from_env`), with :class:`Communication` options;
 * :func:`keras_dataset` / :func:`keras_loss` feed ``model.fit`` exactly;
-* :class:`TrainingGuard` (``Trainer.fit(..., guard=...)``) adds crash-safe
-  :class:`Checkpointer` checkpoints, the :class:`AuditLog` trail (checked by
-  :func:`check_audit`) and the :class:`AnomalyPolicy` for non-finite steps.
+* :class:`TFState` is what :class:`evenflow.run.Checkpointer` saves: model and optimizer variables;
+* :class:`TensorFlow` is the adapter ``evenflow train --framework tf`` runs.
 
 Importing this package does not import TensorFlow; every module imports it inside
 its functions, and says ``pip install 'evenflow[tf]'`` when it is missing.
 """
-from evenflow.tf.anomaly import AnomalyPolicy
-from evenflow.tf.audit import AuditLog, check_audit
-from evenflow.tf.checkpoint import Checkpointer
+from evenflow.tf.adapter import TensorFlow
 from evenflow.tf.cluster import Cluster, cluster_from_env
-from evenflow.tf.guard import TrainingGuard
 from evenflow.tf.keras_path import keras_dataset, keras_loss
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.models import MODELS, build_model
+from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
 from evenflow.tf.reader import PlanReader
 from evenflow.tf.sources import ArraySource, Source
+from evenflow.tf.state import TFState
 from evenflow.tf.strategy import Communication, make_strategy, mirrored_strategy, topology_of
-from evenflow.tf.trainer import OPTIMIZERS, EpochResult, EvalResult, Trainer, make_optimizer
+from evenflow.tf.trainer import EpochResult, EvalResult, Trainer
 
 __all__ = [
-    "AnomalyPolicy",
     "ArraySource",
-    "AuditLog",
-    "Checkpointer",
     "Cluster",
     "Communication",
     "EpochResult",
@@ -40,10 +37,10 @@ __all__ = [
     "OPTIMIZERS",
     "PlanReader",
     "Source",
+    "TFState",
+    "TensorFlow",
     "Trainer",
-    "TrainingGuard",
     "build_model",
-    "check_audit",
     "cluster_from_env",
     "keras_dataset",
     "keras_loss",

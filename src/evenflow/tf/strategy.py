@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 
 from evenflow.plan import Topology
+from evenflow.run.options import COMMUNICATIONS, DEFAULT_COLLECTIVE_TIMEOUT
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.cluster import Cluster, cluster_from_env
 from evenflow.tf.devices import replica_devices
@@ -43,11 +44,8 @@ __all__ = ["Communication", "IMPLEMENTATIONS", "DEFAULT_TIMEOUT_SECONDS", "make_
            "multi_worker_strategy", "topology_of", "num_workers", "is_chief", "CollectiveFailure",
            "collective_failure"]
 
-IMPLEMENTATIONS: tuple[str, ...] = ("auto", "ring", "nccl")
-
-# Long enough for a slow first step (tracing, pipeline start) or a chief writing a checkpoint while
-# the others wait in the next all-reduce; short enough that a stuck run fails within minutes.
-DEFAULT_TIMEOUT_SECONDS = 300.0
+IMPLEMENTATIONS: tuple[str, ...] = COMMUNICATIONS
+DEFAULT_TIMEOUT_SECONDS = DEFAULT_COLLECTIVE_TIMEOUT
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,7 @@ def blank_padding_rows(batch: dict) -> dict:
     return out
 
 
-def _sequence_net(num_classes, dtype, width, embed):
+def _sequence_net(num_classes, dtype, width, embed, dropout: float = 0.0):
     keras = _keras()
     layers = keras.layers
     TokenMask, ZeroPadding, MaskedPool = _layers()
@@ -271,11 +271,13 @@ def _sequence_net(num_classes, dtype, width, embed):
     x = ZeroPadding(dtype=dtype)([x, mask])
     x = layers.Conv1D(width, 5, padding="same", dilation_rate=2, activation="relu", dtype=dtype)(x)
     x = MaskedPool(dtype=dtype)([x, mask])
+    if dropout > 0:
+        x = layers.Dropout(dropout, dtype=dtype)(x)
     logits = layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(ids, logits, name="sequence_net")
 
 
-def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32):
+def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32, dropout: float = 0.0):
     """Byte embedding, two masked 1-D convolutions, masked mean+max pooling, logits.
 
     Rows without any token (padding slots blanked by :func:`blank_padding_rows`) are
@@ -287,6 +289,7 @@ def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32):
         dtype: a Keras dtype policy for the hidden layers; logits are float32.
         width: convolution channels.
         embed: embedding size.
+        dropout: rate of a dropout layer before the logits (0: none).
 
     Returns:
         A ``keras.Model`` mapping int ids ``[B, T]`` to float32 logits ``[B, K]``.
@@ -298,7 +301,7 @@ def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32):
     class TextCNN(keras.Model):
         def __init__(self):
             super().__init__(name="text_cnn")
-            self.net = _sequence_net(num_classes, dtype, width, embed)
+            self.net = _sequence_net(num_classes, dtype, width, embed, dropout)
 
         def call(self, ids, training=False):
             tf = _tf()

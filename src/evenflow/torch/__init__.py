@@ -3,53 +3,34 @@
 * :class:`PlanLoader` yields this rank's row of a plan as batches of tensors with
   ``mask`` and ``global_real_count``, loaded in ``DataLoader`` worker processes from
   an :class:`ArraySource` or a :class:`RecordSource` (TFRecords, no TensorFlow);
-* :class:`Trainer` runs DistributedDataParallel with the masked loss, summed
-  gradients, exact evaluation, pickle-free checkpoints, NaN skip and rebalancing;
+* :class:`Trainer` runs DistributedDataParallel with the masked loss and summed gradients
+  on the framework-neutral :class:`evenflow.run.TrainLoop` (checkpoints, audit, anomaly
+  policy and rebalancing through :class:`evenflow.run.TrainingGuard` and
+  :class:`evenflow.run.ReplicaMonitor`), with exact evaluation;
+* :class:`TorchState` is what :class:`evenflow.run.Checkpointer` saves: model, optimizer and
+  every rank's random state, in safetensors (no pickle);
 * :func:`init_distributed` joins the process group ``torchrun`` describes (gloo on
-  CPU, nccl on GPU).
+  CPU, nccl on GPU); :class:`Torch` is the adapter ``evenflow train --framework torch`` runs.
 
 Importing this package does not import PyTorch; every module imports it inside its
 functions, and says ``pip install 'evenflow[torch]'`` when it is missing. Nothing
 here imports TensorFlow.
 """
 from evenflow.torch._lazy import INSTALL_HINT, MissingFrameworkError
-from evenflow.torch.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
-from evenflow.torch.distributed import PeerLostError, init_distributed, ordered_sum_hook, sum_gradients_hook
+from evenflow.torch.adapter import Torch
+from evenflow.torch.distributed import (PeerLostError, finish_distributed, init_distributed, ordered_sum_hook,
+                                        sum_gradients_hook)
+from evenflow.torch.engine import GRADIENT_SUMS, TorchReader
 from evenflow.torch.loader import PlanLoader, PlanSteps, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.models import MODELS, OPTIMIZERS, build_model, make_optimizer
 from evenflow.torch.sources import ArraySource, RecordSource, Source
-from evenflow.torch.trainer import (GRADIENT_SUMS, EpochResult, EvalResult, SpeedRebalancer, Timings, Trainer,
-                                    speed_weights)
+from evenflow.torch.state import TorchState
+from evenflow.torch.trainer import EpochResult, EvalResult, Trainer
 
 __all__ = [
-    "ArraySource",
-    "Checkpoint",
-    "EpochResult",
-    "EvalResult",
-    "GRADIENT_SUMS",
-    "INSTALL_HINT",
-    "MODELS",
-    "MissingFrameworkError",
-    "OPTIMIZERS",
-    "PeerLostError",
-    "PlanLoader",
-    "PlanSteps",
-    "RecordSource",
-    "Source",
-    "SpeedRebalancer",
-    "Timings",
-    "Trainer",
-    "build_model",
-    "init_distributed",
-    "latest_checkpoint",
-    "load_checkpoint",
-    "make_optimizer",
-    "masked_loss",
-    "ordered_sum_hook",
-    "per_sample_cross_entropy",
-    "rank_and_world_size",
-    "save_checkpoint",
-    "speed_weights",
-    "sum_gradients_hook",
+    "ArraySource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "MODELS", "MissingFrameworkError",
+    "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource", "Source", "Torch", "TorchReader",
+    "TorchState", "Trainer", "build_model", "finish_distributed", "init_distributed", "make_optimizer",
+    "masked_loss", "ordered_sum_hook", "per_sample_cross_entropy", "rank_and_world_size", "sum_gradients_hook",
 ]

@@ -21,8 +21,9 @@ import numpy as np
 
 from evenflow.torch._lazy import torch as _torch
 
-__all__ = ["PeerLostError", "init_distributed", "sum_gradients_hook", "ordered_sum_hook", "is_peer_failure", "all_gather_rows",
-           "all_reduce_sum", "broadcast_row", "DEFAULT_TIMEOUT_S"]
+__all__ = ["PeerLostError", "init_distributed", "sum_gradients_hook", "ordered_sum_hook", "gradient_hook",
+           "is_peer_failure", "all_gather_rows", "all_reduce_sum", "broadcast_row", "finish_distributed",
+           "DEFAULT_TIMEOUT_S"]
 
 # gloo's own default is 30 minutes: far too long to notice a dead peer.
 DEFAULT_TIMEOUT_S = 300.0
@@ -106,6 +107,54 @@ def ordered_sum_hook(state, bucket):
         return buf
 
     return work.get_future().then(add_up)
+
+
+def _fp16(hook):
+    """The same SUM with the bucket travelling in float16 (half the bytes), back in its own dtype after."""
+
+    def compressed(state, bucket):
+        buf = bucket.buffer()
+        if buf.dtype == _torch().float16:
+            return hook(state, bucket)
+        half = _HalfBucket(buf.to(_torch().float16))
+
+        def back(fut):
+            summed = fut.value()
+            buf.copy_(summed.to(buf.dtype))
+            return buf
+
+        return hook(state, half).then(back)
+
+    return compressed
+
+
+class _HalfBucket:
+    """A gradient bucket's float16 copy, with the one method the hooks use."""
+
+    def __init__(self, buffer):
+        self._buffer = buffer
+
+    def buffer(self):
+        return self._buffer
+
+
+def gradient_hook(kind: str = "ordered", compression: str = "none"):
+    """The DDP communication hook that SUMs gradients: ``ordered`` or ``ring``, optionally in ``fp16``."""
+    hook = {"ordered": ordered_sum_hook, "ring": sum_gradients_hook}[kind]
+    return _fp16(hook) if compression == "fp16" else hook
+
+
+def finish_distributed() -> None:
+    """Leave the process group cleanly at the end of a run: wait for every rank, then destroy it.
+
+    A rank that exits while another still sends (or whose peers already destroyed the group)
+    can abort in gloo's communication threads; the barrier makes every rank leave together.
+    """
+    dist = _torch().distributed
+    if dist.is_available() and dist.is_initialized():
+        if dist.get_world_size() > 1:
+            dist.barrier()
+        dist.destroy_process_group()
 
 
 _PEER_SIGNS = ("connection closed", "connection reset", "connection refused", "broken pipe", "timed out",

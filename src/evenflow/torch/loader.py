@@ -205,9 +205,14 @@ class PlanLoader:
         extra = {}
         if self.num_workers:
             extra = {"prefetch_factor": self.prefetch_factor, "multiprocessing_context": self.multiprocessing_context}
+        # A generator of its own: a DataLoader draws its workers' base seed from the global one at
+        # every new iterator, which would shift the training's random stream (dropout) by one draw
+        # per loader and make a resumed run differ from an uninterrupted one. The loading itself
+        # draws nothing at random (augmentation is keyed by seed, epoch and sample id).
         return torch.utils.data.DataLoader(_StepBatches(self.source, self.transform), batch_size=None,
                                            sampler=self.steps, num_workers=self.num_workers,
-                                           pin_memory=self.pin_memory, **extra)
+                                           pin_memory=self.pin_memory, generator=torch.Generator().manual_seed(0),
+                                           **extra)
 
     def __iter__(self):
         return map(_finish, self.data_loader())

@@ -17,20 +17,24 @@ __all__ = ["MODELS", "build_model", "check_model_input", "OPTIMIZERS", "make_opt
 _NEEDS = {"cnn": (2, 3)}  # accepted ranks of one sample's features; absent = any rank
 
 
-def _mlp(input_shape, num_classes, hidden: int = 128):
+def _dropout(nn, rate: float) -> list:
+    return [nn.Dropout(rate)] if rate > 0 else []
+
+
+def _mlp(input_shape, num_classes, hidden: int = 128, dropout: float = 0.0):
     nn = _torch().nn
     size = 1
     for d in input_shape:
         size *= int(d)
     return nn.Sequential(nn.Flatten(), nn.Linear(size, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, num_classes))
+                         *_dropout(nn, dropout), nn.Linear(hidden, num_classes))
 
 
 def _separable(nn, cin, cout, stride=1):
     return [nn.Conv2d(cin, cin, 3, stride=stride, padding=1, groups=cin), nn.Conv2d(cin, cout, 1), nn.ReLU()]
 
 
-def _cnn(input_shape, num_classes, width: int = 32):
+def _cnn(input_shape, num_classes, width: int = 32, dropout: float = 0.0):
     torch = _torch()
     nn = torch.nn
     channels = int(input_shape[2]) if len(input_shape) == 3 else 1
@@ -45,7 +49,7 @@ def _cnn(input_shape, num_classes, width: int = 32):
         nn.Conv2d(channels, 8 * channels, 3, padding=1, groups=channels), nn.ReLU(),
         *_separable(nn, 8 * channels, width),
         *_separable(nn, width, 2 * width, stride=2),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, num_classes))
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), *_dropout(nn, dropout), nn.Linear(2 * width, num_classes))
 
 
 MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp}
@@ -61,12 +65,15 @@ def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
                          f"{tuple(input_shape)}; reshape the features or use model 'mlp'")
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int):
-    """A ``torch.nn.Module`` mapping ``[batch, *input_shape]`` float32 to logits ``[batch, num_classes]``."""
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, dropout: float = 0.0):
+    """A ``torch.nn.Module`` mapping ``[batch, *input_shape]`` float32 to logits ``[batch, num_classes]``.
+
+    ``dropout``: rate of a dropout layer before the logits (0: none).
+    """
     check_model_input(name, input_shape)
     if num_classes < 2:
         raise ValueError(f"num_classes must be at least 2, got {num_classes}")
-    return MODELS[name](tuple(input_shape), int(num_classes))
+    return MODELS[name](tuple(input_shape), int(num_classes), dropout=float(dropout))
 
 
 OPTIMIZERS: dict[str, Callable] = {

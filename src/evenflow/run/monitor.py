@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evenflow.plan import Cursor
+from evenflow.plan.cursor import Cursor
 from evenflow.plan.speed import Decision, RebalanceOptions, Rebalancer
 
 __all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]

@@ -1,7 +1,7 @@
 """The anomaly policy: what a run does about steps with a non-finite loss or gradient.
 
 The trainer skips such a step as a whole (every replica agrees, see
-:class:`~evenflow.tf.trainer.Trainer`); this host-side policy then
+the trainer); this host-side policy then
 
 * logs it to ``<run_dir>/anomalies.jsonl`` — one JSON object per line, with the
   epoch, the step, the ids of the step's samples (from the plan), the *suspects*
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evenflow.plan import Cursor
+from evenflow.plan.cursor import Cursor
 
 __all__ = ["AnomalyPolicy", "TrainingDiverged", "ANOMALY_LOG"]
 

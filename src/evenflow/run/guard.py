@@ -1,10 +1,10 @@
 """The per-step policy of a fault-tolerant run: checkpoints, audit trail, anomaly recovery.
 
-:class:`TrainingGuard` is what :meth:`Trainer.fit <evenflow.tf.trainer.Trainer.fit>`
-calls after every step when given ``guard=``. It
+:class:`TrainingGuard` is what the training loop (:class:`~evenflow.run.loop.TrainLoop`,
+behind both frameworks' ``Trainer.fit``) calls after every step when given ``guard=``. It
 
-* hands each settled step to the :class:`~evenflow.tf.audit.AuditLog` and the
-  :class:`~evenflow.tf.anomaly.AnomalyPolicy`;
+* hands each settled step to the :class:`~evenflow.run.audit.AuditLog` and the
+  :class:`~evenflow.run.anomaly.AnomalyPolicy`;
 * saves a checkpoint every ``every`` steps and at the end of each epoch (the
   audit rows first, then the checkpoint that covers them), except while a run of
   non-finite steps is in progress, so the last checkpoint is always a good one;
@@ -28,10 +28,12 @@ from dataclasses import asdict
 
 import numpy as np
 
-from evenflow.plan import Cursor, Plan
-from evenflow.tf.anomaly import AnomalyPolicy
-from evenflow.tf.audit import AuditLog
-from evenflow.tf.checkpoint import Checkpointer, CheckpointInfo, NonFiniteModelError, fault_point, list_checkpoints
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.plan import Plan
+from evenflow.run.anomaly import AnomalyPolicy
+from evenflow.run.audit import AuditLog
+from evenflow.run.checkpoints import (Checkpointer, CheckpointInfo, NonFiniteModelError, fault_point,
+                                      list_checkpoints)
 
 __all__ = ["TrainingGuard"]
 
@@ -41,10 +43,10 @@ class TrainingGuard:
 
     Args:
         plan: the training plan (for its fingerprint and the ids of anomalous steps).
-        checkpointer: a :class:`~evenflow.tf.checkpoint.Checkpointer`.
+        checkpointer: a :class:`~evenflow.run.checkpoints.Checkpointer`.
         every: checkpoint every this many steps of an epoch (0: only at epoch ends).
-        audit: an :class:`~evenflow.tf.audit.AuditLog`, or None.
-        anomalies: an :class:`~evenflow.tf.anomaly.AnomalyPolicy`, or None.
+        audit: an :class:`~evenflow.run.audit.AuditLog`, or None.
+        anomalies: an :class:`~evenflow.run.anomaly.AnomalyPolicy`, or None.
         is_chief: True on the worker that trims the audit trail of all workers.
     """
 
@@ -53,6 +55,8 @@ class TrainingGuard:
         self.plan, self.checkpointer, self.every = plan, checkpointer, int(every)
         self.audit, self.anomalies, self.is_chief = audit, anomalies, is_chief
         self.history: list[dict] = []
+        # Facts every checkpoint's meta.json carries (e.g. the framework that wrote it).
+        self.meta: dict = {}
         # Replica weights in use when they differ from the plan's (measured speeds; see
         # Trainer.fit's re-plans): saved with each checkpoint, so a resumed run starts from them.
         self.weights: tuple[float, ...] | None = None
@@ -146,14 +150,16 @@ class TrainingGuard:
         ids = self._epoch_ids[1][step]
         return ids[ids >= 0]
 
-    def after_step(self, trainer, cursor: Cursor, tally, result) -> Cursor | None:
+    def after_step(self, loop, cursor: Cursor, tally, result) -> Cursor | None:
         """Checkpoint or rewind after the step that ended at ``cursor``; returns a cursor to rewind to.
 
-        ``result`` is the :class:`~evenflow.tf.trainer.EpochResult` when the step ended the epoch.
+        ``loop`` is the :class:`~evenflow.run.loop.TrainLoop` (for its all-gather and its
+        ``skip_nonfinite``); ``result`` the :class:`~evenflow.run.results.EpochResult` when the
+        step ended the epoch.
         """
         fault_point("step")
         if self.anomalies is not None and self.anomalies.should_restore:
-            return self.rewind(trainer, cursor)
+            return self.rewind(cursor)
         end = result is not None
         if end:
             self.history.append({k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(result).items()})
@@ -164,14 +170,14 @@ class TrainingGuard:
         saved_at = Cursor(cursor.epoch + 1, 0) if end else cursor
         # Mid-epoch, the epoch's sums so far go with the checkpoint: all workers' (a collective, which
         # every worker reaches here at the same step, since all of them save at the same steps).
-        partial = None if end else tally.to_dict(trainer._all_workers(tally.sums))
+        partial = None if end else tally.to_dict(loop.all_gather(tally.sums))
         try:
             self._save(saved_at, partial=partial)
         except NonFiniteModelError:
-            if self.anomalies is None or not trainer.skip_nonfinite:
+            if self.anomalies is None or not loop.skip_nonfinite:
                 raise
             # Finite gradients pushed a weight to Inf: as bad as a non-finite step.
-            return self.rewind(trainer, cursor)
+            return self.rewind(cursor)
         return None
 
     def finish(self, cursor: Cursor) -> None:
@@ -182,7 +188,7 @@ class TrainingGuard:
     def _save(self, cursor: Cursor, partial: dict | None) -> None:
         if self.audit is not None:
             self.audit.flush()  # before the checkpoint: a crash in between is trimmed on resume
-        extra = {"plan": self.plan.fingerprint(), "replicas": self.plan.topology.replicas,
+        extra = {**self.meta, "plan": self.plan.fingerprint(), "replicas": self.plan.topology.replicas,
                  "history": self.history, "partial": partial,
                  "weights": None if self.weights is None else [float(w) for w in self.weights],
                  "anomaly": self.anomalies.state() if self.anomalies is not None else None}
@@ -191,7 +197,7 @@ class TrainingGuard:
         self._unconfirmed = [cursor, 0]
 
     # -- recovery --------------------------------------------------------------------------------
-    def rewind(self, trainer, at: Cursor) -> Cursor:
+    def rewind(self, at: Cursor) -> Cursor:
         """Restore the newest confirmed checkpoint, lower the learning rate; returns the cursor to go on from."""
         policy = self.anomalies
         policy.check_can_restore(at)
@@ -201,11 +207,12 @@ class TrainingGuard:
         # The confirmed one (pruning keeps it), else the oldest there is.
         good = [c for c in found if c.cursor == self.confirmed] or [c for c in found if c.confirmed][-1:]
         info = good[-1] if good else found[0]
-        lr_old = float(trainer.optimizer.learning_rate.numpy())
+        state = self.checkpointer.state
+        lr_old = float(state.learning_rate)
         self.checkpointer.restore(info)
         # From the rate in use, not the checkpoint's: restoring the same checkpoint twice lowers it twice.
-        lr_new = min(lr_old, float(trainer.optimizer.learning_rate.numpy())) * policy.lr_factor
-        trainer.optimizer.learning_rate = lr_new
+        lr_new = min(lr_old, float(state.learning_rate)) * policy.lr_factor
+        state.learning_rate = lr_new
         self._adopt(info)
         self._unconfirmed = None
         self._prev = None

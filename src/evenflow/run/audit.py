@@ -22,7 +22,7 @@ counted, its retraining is.
 
 :func:`check_audit` (numpy only) verifies exactly-once coverage per epoch for
 ``evenflow audit RUN_DIR``. Ids are positions in the training source (for
-``evenflow train``, the training split of :func:`evenflow.tf.data.split_indices`).
+``evenflow train``, the training split of the dataset).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evenflow.plan import Cursor
-from evenflow.tf.checkpoint import fsync_dir, write_atomic
+from evenflow.plan.cursor import Cursor
+from evenflow.util.files import fsync_dir, write_atomic
 
 __all__ = ["AuditLog", "EpochAudit", "check_audit", "AUDIT_DIR"]
 

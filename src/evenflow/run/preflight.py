@@ -19,7 +19,7 @@ import hashlib
 
 import numpy as np
 
-from evenflow.plan import Plan
+from evenflow.plan.plan import Plan
 
 __all__ = ["check_plan", "check_workers_agree", "plan_vector"]
 

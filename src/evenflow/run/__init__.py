@@ -1,0 +1,35 @@
+"""The framework-neutral run: everything about a training run that is not TensorFlow or PyTorch.
+
+Read it top to bottom in this order:
+
+* :mod:`~evenflow.run.options`, :mod:`~evenflow.run.config`: the options of a run, from TOML and flags;
+* :mod:`~evenflow.run.adapter`: the interface a framework implements (:class:`Framework`, :class:`Session`);
+* :mod:`~evenflow.run.job`: one run end to end (:func:`run_training`): prepare, start, train, summarize;
+* :mod:`~evenflow.run.training`, :mod:`~evenflow.run.summary`: the training part and what the run reports;
+* :mod:`~evenflow.run.loop`: the training loop every framework runs (:class:`TrainLoop` over an :class:`Engine`);
+* :mod:`~evenflow.run.guard`, :mod:`~evenflow.run.checkpoints`, :mod:`~evenflow.run.audit`,
+  :mod:`~evenflow.run.anomaly`: crash-safe checkpoints, the audit trail, non-finite steps;
+* :mod:`~evenflow.run.monitor`, :mod:`~evenflow.run.simulate`: per-replica telemetry, re-plans, emulated devices;
+* :mod:`~evenflow.run.preflight`, :mod:`~evenflow.run.models`, :mod:`~evenflow.run.results`,
+  :mod:`~evenflow.run.runlog`: checks before the first step, model names, result types, TensorBoard.
+
+Nothing here imports TensorFlow or PyTorch.
+"""
+from evenflow.run.adapter import Framework, Processes, Session
+from evenflow.run.anomaly import AnomalyPolicy, TrainingDiverged
+from evenflow.run.audit import AuditLog, check_audit
+from evenflow.run.checkpoints import Checkpointer, ModelState, NonFiniteModelError, list_checkpoints
+from evenflow.run.config import TrainConfig, load_config
+from evenflow.run.guard import TrainingGuard
+from evenflow.run.job import prepare, run_training
+from evenflow.run.loop import Engine, TrainLoop
+from evenflow.run.monitor import ReplicaMonitor
+from evenflow.run.results import EpochResult, EvalResult
+from evenflow.run.simulate import Simulation, SlowReplica
+
+__all__ = [
+    "AnomalyPolicy", "AuditLog", "Checkpointer", "Engine", "EpochResult", "EvalResult", "Framework", "ModelState",
+    "NonFiniteModelError", "Processes", "ReplicaMonitor", "Session", "Simulation", "SlowReplica", "TrainConfig",
+    "TrainLoop", "TrainingDiverged", "TrainingGuard", "check_audit", "list_checkpoints", "load_config", "prepare",
+    "run_training",
+]

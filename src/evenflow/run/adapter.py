@@ -1,0 +1,110 @@
+"""The interface between the framework-neutral run and a framework: what an adapter implements.
+
+A run (:mod:`evenflow.run.job`) asks a :class:`Framework` three things before anything is
+written, with numpy only: which options it cannot honour (:meth:`Framework.refusals`, each
+refusal an exit-2 error naming the flag), which processes take part and how many replicas
+each holds (:meth:`Framework.processes`, from ``TF_CONFIG`` or ``torchrun``'s variables), and
+what it reports about itself. Then :meth:`Framework.start` starts the framework and returns
+a :class:`Session`: the distributed context, the model and optimizer, the readers, the
+:class:`~evenflow.run.loop.TrainLoop` over the adapter's engine, the checkpoint state and the
+TensorBoard writer. Everything else — plans, checkpoints, audit, anomaly policy, telemetry,
+re-plans, progress, summaries — is the run layer's, the same for every framework.
+
+``evenflow.tf.adapter`` and ``evenflow.torch.adapter`` implement it; a third framework is one
+more folder with one more adapter.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from evenflow.plan.topology import Topology
+
+__all__ = ["Framework", "Session", "Processes"]
+
+
+@dataclass(frozen=True)
+class Processes:
+    """Who takes part in a run: processes holding replicas (TF workers or torch ranks), and this one.
+
+    Attributes:
+        count: processes that hold replicas, >= 1.
+        index: this process, in ``[0, count)``; process 0 is the chief (it writes the run's outputs).
+        local_replicas: replicas each process holds.
+    """
+
+    count: int = 1
+    index: int = 0
+    local_replicas: int = 1
+
+    @property
+    def replicas(self) -> int:
+        return self.count * self.local_replicas
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+    def topology(self) -> Topology:
+        return Topology(self.replicas)
+
+
+class Session(Protocol):
+    """A started framework for one run (see the module docstring).
+
+    Attributes:
+        processes: the final :class:`Processes`.
+        devices: this process's replica devices, e.g. ``["cpu:0", "cpu:1"]``.
+        description: one line, e.g. ``"4 replicas (cpu:0, ...), MirroredStrategy"``.
+        shared_cpu: the replicas are logical devices sharing one CPU's cores (they have no speed
+            of their own: rebalancing ``auto`` stays off).
+        num_weights: the model's trainable parameter count.
+        loop: the :class:`~evenflow.run.loop.TrainLoop` over this framework's engine.
+        state: the :class:`~evenflow.run.checkpoints.ModelState` checkpoints save and restore.
+        train_reader, test_reader: what the loop reads the training and test sets with.
+        summary: framework facts for ``summary.json`` (backend, precision, ...).
+    """
+
+    processes: Processes
+    devices: list[str]
+    description: str
+    shared_cpu: bool
+    num_weights: int
+    loop: object
+    state: object
+    train_reader: object
+    test_reader: object
+    summary: dict
+
+    def running(self) -> contextlib.AbstractContextManager:
+        """A context the training loop runs in (e.g. a shorter GIL switch interval while timing)."""
+
+    def writer(self, directory: Path):
+        """A :class:`~evenflow.run.runlog.ScalarWriter` of TensorBoard events in ``directory``."""
+
+    def failure(self, error: BaseException) -> BaseException | None:
+        """The one-line error to report for ``error`` (a lost peer, a bad record), or None to re-raise it."""
+
+    def close(self, ok: bool) -> None:
+        """End the session (process groups, servers); ``ok`` is False after an error."""
+
+
+class Framework(Protocol):
+    """A framework adapter (see the module docstring).
+
+    Attributes:
+        name: ``"tf"`` or ``"torch"`` (the ``--framework`` value).
+    """
+
+    name: str
+
+    def refusals(self, config) -> list[str]:
+        """One line per option of ``config`` this framework cannot honour (numpy only; empty if none)."""
+
+    def processes(self, config) -> Processes:
+        """Who takes part, from the environment and ``config`` (numpy only)."""
+
+    def start(self, prepared) -> Session:
+        """Start the framework for a :class:`~evenflow.run.job.Prepared` run and build its model."""

@@ -1,0 +1,273 @@
+"""Crash-safe checkpoints of a run: the framework's state, the :class:`~evenflow.plan.cursor.Cursor`, ``meta.json``.
+
+A checkpoint is a directory ``<run_dir>/checkpoints/ckpt-EEEEE-SSSSSS`` (epoch and step
+of the cursor it resumes from) holding
+
+* the framework's files, written by a :class:`ModelState` (TensorFlow: a
+  ``tf.train.Checkpoint`` tensor bundle; PyTorch: safetensors files) — the model, the
+  optimizer and the random number generators, never a pickle;
+* ``meta.json``: the format, the cursor, the state's description (each variable's
+  name, shape and dtype, checked before a restore), and what the caller adds
+  (the plan's fingerprint, history, partial epoch sums, anomaly policy state, weights).
+
+A save writes everything into a hidden ``.tmp-*`` directory, fsyncs the files and the
+directory, renames it to its final name and fsyncs the parent: a checkpoint directory
+exists whole or not at all, so a crash at any point of a save leaves the previous
+checkpoints usable (a leftover ``.tmp-*`` is deleted by the next save). The newest
+``keep`` are kept, plus the newest *confirmed* one (see :meth:`Checkpointer.confirm`).
+A model with a non-finite value is never saved (:class:`NonFiniteModelError`).
+
+A save is a collective: every process of a run calls :meth:`Checkpointer.save` at the
+same steps (TensorFlow's multi-worker saves and the gathering of every rank's random
+state need all of them), and only the chief writes into the run directory; the others
+write to a scratch directory they delete at once, if the framework needs them to write
+at all. Every process restores from the chief's checkpoints.
+
+Listing and reading ``meta.json`` (:func:`list_checkpoints`) need no framework, so a run
+can be checked against its checkpoints before a framework starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from evenflow.plan.cursor import Cursor
+from evenflow.util.files import fsync_dir, fsync_file
+
+__all__ = ["Checkpointer", "CheckpointInfo", "ModelState", "NonFiniteModelError", "list_checkpoints",
+           "CHECKPOINT_DIR", "fault_point", "FAULT_ENV"]
+
+CHECKPOINT_DIR = "checkpoints"
+FORMAT = 2
+CONFIRMED = "confirmed"  # empty marker file in a checkpoint directory
+# Test hook: "kill:<point>:<n>" SIGKILLs the process the n-th time it reaches fault point <point>;
+# "sleep:<point>:<seconds>" sleeps there (to widen a window for an external kill -9).
+FAULT_ENV = "EVENFLOW_FAULT"
+_fault_counts: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """Crash or stall here when the ``EVENFLOW_FAULT`` test hook names this point; else nothing."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    for item in spec.split(","):
+        action, point, arg = (item.split(":") + ["", "", ""])[:3]
+        if point != name:
+            continue
+        if action == "sleep":
+            time.sleep(float(arg))
+        elif action == "kill":
+            _fault_counts[name] = _fault_counts.get(name, 0) + 1
+            if _fault_counts[name] >= int(arg or 1):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+class NonFiniteModelError(ValueError):
+    """The model holds NaN or Inf; it is not saved."""
+
+
+class ModelState(Protocol):
+    """What a framework adapter gives the checkpointer: its model, optimizer and random state.
+
+    Attributes:
+        learning_rate: the optimizer's current learning rate (settable: the anomaly policy lowers it).
+        needs_every_process: whether every process must call :meth:`write` (TensorFlow's
+            multi-worker saves are collectives); if False, only the chief writes.
+    """
+
+    learning_rate: float
+    needs_every_process: bool
+
+    def describe(self) -> dict:
+        """JSON-able description of the variables (names, shapes, dtypes), compared before a restore."""
+
+    def is_finite(self) -> bool:
+        """Whether every floating-point value of model and optimizer is finite."""
+
+    def write(self, directory: Path) -> None:
+        """Write the state's files into the existing ``directory`` (called on every process if required)."""
+
+    def read(self, directory: Path) -> None:
+        """Load the state from ``directory``; raise OSError/ValueError when its files are damaged."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A complete checkpoint on disk: its directory, cursor and ``meta.json`` contents."""
+
+    path: Path
+    cursor: Cursor
+    meta: dict
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether training went on from it without a non-finite step for a while (see :meth:`Checkpointer.confirm`)."""
+        return (self.path / CONFIRMED).exists()
+
+
+def checkpoint_name(cursor: Cursor) -> str:
+    return f"ckpt-{cursor.epoch:05d}-{cursor.step:06d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
+    """The complete checkpoints under ``run_dir``, oldest first (no framework needed).
+
+    A directory counts when its ``meta.json`` parses and names this format; half-written
+    saves (``.tmp-*``) never do.
+    """
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.glob("ckpt-*"):
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            cursor = Cursor.from_dict(meta["cursor"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if meta.get("format") == FORMAT:
+            found.append(CheckpointInfo(path, cursor, meta))
+    return sorted(found, key=lambda c: (c.cursor, c.path.name))
+
+
+class Checkpointer:
+    """Saves and restores one run's :class:`ModelState` with the training cursor.
+
+    Args:
+        run_dir: the run directory; checkpoints go to ``run_dir/checkpoints``.
+        state: the framework's :class:`ModelState`.
+        keep: how many checkpoints to keep, >= 1.
+        is_chief: whether this process writes into ``run_dir``.
+        worker: this process's index (worker or rank), used for its scratch directory.
+    """
+
+    def __init__(self, run_dir: str | Path, state: ModelState, keep: int = 3, is_chief: bool = True,
+                 worker: int = 0):
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an int >= 1 (checkpoints kept), got {keep!r}")
+        self.run_dir, self.keep, self.is_chief, self.worker = Path(run_dir), keep, is_chief, worker
+        self.dir = self.run_dir / CHECKPOINT_DIR
+        self.state = state
+
+    # -- saving -----------------------------------------------------------------------------
+    def save(self, cursor: Cursor, extra: dict | None = None) -> Path:
+        """Write a checkpoint that resumes at ``cursor``; returns its directory (a collective).
+
+        Raises:
+            NonFiniteModelError: a value is NaN or Inf (nothing is written).
+        """
+        if not self.state.is_finite():
+            raise NonFiniteModelError(f"the model or optimizer holds NaN or Inf at epoch {cursor.epoch} step "
+                                      f"{cursor.step}; it was not saved")
+        final = self.dir / checkpoint_name(cursor)
+        if not self.is_chief:
+            if self.state.needs_every_process:  # take part in the save, into a scratch directory
+                scratch = self.run_dir / f".worker-{self.worker}-scratch"
+                scratch.mkdir(parents=True, exist_ok=True)
+                try:
+                    self.state.write(scratch)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+            return final
+        meta = {"format": FORMAT, "cursor": cursor.to_dict(), "saved_at": time.time(),
+                "learning_rate": float(self.state.learning_rate), "state": self.state.describe(), **(extra or {})}
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".tmp-{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            fault_point("save-begin")
+            self.state.write(tmp)
+            fault_point("save-written")
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+            for f in tmp.iterdir():
+                fsync_file(f)
+            fsync_dir(tmp)
+            fault_point("save-synced")
+            self._place(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk leaves the previous checkpoints as they were
+            raise
+        fault_point("save-renamed")
+        self._prune()
+        return final
+
+    def _place(self, tmp: Path, final: Path) -> None:
+        if final.exists():
+            # The same cursor saved again (after a rewind): set the old one aside first; a crash
+            # between the two renames leaves the older checkpoints, which are still valid.
+            trash = self.dir / f".trash-{final.name}-{os.getpid()}"
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        fsync_dir(self.dir)
+
+    def confirm(self, cursor: Cursor) -> None:
+        """Mark the checkpoint at ``cursor`` as good: an anomaly restores the newest such one.
+
+        A finite model can still be one that only produces NaN from now on (weights blown
+        up by a too large step); a checkpoint is confirmed once training went on from it
+        for a few steps without a non-finite one. The marker is an empty file written
+        after the checkpoint, so it never makes a checkpoint incomplete.
+        """
+        path = self.dir / checkpoint_name(cursor)
+        if self.is_chief and path.is_dir():
+            (path / CONFIRMED).touch()
+            fsync_dir(path)
+
+    def _prune(self) -> None:
+        found = list_checkpoints(self.run_dir)
+        good = [info for info in found if info.confirmed][-1:]  # the newest confirmed one stays too
+        for info in found[:-self.keep]:
+            if info not in good:
+                shutil.rmtree(info.path, ignore_errors=True)
+        for stale in self.dir.glob(".t*-ckpt-*"):  # .tmp-* and .trash-* of crashed saves
+            if not stale.name.endswith(f"-{os.getpid()}"):
+                shutil.rmtree(stale, ignore_errors=True)
+
+    # -- restoring ----------------------------------------------------------------------------
+    def check_compatible(self, info: CheckpointInfo) -> None:
+        """Raise ``ValueError`` unless ``info`` holds variables of this model's and optimizer's shapes."""
+        theirs, ours = info.meta.get("state", {}), self.state.describe()
+        for kind in sorted(set(theirs) | set(ours)):
+            a, b = theirs.get(kind, []), ours.get(kind, [])
+            if [t[1:] for t in a] == [o[1:] for o in b]:
+                continue
+            i = next((i for i, (t, o) in enumerate(zip(a, b)) if t[1:] != o[1:]), min(len(a), len(b)))
+            got = a[i] if i < len(a) else "nothing"
+            want = b[i] if i < len(b) else "nothing"
+            raise ValueError(f"{info.path}: {kind} entry {i} is {got} in the checkpoint but {want} in this run: "
+                             f"the run directory was written by a different model, optimizer or framework; use "
+                             f"another --output-dir, or --no-resume to start over there")
+
+    def restore(self, info: CheckpointInfo) -> Cursor:
+        """Load ``info`` into the model and optimizer (on every process); returns its cursor."""
+        self.check_compatible(info)
+        self.state.read(info.path)
+        return info.cursor
+
+    def restore_latest(self) -> CheckpointInfo | None:
+        """Restore the newest checkpoint that loads; None if there is none.
+
+        A checkpoint whose files are damaged is skipped with a warning naming it, for the
+        one before it.
+        """
+        for info in reversed(list_checkpoints(self.run_dir)):
+            self.check_compatible(info)
+            try:
+                self.restore(info)
+                return info
+            except (OSError, ValueError, AssertionError) as e:
+                warnings.warn(f"{info.path}: cannot be restored ({type(e).__name__}: {str(e)[:200]}); "
+                              f"trying the one before", stacklevel=2)
+        return None

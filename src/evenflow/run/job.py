@@ -1,0 +1,207 @@
+"""One training run end to end, for any framework: validate, plan, train, evaluate, write the run directory.
+
+:func:`run_training` is what ``evenflow train`` and ``evenflow demo`` execute, with the
+framework adapter the config names. It checks everything that can be checked before a
+framework starts — the options the framework cannot honour, config values, the dataset,
+the model against the feature shape, the plan against the replicas, the run directory's
+checkpoints against the plan — so a bad run writes nothing (:func:`prepare`, numpy only).
+
+A run directory that holds checkpoints is resumed from the newest one (unless ``resume`` is
+off, which deletes what evenflow wrote there first): same command, same directory, and
+training continues at the checkpoint's cursor — with another number of replicas too, since
+the plan re-splits the rest of the epoch (``Plan.with_topology``).
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evenflow.plan.cursor import Cursor
+from evenflow.records.augment_policy import check_fits
+from evenflow.plan.options import PlanOptions
+from evenflow.plan.plan import Plan
+from evenflow.plan.topology import Topology
+from evenflow.run.adapter import Framework, Processes
+from evenflow.run.anomaly import ANOMALY_LOG, AnomalyPolicy
+from evenflow.run.audit import AUDIT_DIR, AuditLog
+from evenflow.run.checkpoints import CHECKPOINT_DIR, Checkpointer, list_checkpoints
+from evenflow.run.config import TrainConfig
+from evenflow.run.guard import TrainingGuard
+from evenflow.run.models import check_model_input
+from evenflow.run.preflight import check_plan, check_workers_agree
+from evenflow.run.runlog import NoLog, RunLog, clear_events
+from evenflow.run.summary import print_header, print_results, run_summary
+from evenflow.run.training import train_and_evaluate
+from evenflow.util.files import write_json
+
+__all__ = ["run_training", "prepare", "Prepared"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated run that has not started a framework or touched the disk yet."""
+
+    config: TrainConfig
+    data: object
+    train_plan: Plan
+    test_plan: Plan
+    run_dir: Path
+    processes: Processes
+    resume_from: Cursor | None = None
+
+
+def prepare(config: TrainConfig, framework: Framework) -> Prepared:
+    """Check the config against the framework and the data, and build both plans (numpy only).
+
+    Raises:
+        ValueError, TypeError: with a one-line reason, before anything is written.
+    """
+    refused = framework.refusals(config)
+    if refused:
+        raise ValueError(refused[0])
+    data = _load(config, framework)
+    if config.data.pad_lengths and None not in data.feature_shape:
+        raise ValueError(f"pad_lengths only applies to variable-length text (builtin:stdlib-docs, or records "
+                         f"converted from it), but {config.data.dataset} has fixed-size features "
+                         f"{data.feature_shape}; drop --pad-lengths")
+    check_model_input(config.model.model, data.feature_shape)
+    check_fits(config.data.augment, data.feature_shape)
+    processes = framework.processes(config)
+    if processes.local_replicas != config.compute.replicas:
+        config = config.replace(replicas=processes.local_replicas)
+    config.monitor.simulation().check(processes.replicas)
+    sched = config.schedule
+    options = PlanOptions(global_batch_size=sched.global_batch_size, seed=sched.seed, stratify=sched.stratify,
+                          balance=sched.balance, bucket=sched.bucket)
+    train_plan = Plan(data.train.index(), processes.topology(), options=options)
+    check_plan(train_plan)
+    # Evaluation needs exactly-once, not shuffling or label balance: a count-balanced plan of the test set.
+    test_plan = Plan(data.test.index(), processes.topology(), global_batch_size=sched.global_batch_size, seed=0)
+    run_dir = Path(config.output.output_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"output_dir {run_dir} exists and is not a directory; choose another --output-dir")
+    resume_from = _check_resume(config, train_plan, run_dir) if config.checkpoint.resume else None
+    return Prepared(config, data, train_plan, test_plan, run_dir, processes, resume_from)
+
+
+def _load(config: TrainConfig, framework: Framework):
+    # TEMPORARY until the neutral data layer lands: each framework's own loader.
+    if framework.name == "tf":
+        from evenflow.tf.data import load_dataset
+    else:
+        from evenflow.torch.data import load_dataset
+    return load_dataset(config.data)
+
+
+def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path) -> Cursor | None:
+    """The cursor of the run directory's newest checkpoint, if it continues this plan (numpy only)."""
+    found = list_checkpoints(run_dir)
+    if not found:
+        return None
+    latest = found[-1]
+    theirs = latest.meta.get("plan")
+    if theirs != plan.fingerprint():
+        raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({theirs}, this run plans "
+                         f"{plan.fingerprint()}: the dataset, global batch size, seed or stratification differ); "
+                         f"use another --output-dir, or --no-resume to start over there")
+    framework = latest.meta.get("framework", config.compute.framework)
+    if framework != config.compute.framework:
+        raise ValueError(f"output_dir {run_dir} holds checkpoints written with --framework {framework}; resume "
+                         f"with --framework {framework}, or use another --output-dir")
+    if latest.cursor.epoch > config.schedule.epochs:
+        raise ValueError(f"epochs must be at least the {latest.cursor.epoch} epochs already trained in {run_dir}, "
+                         f"got {config.schedule.epochs}; pass --epochs {latest.cursor.epoch} or more, or "
+                         f"--no-resume to start over")
+    return latest.cursor
+
+
+def start_over(run_dir: Path) -> None:
+    """Delete what a previous run left for resuming: checkpoints, audit trail, anomaly log."""
+    for name in (CHECKPOINT_DIR, AUDIT_DIR):
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    (run_dir / ANOMALY_LOG).unlink(missing_ok=True)
+
+
+def run_training(config: TrainConfig, framework: Framework, out=None, err=None,
+                 title: str = "evenflow train") -> dict:
+    """Run ``config`` with ``framework``; returns the summary written to ``<output_dir>/summary.json``.
+
+    Args:
+        config: a validated :class:`~evenflow.run.config.TrainConfig`.
+        framework: the adapter (``evenflow.tf.adapter.TensorFlow()`` or ``evenflow.torch.adapter.Torch()``).
+        out: stream for the tables and results (default stdout).
+        err: stream for progress bars (default stderr).
+        title: first word of the header line.
+    """
+    out = sys.stdout if out is None else out
+    began = time.perf_counter()
+    p = prepare(config, framework)
+    session = framework.start(p)
+    ok = False
+    try:
+        summary = _run(p, session, out, err, title, began)
+        ok = True
+        return summary
+    except Exception as e:
+        failure = session.failure(e)
+        if failure is not None:
+            raise failure from None
+        raise
+    finally:
+        session.close(ok)
+
+
+def _run(p: Prepared, session, out, err, title: str, began: float) -> dict:
+    cfg, procs = p.config, session.processes
+    check_workers_agree(session.loop.all_gather, p.train_plan, procs.local_replicas, procs.count)
+    if procs.is_chief:
+        p.run_dir.mkdir(parents=True, exist_ok=True)
+        if not cfg.checkpoint.resume:
+            start_over(p.run_dir)
+    guard = _guard(p, session)
+    start = guard.resume() if cfg.checkpoint.resume else None
+    if start is None:
+        start = Cursor(0, 0)
+        guard.save_initial(start)
+    train_plan = p.train_plan
+    if guard.weights is not None:  # the checkpoint's measured weights: no need to measure them again
+        train_plan = p.train_plan.with_topology(Topology(p.train_plan.topology.replicas, guard.weights))
+        print(f"resuming with the measured replica weights {', '.join(f'{w:g}' for w in guard.weights)}", file=out)
+    print_header(p, session, title, out)
+    if start != Cursor(0, 0):
+        print(f"resuming from {guard.saved.path}: epoch {start.epoch + 1} step {start.step} "
+              f"(learning rate {session.state.learning_rate:g})", file=out)
+    out.flush()
+    resumed = start != Cursor(0, 0)
+    log = RunLog(session.writer(_events_dir(p.run_dir, resumed)), p.run_dir / "tensorboard") if procs.is_chief \
+        else NoLog()
+    trained = train_and_evaluate(p, session, train_plan, start, guard, log, out, err)
+    summary = run_summary(p, session, trained, guard, began)
+    if procs.is_chief:
+        write_json(p.run_dir / "summary.json", summary)
+    print_results(p, session, trained, summary, log, out)
+    return summary
+
+
+def _events_dir(run_dir: Path, resumed: bool) -> Path:
+    # A resumed run continues the same curves; a fresh one starts them clean.
+    return run_dir / "tensorboard" if resumed else clear_events(run_dir)
+
+
+def _guard(p: Prepared, session) -> TrainingGuard:
+    """The run's checkpoints, audit trail and anomaly policy, wired into one TrainingGuard."""
+    cfg, procs = p.config, session.processes
+    ckpt, anomaly = cfg.checkpoint, cfg.anomaly
+    checkpointer = Checkpointer(p.run_dir, session.state, keep=ckpt.keep_checkpoints, is_chief=procs.is_chief,
+                                worker=procs.index)
+    audit = AuditLog(p.run_dir, p.data.train.num_samples, p.train_plan.num_steps, procs.replicas,
+                     worker=procs.index) if ckpt.audit else None
+    policy = AnomalyPolicy(p.run_dir / ANOMALY_LOG if procs.is_chief else None, restore_after=anomaly.restore_after,
+                           lr_factor=anomaly.restore_lr_factor, max_restores=anomaly.max_restores)
+    guard = TrainingGuard(p.train_plan, checkpointer, every=ckpt.checkpoint_every, audit=audit, anomalies=policy,
+                          is_chief=procs.is_chief)
+    guard.meta = {"framework": cfg.compute.framework}
+    return guard

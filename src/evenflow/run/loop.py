@@ -1,0 +1,314 @@
+"""The framework-neutral training loop: epochs of plan steps, checkpoints, rewinds and re-plans.
+
+:class:`TrainLoop` runs a :class:`~evenflow.plan.plan.Plan` for a number of epochs, possibly
+from a :class:`~evenflow.plan.cursor.Cursor` in the middle of one, through an
+:class:`Engine`: the small interface a framework adapter implements to run one optimizer
+update on its replicas, read that update's outputs back as numpy, evaluate, and all-gather
+small rows between processes. Everything else is here, once, for every framework:
+
+* updates of ``accumulate_steps`` plan steps, grouped from multiples of k within an epoch
+  (a run resumed at a group boundary groups its steps as an uninterrupted one does);
+* step outputs read back ``engine.lag`` updates late (an accelerator keeps working while
+  the host reads), all of them before a checkpoint;
+* the :class:`~evenflow.run.guard.TrainingGuard` after every update (checkpoints, audit,
+  anomaly restores, which rewind the loop to a checkpoint's cursor);
+* the :class:`~evenflow.run.monitor.ReplicaMonitor`: per-replica timings all-gathered every
+  few updates, and re-plans of the rest of an epoch with measured weights
+  (``plan.with_topology``), which every process decides identically from the same numbers;
+* exact epoch figures: per-replica ``[loss sum, hits, real count]`` all-gathered once per epoch.
+
+A step's outputs (:meth:`Engine.read`) are numpy arrays: ``sums`` float ``[r, 3]``,
+``flags`` float ``[r, 3]`` (this replica non-finite, the step anomalous on some replica,
+the update skipped everywhere), ``ids`` int64 ``[r, slots]``, ``nonfinite`` bool
+``[r, slots]`` (suspect samples), ``replica`` int64 ``[r]`` (global replica ids), and on an
+update's last step with timing, ``timing`` float64 ``[r, 5]`` (step began, input ready,
+replica started, gradients ready, update applied; host clock seconds) — ``r`` being this
+process's replicas.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.plan import Plan
+from evenflow.plan.topology import Topology
+from evenflow.run.results import EpochResult, EvalResult, Tally
+
+__all__ = ["Engine", "TrainLoop", "CHUNK_SLOTS", "MAX_ACCUMULATE_STEPS"]
+
+# Most plan slots (ids) one training stream holds: 2**23 int64 ids = 64 MiB of host memory.
+CHUNK_SLOTS = 2**23
+# The k micro-steps of an update are unrolled in one traced function on TensorFlow; past a few
+# dozen the trace gets slow, and a larger effective batch is better had from a larger global batch.
+MAX_ACCUMULATE_STEPS = 64
+
+
+class Engine(Protocol):
+    """What a framework adapter implements for :class:`TrainLoop`.
+
+    Attributes:
+        local_replicas: replicas this process runs.
+        num_processes: processes that hold replicas (workers or ranks); 1 for one process.
+        lag: updates the host may read behind the newest dispatched one (0 where a step's
+            call returns only once it has run, e.g. on CPUs).
+        timing: whether steps carry ``timing`` rows (needed by a monitor).
+        skip_nonfinite: whether a non-finite step's update is skipped on every replica.
+    """
+
+    local_replicas: int
+    num_processes: int
+    lag: int
+    timing: bool
+    skip_nonfinite: bool
+
+    def open(self, reader, plan: Plan, start: Cursor, epochs: int):
+        """A stream of the plan's steps from ``start`` through ``epochs`` epochs (from ``start.epoch``)."""
+
+    def update(self, stream, global_step: int, count: int, keep_batches: bool) -> tuple[list, list | None]:
+        """Run one optimizer update over the next ``count`` plan steps of ``stream``.
+
+        Returns one output handle per plan step (read later by :meth:`read`) and, with
+        ``keep_batches``, the batches consumed (for ``on_batch``).
+        """
+
+    def read(self, out, with_ids: bool) -> dict:
+        """One step's outputs as numpy (see the module docstring); ``ids``/``nonfinite`` only if asked."""
+
+    def sums(self, outs: list):
+        """The summed ``[loss sum, hits, real count]`` rows ``[r, 3]`` of an update's outputs (may stay lazy)."""
+
+    def close(self, stream, finished: bool) -> None:
+        """Release a stream, read to its end (``finished``) or dropped mid-way (a rewind or re-plan)."""
+
+    def evaluate(self, reader, plan: Plan, epoch: int) -> np.ndarray:
+        """float64 ``[r, 3]`` masked sums of epoch ``epoch`` of ``plan`` on this process's replicas."""
+
+    def all_gather(self, rows: np.ndarray) -> np.ndarray:
+        """float64 ``[r, k]`` -> ``[R, k]`` in global replica order (a collective across processes)."""
+
+
+@dataclass(frozen=True)
+class _Replan:
+    """The epoch stops at ``cursor`` to continue under new weights, with its running ``tally``."""
+
+    cursor: Cursor
+    tally: Tally | None
+
+
+class TrainLoop:
+    """Trains through an :class:`Engine` from epoch plans; holds the plan in use and the cursor.
+
+    Args:
+        engine: the framework adapter's :class:`Engine`.
+        accumulate_steps: plan steps per optimizer update, in ``[1, 64]``.
+
+    Attributes:
+        plan: the plan :meth:`fit` runs now (the one passed in, or a re-plan with measured weights).
+        cursor: how far training got (what a checkpoint stores).
+        replans: ``(cursor, weights)`` of every re-plan.
+    """
+
+    def __init__(self, engine: Engine, accumulate_steps: int = 1):
+        if isinstance(accumulate_steps, bool) or not isinstance(accumulate_steps, int) \
+                or not 1 <= accumulate_steps <= MAX_ACCUMULATE_STEPS:
+            raise ValueError(f"accumulate_steps must be an int in [1, {MAX_ACCUMULATE_STEPS}], got "
+                             f"{accumulate_steps!r}; use a larger global batch for larger updates")
+        self.engine, self.accumulate_steps = engine, accumulate_steps
+        self.plan: Plan | None = None
+        self.cursor: Cursor | None = None
+        self.replans: list[tuple[Cursor, tuple[float, ...]]] = []
+        self._decided = None  # a monitor decision with new weights, not applied yet
+
+    @property
+    def skip_nonfinite(self) -> bool:
+        return self.engine.skip_nonfinite
+
+    def all_gather(self, rows: np.ndarray) -> np.ndarray:
+        """Every process's rows (a collective); a single process gets its rows back unchanged."""
+        if self.engine.num_processes == 1:
+            return np.asarray(rows, dtype=np.float64)
+        return self.engine.all_gather(np.asarray(rows, dtype=np.float64))
+
+    # -- fit ----------------------------------------------------------------------------------
+    def fit(self, reader, plan: Plan, epochs: int, start: Cursor | None = None, on_step: Callable | None = None,
+            on_epoch: Callable | None = None, on_batch: Callable | None = None, guard=None,
+            monitor=None) -> list[EpochResult]:
+        """Train from ``start`` (default the beginning) up to the end of epoch ``epochs - 1``.
+
+        Args:
+            reader: what the engine reads batches with (the framework's reader of the training set).
+            plan: the training plan; its replicas must match the engine's.
+            epochs: the epoch to stop before (like Keras's ``epochs``), > ``start.epoch``.
+            start: the cursor to resume from.
+            on_step: optional ``fn(cursor, sums)`` after each update; ``sums`` ``[r, 3]``
+                (see :meth:`Engine.sums`; reading it may wait for the step).
+            on_epoch: optional ``fn(result: EpochResult)`` after each epoch.
+            on_batch: optional ``fn(cursor, batch)`` with the batch each plan step consumed.
+            guard: optional :class:`~evenflow.run.guard.TrainingGuard`.
+            monitor: optional :class:`~evenflow.run.monitor.ReplicaMonitor` (needs timing).
+
+        Returns:
+            One :class:`EpochResult` per epoch run (after a rewind, the epochs run last).
+        """
+        start = Cursor(0, 0) if start is None else start
+        if not isinstance(start, Cursor):
+            raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= start.epoch:
+            raise ValueError(f"epochs must be an int greater than the start epoch {start.epoch}, got {epochs!r}")
+        if not isinstance(plan, Plan):
+            raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
+        if monitor is not None and not self.engine.timing:
+            raise ValueError("a monitor needs per-replica timings: create the trainer with timing=True")
+        if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
+            monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
+        self.plan = plan
+        hooks = _Hooks(on_step, on_epoch, on_batch, guard, monitor)
+        results: list[EpochResult] = []
+        cursor, carry = start, None
+        while cursor.epoch < epochs:
+            cursor, carry = self._run_stream(reader, plan, cursor, epochs, carry, hooks, results)
+        if guard is not None:
+            guard.finish(cursor)
+        return results
+
+    def _run_stream(self, reader, base: Plan, cursor: Cursor, epochs: int, carry, hooks, results):
+        # Epochs are read in streams of at most CHUNK_SLOTS planned ids: all of a small dataset's
+        # epochs in one stream, one epoch per stream for a large one.
+        per_epoch = max(self.plan.num_steps * self.plan.topology.replicas * self.plan.slots, 1)
+        last = min(cursor.epoch + max(1, CHUNK_SLOTS // per_epoch), epochs)
+        stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch)
+        for epoch in range(cursor.epoch, last):
+            first = cursor.step if epoch == cursor.epoch else 0
+            outcome = self._run_epoch(stream, epoch, first, hooks, carry)
+            carry = None
+            if isinstance(outcome, Cursor):  # rewound by the guard
+                self.engine.close(stream, finished=False)
+                del results[len([r for r in results if r.epoch < outcome.epoch]):]
+                self.cursor = outcome
+                return outcome, None
+            if isinstance(outcome, _Replan):
+                self.engine.close(stream, finished=False)
+                self._adopt(base, outcome.cursor, hooks)
+                return outcome.cursor, outcome.tally
+            results.append(outcome)
+            if hooks.on_epoch is not None:
+                hooks.on_epoch(outcome)
+            if self._decided is not None and epoch + 1 < epochs:  # decided at the epoch's end: re-plan the next
+                self.engine.close(stream, finished=False)
+                self._adopt(base, Cursor(epoch + 1, 0), hooks)
+                return Cursor(epoch + 1, 0), None
+            self._decided = None
+        self.engine.close(stream, finished=True)
+        return Cursor(last, 0), None
+
+    def _adopt(self, base: Plan, cursor: Cursor, hooks) -> None:
+        """Switch to the weights decided by the monitor, from ``cursor`` on."""
+        decision, self._decided = self._decided, None
+        before = tuple(self.plan.topology.weights or (1.0,) * self.plan.topology.replicas)
+        self.plan = base.with_topology(Topology(base.topology.replicas, decision.weights))
+        self.replans.append((cursor, decision.weights))
+        hooks.monitor.replanned(cursor, before, decision)
+        if hooks.guard is not None:  # checkpoints from here on carry the new weights
+            hooks.guard.weights = tuple(self.plan.topology.weights)
+
+    # -- one epoch ------------------------------------------------------------------------------
+    def _run_epoch(self, stream, epoch: int, first: int, hooks: "_Hooks", tally: Tally | None = None):
+        """Run steps ``first..`` of ``epoch``: an :class:`EpochResult`, a Cursor to rewind to, or a :class:`_Replan`."""
+        plan, engine, guard, monitor = self.plan, self.engine, hooks.guard, hooks.monitor
+        if tally is None:
+            tally = Tally(engine.local_replicas, guard.partial(Cursor(epoch, first)) if guard is not None else None,
+                          per_replica=engine.num_processes == 1)
+        pending: deque = deque()
+        self.cursor = Cursor(epoch, first)
+        k, step = self.accumulate_steps, first
+        while step < plan.num_steps:
+            # One update: the steps up to the next multiple of k (fewer at the epoch's end).
+            count = min(k - step % k, plan.num_steps - step)
+            outs, batches = engine.update(stream, epoch * plan.num_steps + step, count, hooks.on_batch is not None)
+            for i, out in enumerate(outs):
+                pending.append((step + i, out))
+                if batches is not None:
+                    hooks.on_batch(Cursor(epoch, step + i + 1), batches[i])
+            step += count
+            self.cursor = Cursor(epoch, step)
+            if hooks.on_step is not None:
+                hooks.on_step(self.cursor, engine.sums(outs))
+            if guard is None and monitor is None:
+                continue
+            outcome = self._after_update(pending, tally, epoch, step == plan.num_steps, hooks)
+            if outcome is not None:
+                return outcome
+        self._settle(pending, tally, epoch, 0, hooks)
+        if monitor is not None:
+            self._check_speeds(monitor, True)
+        return self._result(epoch, tally)
+
+    def _after_update(self, pending: deque, tally: Tally, epoch: int, end: bool, hooks: "_Hooks"):
+        guard, monitor = hooks.guard, hooks.monitor
+        due = end or (guard is not None and guard.due(self.cursor))
+        self._settle(pending, tally, epoch, 0 if due else self.engine.lag, hooks)
+        if monitor is not None:
+            self._check_speeds(monitor, end)
+        if guard is not None:
+            rewind = guard.after_step(self, self.cursor, tally, self._result(epoch, tally) if end else None)
+            if rewind is not None:
+                self._decided = None
+                if monitor is not None:
+                    monitor.drop()
+                return rewind
+        if self._decided is not None and not end:
+            # Every process decided the same at the same update (same gathered numbers).
+            self._settle(pending, tally, epoch, 0, hooks)
+            self._check_speeds(monitor, True)  # logs the steps settled just now (in cool-down: no decision)
+            return _Replan(self.cursor, tally)
+        return None
+
+    def _check_speeds(self, monitor, end_of_epoch: bool) -> None:
+        """Gather the monitor's window across processes when due; keep a decision with new weights."""
+        if not monitor.due(end_of_epoch):
+            return
+        decision = monitor.absorb(self.all_gather(monitor.window()), end_of_epoch=end_of_epoch)
+        if decision is not None and decision.weights is not None:
+            self._decided = decision
+
+    def _settle(self, pending: deque, tally: Tally, epoch: int, keep: int, hooks: "_Hooks") -> None:
+        # Read back all but the last `keep` step outputs (waits for those steps to finish).
+        guard, monitor = hooks.guard, hooks.monitor
+        with_ids = (guard is not None and guard.needs_ids) or (monitor is not None and monitor.needs_ids)
+        while len(pending) > keep:
+            step, out = pending.popleft()
+            row = self.engine.read(out, with_ids)
+            tally.add(row)
+            if guard is not None:
+                guard.record(epoch, step, row)
+            if monitor is not None:
+                monitor.record(epoch, step, row)
+
+    def _result(self, epoch: int, tally: Tally) -> EpochResult:
+        # Under several processes the per-replica sums are all-gathered, once per tally state: every
+        # process calls this at its epoch's end whether or not it also did for a guard.
+        if tally.gathered is None or tally.gathered[0] != tally.steps:
+            tally.gathered = (tally.steps, self.all_gather(tally.sums))
+        return tally.result(epoch, tally.gathered[1])
+
+    # -- evaluation ---------------------------------------------------------------------------------
+    def evaluate(self, reader, plan: Plan, epoch: int = 0) -> EvalResult:
+        """Exact loss and accuracy over epoch ``epoch`` of ``plan`` (a plan of the whole test set).
+
+        Every sample of the plan's index is counted exactly once, whatever the replicas.
+        """
+        local = self.engine.evaluate(reader, plan, epoch)
+        return EvalResult.from_sums(self.all_gather(local).sum(axis=0))
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    on_step: Callable | None
+    on_epoch: Callable | None
+    on_batch: Callable | None
+    guard: object
+    monitor: object

@@ -1,0 +1,289 @@
+"""Training options: one small frozen dataclass per concern, each validated in ``__post_init__``.
+
+Every field is one flat key in a TOML file and one ``--flag`` of ``evenflow train``
+(``learning_rate`` <-> ``--learning-rate``); :mod:`evenflow.run.config` assembles them.
+Field names are unique across the groups so that the flat namespace works. Nothing here
+imports a framework: a whole config is checked before one starts. Which framework honours
+which option is decided by the framework adapters (``refusals``), never silently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evenflow.run.loop import MAX_ACCUMULATE_STEPS
+from evenflow.run.validate import check_bool, check_choice, check_finite, check_float, check_int, check_str
+
+__all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions", "ComputeOptions",
+           "OutputOptions", "CheckpointOptions", "AnomalyOptions", "MonitorOptions", "FRAMEWORKS", "MODEL_NAMES",
+           "OPTIMIZER_NAMES", "PRECISIONS", "COMPRESSIONS", "COMMUNICATIONS", "BACKENDS",
+           "DEFAULT_COLLECTIVE_TIMEOUT", "REBALANCE_MODES"]
+
+FRAMEWORKS: tuple[str, ...] = ("tf", "torch")
+MODEL_NAMES: tuple[str, ...] = ("cnn", "mlp", "text_cnn")
+OPTIMIZER_NAMES: tuple[str, ...] = ("adam", "sgd")
+PRECISIONS: tuple[str, ...] = ("float32", "mixed_bfloat16", "mixed_float16")
+COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
+COMMUNICATIONS: tuple[str, ...] = ("auto", "ring", "nccl")
+BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl")
+REBALANCE_MODES: tuple[str, ...] = ("auto", "on", "off")
+# Long enough for a slow first step (tracing, pipeline start) or a chief writing a checkpoint while
+# the others wait in the next collective; short enough that a stuck run fails within minutes.
+DEFAULT_COLLECTIVE_TIMEOUT = 300.0
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """Which dataset to train on and how to split off the test set."""
+
+    dataset: str = field(metadata=_help("'builtin:digits', 'builtin:stdlib-docs' (text), a path ending in .npz, "
+                                        "a records directory written by `evenflow convert` (with its "
+                                        "dataset.json), or TFRecord files with .idx sidecars: a quoted glob, a "
+                                        "directory of *.tfrecord files or one .tfrecord file"))
+    feature_key: str = field(default="x", metadata=_help("array name of the features in a .npz file; for records, "
+                                                         "the feature to train on (default: the manifest's image, "
+                                                         "or its only non-label feature)"))
+    label_key: str = field(default="y", metadata=_help("array name of the integer labels in a .npz file; for "
+                                                       "records, default the manifest's label key"))
+    test_fraction: float = field(default=0.2, metadata=_help("share of the samples held out for testing, in (0, 1)"))
+    split_seed: int = field(default=0, metadata=_help("seed of the train/test split (kept apart from --seed "
+                                                      "so the test set stays fixed)"))
+    augment: str = field(default="none", metadata={**_help(
+        "augment training batches only (never evaluation), keyed by (seed, epoch, sample id): 'none' or a comma "
+        "list of crop[=PIXELS], rotate[=DEGREES], flip[=h|v|hv], brightness[=DELTA], contrast[=SPREAD]; "
+        "--augment alone means crop,rotate"), "const": "crop,rotate"})
+    skip_corrupt: bool = field(default=False, metadata=_help(
+        "records only: check every record before training and leave out, and list, those with a bad CRC or an "
+        "image that does not decode, instead of stopping at the first one"))
+    pad_lengths: str = field(default="", metadata=_help(
+        "text only: pad each replica batch up to the next of these increasing lengths in tokens, e.g. "
+        "64,128,256,512 (a fixed set of shapes; the last must reach the longest sequence); default: pad to the "
+        "batch's longest sequence"))
+
+    def __post_init__(self):
+        check_str("dataset", self.dataset)
+        check_str("feature_key", self.feature_key)
+        check_str("label_key", self.label_key)
+        check_float("test_fraction", self.test_fraction, 0.0, 1.0)
+        check_int("split_seed", self.split_seed, 0)
+        check_str("augment", self.augment)
+        from evenflow.records.augment_policy import parse_policy
+        parse_policy(self.augment)
+        check_bool("skip_corrupt", self.skip_corrupt)
+        from evenflow.tf.text import parse_pad_lengths  # numpy only; a TOML array becomes the comma form
+        parsed = parse_pad_lengths(self.pad_lengths)
+        object.__setattr__(self, "pad_lengths", ",".join(map(str, parsed)) if parsed else "")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which network to train."""
+
+    model: str = field(default="mlp", metadata=_help(f"network: {', '.join(MODEL_NAMES)} (cnn = depthwise-separable "
+                                                     f"convolutions, for images; text_cnn for token sequences)"))
+    dropout: float = field(default=0.0, metadata=_help("dropout rate before the logits layer, in [0, 1) "
+                                                       "(0: none)"))
+
+    def __post_init__(self):
+        check_choice("model", self.model, MODEL_NAMES)
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}; e.g. 0.2")
+        object.__setattr__(self, "dropout", float(self.dropout))
+
+
+@dataclass(frozen=True)
+class OptimizerOptions:
+    """The update rule."""
+
+    optimizer: str = field(default="adam", metadata=_help(f"update rule: {', '.join(OPTIMIZER_NAMES)}"))
+    learning_rate: float = field(default=3e-3, metadata=_help("step size, > 0 and finite"))
+
+    def __post_init__(self):
+        check_choice("optimizer", self.optimizer, OPTIMIZER_NAMES)
+        rate = check_float("learning_rate", self.learning_rate, 0.0)
+        object.__setattr__(self, "learning_rate", check_finite("learning_rate", rate, "0.003"))
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """How long and in which order: epochs, global batch, seed, stratification, balance."""
+
+    epochs: int = field(default=10, metadata=_help("passes over the training set, >= 1"))
+    global_batch_size: int = field(default=64, metadata=_help("samples per step summed over all replicas, "
+                                                              ">= replicas"))
+    seed: int = field(default=0, metadata=_help("seed of the plan's order and of the weight initialisation"))
+    stratify: bool = field(default=True, metadata=_help("give every step and every replica the dataset's "
+                                                        "label mix"))
+    balance: str = field(default="count", metadata=_help("split each step among replicas by equal sample count "
+                                                         "(count) or equal summed length/cost (cost)"))
+    bucket: bool = field(default=False, metadata=_help("group samples of similar length into the same step "
+                                                       "(needs a dataset with costs, e.g. builtin:stdlib-docs)"))
+
+    def __post_init__(self):
+        check_int("epochs", self.epochs, 1)
+        check_int("global_batch_size", self.global_batch_size, 1)
+        check_int("seed", self.seed, 0)
+        check_bool("stratify", self.stratify)
+        check_choice("balance", self.balance, ("count", "cost"))
+        check_bool("bucket", self.bucket)
+
+
+@dataclass(frozen=True)
+class ComputeOptions:
+    """The framework, where and in which precision the replicas run, and how their gradients travel."""
+
+    framework: str = field(default="tf", metadata=_help(
+        "tf: tf.distribute (MirroredStrategy, or MultiWorkerMirroredStrategy under TF_CONFIG); torch: PyTorch "
+        "DDP, one process per rank (under torchrun for several)"))
+    replicas: int = field(default=4, metadata=_help(
+        "data-parallel replicas of this process: one per GPU, or logical CPU devices on a CPU-only machine "
+        "(tf); with torch, the number of processes torchrun starts"))
+    precision: str = field(default="float32", metadata=_help(f"compute dtype policy: {', '.join(PRECISIONS)}"))
+    threads: int = field(default=0, metadata=_help(
+        "intra-op CPU threads per process (0: the framework's default: TensorFlow decides, torch uses 1)"))
+    communication: str = field(default="auto", metadata=_help(
+        f"tf: collective implementation between workers: {', '.join(COMMUNICATIONS)} (nccl: GPUs only)"))
+    backend: str = field(default="auto", metadata=_help(
+        f"torch: process-group backend, {', '.join(BACKENDS)} (auto: nccl with a GPU, else gloo)"))
+    bytes_per_pack: int = field(default=0, metadata=_help(
+        "split the gradient all-reduce into packs (tf) or DDP buckets (torch) of about this many bytes (0: the "
+        "framework decides)"))
+    collective_timeout: float = field(default=DEFAULT_COLLECTIVE_TIMEOUT, metadata=_help(
+        "seconds a collective between processes may wait for a dead or stuck peer before the run fails, > 0"))
+    gradient_compression: str = field(default="none", metadata=_help(
+        f"dtype of the gradients in the all-reduce: {', '.join(COMPRESSIONS)} (fp16 halves the bytes)"))
+    accumulate_steps: int = field(default=1, metadata=_help(
+        f"plan steps per optimizer update, in [1, {MAX_ACCUMULATE_STEPS}]: one all-reduce per STEPS steps, "
+        f"an update over their union"))
+    loader_workers: int = field(default=1, metadata=_help(
+        "torch: DataLoader worker processes per rank, >= 0 (0 loads in the training process)"))
+
+    def __post_init__(self):
+        check_choice("framework", self.framework, FRAMEWORKS)
+        check_int("replicas", self.replicas, 1)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_int("threads", self.threads, 0, 1024)
+        check_choice("communication", self.communication, COMMUNICATIONS)
+        check_choice("backend", self.backend, BACKENDS)
+        check_int("bytes_per_pack", self.bytes_per_pack, 0)
+        timeout = check_float("collective_timeout", self.collective_timeout, 0.0)
+        object.__setattr__(self, "collective_timeout", check_finite("collective_timeout", timeout, "300"))
+        check_choice("gradient_compression", self.gradient_compression, COMPRESSIONS)
+        check_int("accumulate_steps", self.accumulate_steps, 1)
+        if self.accumulate_steps > MAX_ACCUMULATE_STEPS:
+            raise ValueError(f"accumulate_steps must be at most {MAX_ACCUMULATE_STEPS}, got {self.accumulate_steps}; "
+                             f"use a larger global_batch_size for larger updates")
+        check_int("loader_workers", self.loader_workers, 0, 64)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where the run writes summary.json and TensorBoard events."""
+
+    output_dir: str = field(default="runs/train", metadata=_help("run directory (created after every "
+                                                                 "check passed)"))
+
+    def __post_init__(self):
+        check_str("output_dir", self.output_dir)
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """Crash-safe checkpoints, automatic resume, the audit trail, determinism."""
+
+    checkpoint_every: int = field(default=0, metadata=_help("also checkpoint every STEPS steps within an epoch "
+                                                            "(0: only at epoch ends)"))
+    keep_checkpoints: int = field(default=3, metadata=_help("checkpoints kept in OUTPUT_DIR/checkpoints, >= 1"))
+    resume: bool = field(default=True, metadata=_help("resume from the newest checkpoint in the run directory; "
+                                                      "--no-resume deletes its checkpoints and audit and starts over"))
+    audit: bool = field(default=False, metadata=_help("record which sample ids each replica trained on at each step "
+                                                      "(OUTPUT_DIR/audit; check with evenflow audit OUTPUT_DIR)"))
+    deterministic: bool = field(default=False, metadata=_help("deterministic kernels, so that a run killed and "
+                                                              "resumed ends bitwise equal (slower on GPU)"))
+
+    def __post_init__(self):
+        check_int("checkpoint_every", self.checkpoint_every, 0)
+        check_int("keep_checkpoints", self.keep_checkpoints, 1)
+        check_bool("resume", self.resume)
+        check_bool("audit", self.audit)
+        check_bool("deterministic", self.deterministic)
+
+
+@dataclass(frozen=True)
+class AnomalyOptions:
+    """What happens on a non-finite loss or gradient."""
+
+    skip_nonfinite: bool = field(default=True, metadata=_help("skip the update of a step whose loss or gradients "
+                                                              "are non-finite on any replica, and log it"))
+    restore_after: int = field(default=3, metadata=_help("after this many consecutive non-finite steps, restore "
+                                                         "the last checkpoint and lower the learning rate (0: never)"))
+    restore_lr_factor: float = field(default=0.5, metadata=_help("learning-rate multiplier at each such restore, "
+                                                                 "in (0, 1]"))
+    max_restores: int = field(default=3, metadata=_help("restores allowed before the run stops as diverged, >= 0"))
+
+    def __post_init__(self):
+        check_bool("skip_nonfinite", self.skip_nonfinite)
+        check_int("restore_after", self.restore_after, 0)
+        factor = check_float("restore_lr_factor", self.restore_lr_factor, 0.0)
+        if factor > 1.0:
+            raise ValueError(f"restore_lr_factor must be in (0, 1] (it lowers the learning rate), got {factor:g}; "
+                             f"e.g. 0.5")
+        object.__setattr__(self, "restore_lr_factor", factor)
+        check_int("max_restores", self.max_restores, 0)
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    """Per-replica timing, rebalancing by measured speed, telemetry, emulated slow devices."""
+
+    rebalance: str = field(default="auto", metadata=_help(
+        "re-plan the rest of an epoch with weights proportional to each replica's measured speed when one is "
+        "persistently slower: on, off, or auto (on, except for logical devices sharing one CPU's cores, which "
+        "have no speed of their own unless --simulate-* emulates devices)"))
+    rebalance_threshold: float = field(default=1.10, metadata=_help(
+        "re-plan when the measured speeds predict steps at least this many times faster, > 1"))
+    telemetry: bool = field(default=True, metadata=_help(
+        "time every replica's step and write OUTPUT_DIR/telemetry.jsonl (read by evenflow report OUTPUT_DIR)"))
+    simulate_slow: str = field(default="", metadata=_help(
+        "emulate slow devices for tests and demos: REPLICA:FACTOR[@STEP], comma-separated, e.g. 3:2 (replica 3 "
+        "twice as slow) or 3:3@100 (3x slow from global step 100 on)"))
+    simulate_sample_ms: float = field(default=0.0, metadata=_help(
+        "emulated device time per real sample, milliseconds, in [0, 10000] for every replica (0: none); with "
+        "replicas sharing CPU cores, it makes them work in parallel like separate devices"))
+
+    def __post_init__(self):
+        check_choice("rebalance", self.rebalance, REBALANCE_MODES)
+        check_bool("telemetry", self.telemetry)
+        threshold = check_float("rebalance_threshold", self.rebalance_threshold, 1.0)
+        object.__setattr__(self, "rebalance_threshold", check_finite("rebalance_threshold", threshold, "1.1"))
+        if not isinstance(self.simulate_slow, str):
+            raise TypeError(f"simulate_slow must be a string like '3:2@100', got {self.simulate_slow!r}")
+        ms = self.simulate_sample_ms
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= 10_000:
+            raise ValueError(f"simulate_sample_ms must be a number of milliseconds in [0, 10000], got {ms!r}")
+        self.simulation()  # parses simulate_slow: a bad value fails here, before anything runs
+        if (self.simulate_slow or self.simulate_sample_ms > 0) and not self.telemetry:
+            raise ValueError("simulate_slow and simulate_sample_ms need telemetry (their delays are timed in the "
+                             "replicas' steps); drop --no-telemetry")
+
+    def simulation(self):
+        """The :class:`~evenflow.run.simulate.Simulation` these options describe."""
+        from evenflow.run.simulate import Simulation, parse_slow
+
+        return Simulation(parse_slow(self.simulate_slow), float(self.simulate_sample_ms))
+
+    def rebalance_options(self, shared_cpu: bool = False):
+        """The :class:`~evenflow.plan.speed.RebalanceOptions` these options describe.
+
+        ``shared_cpu``: the replicas are logical devices of one CPU (``auto`` is then off,
+        unless devices are emulated).
+        """
+        from evenflow.plan.speed import RebalanceOptions
+
+        emulated = self.simulation().active
+        enabled = self.rebalance == "on" or (self.rebalance == "auto" and (emulated or not shared_cpu))
+        return RebalanceOptions(enabled=enabled, threshold=self.rebalance_threshold)

@@ -1,0 +1,106 @@
+"""What a run prints and what it writes to ``summary.json``: the header, the figures, the diagnosis.
+
+The same lines and the same JSON keys for every framework; the adapter adds its own facts
+under ``summary["framework_info"]`` (backend, devices, ...).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from evenflow.report.balance import balance_table
+from evenflow.run.anomaly import ANOMALY_LOG
+
+__all__ = ["print_header", "run_summary", "print_results", "diagnose_run"]
+
+
+def print_header(p, session, title: str, out) -> None:
+    """The run's opening lines: data, model, replicas, schedule, notes, the balance table of epoch 0."""
+    cfg, sched = p.config, p.config.schedule
+    print(f"{title}: {p.data.description}", file=out)
+    dropout = f", dropout {cfg.model.dropout:g}" if cfg.model.dropout else ""
+    print(f"model {cfg.model.model} ({session.num_weights:,} weights{dropout}), {cfg.optimizer.optimizer} "
+          f"lr {cfg.optimizer.learning_rate:g}, {cfg.compute.precision}; {session.description}", file=out)
+    print(f"global batch {sched.global_batch_size} ({p.train_plan.slots} slots per replica), "
+          f"{p.train_plan.num_steps} steps per epoch, {sched.epochs} epochs, seed {sched.seed}, "
+          f"{'stratified' if sched.stratify else 'unstratified'} plan"
+          f"{', ' + sched.balance + '-balanced' if sched.balance != 'count' else ''}"
+          f"{', bucketed' if sched.bucket else ''}", file=out)
+    if cfg.data.augment != "none":
+        print(f"augmenting training batches only: {cfg.data.augment} (keyed by seed {sched.seed}, epoch, sample id)",
+              file=out)
+    for note in p.data.notes:
+        print(note, file=out)
+    print(f"\nper-replica balance, epoch 0:\n{balance_table(p.train_plan.epoch(0))}\n", file=out)
+
+
+def diagnose_run(run_dir: Path) -> list[str] | None:
+    """The diagnosis lines of the run's telemetry (see ``evenflow report``), or None if it has no steps."""
+    from evenflow.report.telemetry import diagnose_phases, load_telemetry
+
+    try:
+        tel = load_telemetry(run_dir)
+    except ValueError:
+        return None
+    phases = diagnose_phases(tel)
+    if len(phases) == 1:
+        return list(next(iter(phases.values())).lines)
+    lines = []
+    for name, d in phases.items():
+        lines += [f"{name}: {d.kind}"] + [f"  {line}" for line in d.lines]
+    return lines
+
+
+def run_summary(p, session, trained, guard, began: float) -> dict:
+    """The ``summary.json`` of a run (the lineage of its final weights: earlier processes' epochs included)."""
+    cfg, sched, procs = p.config, p.config.schedule, session.processes
+    history, test, policy = guard.history, trained.test, guard.anomalies
+    train_seconds = sum(h["seconds"] for h in history)
+    samples = sum(h["samples"] for h in history)
+    summary = {
+        "framework": cfg.compute.framework,
+        "test_accuracy": test.accuracy, "test_loss": test.loss, "test_samples": test.count,
+        "final_train_loss": history[-1]["loss"] if history else None,
+        "final_train_accuracy": history[-1]["accuracy"] if history else None,
+        "samples_per_second": samples / train_seconds if train_seconds > 0 else 0.0,
+        "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - began,
+        "replicas": procs.replicas, "workers": procs.count, "replicas_per_worker": procs.local_replicas,
+        "devices": list(session.devices), "framework_info": dict(session.summary),
+        "global_batch_size": sched.global_batch_size, "slots_per_replica": p.train_plan.slots, "seed": sched.seed,
+        "epochs": sched.epochs, "steps": trained.steps, "dataset": p.data.description, "augment": cfg.data.augment,
+        "skipped_records": list(p.data.skipped), "config": cfg.to_dict(), "plan": p.train_plan.epoch(0).summary(),
+        "history": [{k: h[k] for k in ("epoch", "loss", "accuracy", "samples", "seconds", "replica_samples",
+                                       "skipped_steps")} for h in history],
+        "resumed_from": None if p.resume_from is None else p.resume_from.to_dict(),
+        "checkpoint": str(guard.saved.path) if guard.saved is not None else None,
+        "learning_rate": session.state.learning_rate,
+        "anomalies": {"nonfinite_steps": policy.anomalies, "restores": policy.restores,
+                      "log": str(p.run_dir / ANOMALY_LOG) if policy.anomalies else None},
+    }
+    if trained.monitor is not None:
+        summary["telemetry"] = trained.monitor.summary()
+        diagnosis = diagnose_run(p.run_dir) if procs.is_chief else None
+        summary["diagnosis"] = None if diagnosis is None else list(diagnosis)
+    return summary
+
+
+def print_results(p, session, trained, summary: dict, log, out) -> None:
+    """The closing lines: exact test figures, throughput, where the outputs are, re-plans, diagnosis, anomalies."""
+    test, procs = trained.test, session.processes
+    print(f"\ntest accuracy {test.accuracy:.4f}, test loss {test.loss:.4f} "
+          f"({test.count}/{p.data.test.num_samples} test samples, each counted once)", file=out)
+    wrote = (f"wrote {p.run_dir / 'summary.json'} and TensorBoard events in {log.dir}" if procs.is_chief else
+             f"process {procs.index}: the chief (process 0) writes the run's outputs")
+    samples = sum(h["samples"] for h in summary["history"])
+    print(f"trained {samples:,} samples at {summary['samples_per_second']:,.0f} samples/s; {wrote}", file=out)
+    if trained.monitor is not None:
+        for cursor, weights in session.loop.replans:
+            print(f"rebalanced at epoch {cursor.epoch + 1} step {cursor.step}: weights "
+                  f"{', '.join(f'{w:g}' for w in weights)} (from measured speeds)", file=out)
+        if summary.get("diagnosis"):
+            print("diagnosis: " + "\n  ".join(summary["diagnosis"]) + f"\n(plots: evenflow report {p.run_dir})",
+                  file=out)
+    anomalies = summary["anomalies"]
+    if anomalies["nonfinite_steps"]:
+        print(f"{anomalies['nonfinite_steps']} non-finite steps skipped, {anomalies['restores']} restores; steps and "
+              f"sample ids in {p.run_dir / ANOMALY_LOG}", file=out)

@@ -1,0 +1,113 @@
+"""The training part of a run: the monitor, one progress bar per epoch, the loop, the exact evaluation.
+
+:func:`train_and_evaluate` runs the session's :class:`~evenflow.run.loop.TrainLoop` from the
+start cursor to the last epoch with the run's guard and monitor, then evaluates the test set
+once per sample (with the measured weights too: exactly once holds for any weights) and
+checks that count, on every run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.plan import Plan
+from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
+from evenflow.run.results import EvalResult
+from evenflow.util.progress import ProgressBar
+
+__all__ = ["Trained", "train_and_evaluate", "make_monitor"]
+
+
+@dataclass
+class Trained:
+    """What :func:`train_and_evaluate` did: the test result, the monitor and the steps of the lineage."""
+
+    test: EvalResult
+    monitor: ReplicaMonitor | None
+    steps: int
+
+
+def make_monitor(p, session, log, resumed: bool) -> ReplicaMonitor | None:
+    """The run's :class:`~evenflow.run.monitor.ReplicaMonitor`, or None without telemetry."""
+    cfg, procs = p.config, session.processes
+    if not cfg.monitor.telemetry:
+        return None
+    plan = p.train_plan
+    costs = plan.index.costs if plan.options.balance == "cost" else None
+    return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
+                          rebalance=cfg.monitor.rebalance_options(session.shared_cpu),
+                          log=log if procs.is_chief else None,
+                          telemetry=p.run_dir / TELEMETRY_FILE if procs.is_chief else None,
+                          workers=procs.count, append=resumed,
+                          shared_devices=session.shared_cpu and not cfg.monitor.simulation().active)
+
+
+def _say_monitor(p, session, monitor, out) -> None:
+    mon, comp = p.config.monitor, p.config.compute
+    if monitor is not None:
+        if monitor.rebalancer.options.enabled:
+            why = "" if mon.rebalance == "on" else " (auto)"
+            print(f"rebalancing on{why}: replicas measured every {monitor.check_every} steps, re-plan when "
+                  f"{mon.rebalance_threshold:g}x faster steps are predicted", file=out)
+        elif mon.rebalance == "auto":
+            print(f"rebalancing off (auto): the {comp.replicas} replicas are logical devices sharing one CPU's "
+                  f"cores, so they have no speed of their own; telemetry is still written (--rebalance on to "
+                  f"force)", file=out)
+    simulation = mon.simulation()
+    if simulation.active:
+        slow = ", ".join(f"replica {s.replica} {s.factor:g}x slower from global step {s.from_step}"
+                         for s in simulation.slow) or "no slow replica"
+        device = f"; every replica {simulation.sample_ms:g} ms per sample" if simulation.sample_ms else ""
+        print(f"simulating devices: {slow}{device} (the trainer is not told; it measures)", file=out)
+
+
+def train_and_evaluate(p, session, train_plan: Plan, start: Cursor, guard, log, out, err) -> Trained:
+    """Train from ``start`` through the config's epochs, then evaluate the test set exactly once."""
+    sched, slots = p.config.schedule, p.train_plan.slots
+    monitor = make_monitor(p, session, log, resumed=start != Cursor(0, 0))
+    _say_monitor(p, session, monitor, out)
+    out.flush()
+    loop = session.loop
+
+    def new_bar(epoch: int) -> ProgressBar:
+        return ProgressBar(p.train_plan.num_steps, f"epoch {epoch + 1:>{len(str(sched.epochs))}}/{sched.epochs}",
+                           stream=err)
+
+    bar = new_bar(start.epoch)
+    bar.done = start.step
+
+    def on_step(cursor, sums):
+        # One call per update: accumulate_steps plan steps, fewer at an epoch's end.
+        bar.update(max(cursor.step - bar.done, 1), samples=lambda: round(float(np.asarray(sums)[:, 2].sum())))
+
+    def on_epoch(result):
+        nonlocal bar
+        steps_done = sum(h["steps"] for h in guard.history)
+        bar.close(info=f"loss {result.loss:.4f}  accuracy {result.accuracy:.4f}")
+        bar = new_bar(result.epoch + 1)
+        pad = result.steps * slots - np.asarray(result.replica_samples)
+        log.epoch(steps_done, result, np.asarray(result.replica_samples), pad)
+
+    try:
+        if start.epoch < sched.epochs:
+            with session.running():
+                loop.fit(session.train_reader, train_plan, sched.epochs, start=start, on_step=on_step,
+                         on_epoch=on_epoch, guard=guard, monitor=monitor)
+        else:
+            print(f"all {sched.epochs} epochs were trained already; evaluating the last checkpoint "
+                  f"(raise --epochs to train further)", file=out)
+        steps_done = sum(h["steps"] for h in guard.history)
+        test_plan = p.test_plan if loop.plan is None or loop.plan.topology.is_uniform else \
+            p.test_plan.with_topology(loop.plan.topology)
+        test = loop.evaluate(session.test_reader, test_plan)
+        log.test(steps_done, test)
+    finally:
+        log.close()
+        if monitor is not None:
+            monitor.close()
+    if test.count != p.data.test.num_samples:  # the exactly-once promise, checked on every run
+        raise RuntimeError(f"evaluation counted {test.count} samples but the test set has "
+                           f"{p.data.test.num_samples}; please report this as a bug")
+    return Trained(test=test, monitor=monitor, steps=steps_done)

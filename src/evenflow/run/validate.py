@@ -1,0 +1,52 @@
+"""Value checks shared by the option dataclasses: each error states the rule, the value and the fix."""
+from __future__ import annotations
+
+import math
+
+__all__ = ["check_str", "check_choice", "check_int", "check_float", "check_bool", "check_finite"]
+
+
+def check_str(name: str, value) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{name} must be a non-empty string, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def check_choice(name: str, value, choices) -> str:
+    check_str(name, value)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(sorted(choices))}, got {value!r}")
+    return value
+
+
+def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return value
+
+
+def check_float(name: str, value, low: float, high: float | None = None) -> float:
+    """A number in the open interval ``(low, high)`` (``high`` None: no upper bound)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not (value > low and (high is None or value < high)):
+        bound = f"in ({low:g}, {high:g})" if high is not None else f"greater than {low:g}"
+        raise ValueError(f"{name} must be {bound}, got {value:g}")
+    return value
+
+
+def check_finite(name: str, value: float, example: str) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value:g}; e.g. {example}")
+    return value
+
+
+def check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be true or false, got {type(value).__name__} ({value!r})")
+    return value

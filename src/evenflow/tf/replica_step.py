@@ -1,0 +1,311 @@
+"""What one replica computes in a step: the masked loss, gradients, the agreed skip, the outputs the host reads.
+
+:class:`ReplicaStep` holds the model, the optimizer and the per-step options and is run by
+``strategy.run`` inside the engine's traced functions (:mod:`evenflow.tf.engine`):
+
+* each replica's loss is :func:`~evenflow.tf.losses.masked_loss`, its masked sum divided by
+  the step's global real count; Keras 3's optimizer, called in replica context, all-reduces
+  the gradients with ``ReduceOp.SUM`` before applying them, so the update is the gradient of
+  the mean over the step's real samples, for any number of replicas;
+* ``accumulate_steps=k``: one update from k plan steps, each micro-step's masked sum divided
+  by the real count of all k together (the gradient of the mean over their union);
+* ``compression="fp16"``: gradients travel in float16 in an all-reduce of its own (the
+  optimizer's is switched off);
+* a step whose loss or gradients are non-finite on any replica is skipped everywhere
+  (``skip_nonfinite``): one all-reduce of two flags makes every replica take the same branch;
+* with ``timing``, host-clock stamps of when each replica started and had its gradients,
+  and the emulated slowdown of :mod:`evenflow.run.simulate`.
+
+The outputs per plan step are ``sums`` ``[loss sum, hits, real count]``, ``ids``,
+``nonfinite`` (suspect samples), ``replica`` (global id), ``flags`` and, on an update's last
+step, ``timing``: what :mod:`evenflow.run.loop` reads back.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from evenflow.tf._lazy import keras as _keras
+from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
+from evenflow.tf.pyfunc import wall_clock
+
+__all__ = ["ReplicaStep", "COMPRESSIONS", "now"]
+
+# Gradient compression before the all-reduce: the dtype the gradients travel in.
+COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
+
+
+class ReplicaStep:
+    """The per-replica computations of training and evaluation (run under ``strategy.run``).
+
+    Args:
+        strategy: the ``tf.distribute`` strategy (for the clock anchor and the optimizer build).
+        model: a built ``keras.Model`` mapping features to logits.
+        optimizer: a Keras 3 optimizer (a ``LossScaleOptimizer`` under ``mixed_float16``).
+        loss_fn: ``fn(labels, logits) -> [slots]`` per-sample loss.
+        skip_nonfinite: skip the update of a step that is non-finite on any replica.
+        compression: ``"none"`` or ``"fp16"``.
+        timing: stamp each replica's start and gradients (for the monitor).
+        simulate: an active :class:`~evenflow.run.simulate.Simulation`, or None.
+    """
+
+    def __init__(self, strategy, model, optimizer, loss_fn=per_sample_cross_entropy, skip_nonfinite: bool = True,
+                 compression: str = "none", timing: bool = False, simulate=None):
+        tf = _tf()
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.skip_nonfinite, self.compression = bool(skip_nonfinite), compression
+        self.timing, self.simulate = bool(timing), simulate
+        self._loss_scaled = isinstance(optimizer, _keras().optimizers.LossScaleOptimizer)
+        if compression != "none":
+            _skip_optimizer_all_reduce(optimizer)
+        with strategy.scope():
+            # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
+            optimizer.build(model.trainable_variables)
+            # Per-replica clock anchor: timing callbacks take its local handle as a resource input, which
+            # keeps TensorFlow's automatic control dependencies from chaining every replica's callbacks
+            # into one sequence (stateful ops without a resource input run in program order, which would
+            # time replica 1 only after replica 0 finished and make emulated delays add up, not overlap).
+            self._anchor = tf.Variable(0.0, trainable=False, name="evenflow_clock") if self.timing else None
+
+    def train(self, *batches, clock=None, step=None):
+        """One update from the plan steps ``batches``; returns one output dict per step.
+
+        With timing, ``clock`` is ``[step began, input ready]`` and ``step`` the run's global plan step.
+        """
+        tf = _tf()
+        t_start = self._stamp([b["mask"] for b in batches]) if self.timing else None
+        grads, loss, seen = self._gradients(batches)
+        t_done = None
+        if self.timing:
+            # Gradients ready, plus the emulated device's delay if simulating (one callback for both).
+            t_done = self._stamp([g for g in grads if g is not None] + [loss], since=t_start,
+                                 **self._slowdown(batches, step))
+            if self.simulate is not None:
+                with tf.control_dependencies([t_done]):  # the update waits for the emulated device
+                    grads = [None if g is None else tf.identity(g) for g in grads]
+        flags = self._apply(loss, grads)
+        outs = [dict(self._outputs(*s), flags=flags) for s in seen]
+        if self.timing:
+            # [step began, input ready, replica started, gradients ready] (host clock, seconds); the
+            # step's end is stamped after all replicas (see the engine).
+            outs[-1]["timing"] = tf.concat([tf.cast(clock, tf.float64), tf.stack([t_start, t_done])], 0)
+        return tuple(outs)
+
+    def _gradients(self, batches):
+        # Every step's masked sum is divided by the real count of all of them, so the summed
+        # gradient is that of the mean over their union.
+        tf = _tf()
+        variables = self.model.trainable_variables
+        count = batches[0]["global_real_count"] if len(batches) == 1 else \
+            tf.add_n([tf.cast(b["global_real_count"], tf.float32) for b in batches])
+        grads, loss, seen = None, None, []
+        for batch in batches:
+            with tf.GradientTape() as tape:
+                logits = self.model(batch["features"], training=True)
+                per_sample = self.loss_fn(batch["label"], logits)
+                step_loss = masked_loss(per_sample, batch["mask"], count)
+                scaled = self.optimizer.scale_loss(step_loss) if self._loss_scaled else step_loss
+            step_grads = tape.gradient(scaled, variables)
+            grads = step_grads if grads is None else [a + b for a, b in zip(grads, step_grads)]
+            loss = step_loss if loss is None else loss + step_loss
+            seen.append((batch, logits, per_sample))
+        return grads, loss, seen
+
+    def _apply(self, loss, grads):
+        """Apply (or skip, agreed by every replica) the update; returns the step's flags."""
+        # One all-reduce makes every replica (and worker) see the same verdicts, so all of them take
+        # the same branch below: a step skipped on one replica and applied on another would
+        # desynchronise the weights, or hang a collective inside the update. (ReduceOp has only SUM
+        # and MEAN: count the replicas whose loss, resp. gradients, are non-finite.)
+        tf = _tf()
+        variables = self.model.trainable_variables
+        local_bad = tf.stack([1.0 - tf.cast(tf.math.is_finite(loss), tf.float32),
+                              1.0 - tf.cast(_all_finite(grads), tf.float32)])
+        bad_replicas = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local_bad)
+        loss_bad, grads_bad = bad_replicas[0] > 0, bad_replicas[1] > 0
+        if self.compression == "fp16":
+            # On every replica, before the branches below: a collective inside one would hang. The
+            # sums are the same on every replica, so a float16 overflow in them is an agreed verdict.
+            grads = self._all_reduce_fp16(grads)
+            grads_bad = tf.logical_or(grads_bad, tf.logical_not(_all_finite(grads)))
+        if self._loss_scaled:
+            grads = self._agree_on_finite(grads, grads_bad)
+            self.optimizer.apply(grads, variables)
+            anomaly, skipped = loss_bad, grads_bad
+        elif self.skip_nonfinite:
+            anomaly = skipped = tf.logical_or(loss_bad, grads_bad)
+            self._apply_unless(skipped, grads, variables)
+        else:
+            self.optimizer.apply(grads, variables)
+            anomaly, skipped = tf.logical_or(loss_bad, grads_bad), tf.constant(False)
+        # flags: [this replica non-finite, step anomalous on some replica, update skipped everywhere]
+        return tf.stack([tf.reduce_max(local_bad), tf.cast(anomaly, tf.float32), tf.cast(skipped, tf.float32)])
+
+    def _stamp(self, after, since=None, factor=None, sample_seconds=None):
+        """The host clock (seconds, float64) once ``after`` are computed.
+
+        With ``since`` (this replica's start) and a slowdown, first sleeps until
+        ``since + factor * max(now - since, sample_seconds)``: the emulated device (see
+        :func:`_clock`).
+        """
+        tf = _tf()
+        zero, one = tf.constant(0.0, tf.float64), tf.constant(1.0, tf.float64)
+        args = [self._anchor.handle, zero if since is None else since, one if factor is None else factor,
+                zero if sample_seconds is None else sample_seconds]
+        with tf.control_dependencies(after):
+            return tf.ensure_shape(tf.py_function(_clock, args, tf.float64), [])
+
+    def _slowdown(self, batches, step) -> dict:
+        # The emulated slowdown of this replica at global step `step` (see evenflow.tf.simulate).
+        tf = _tf()
+        sim = self.simulate
+        if sim is None:
+            return {}
+        rid = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
+        factor = tf.constant(1.0, tf.float64)
+        for slow in sim.slow:
+            hit = tf.logical_and(tf.equal(rid, slow.replica), step >= slow.from_step)
+            factor = factor * tf.where(hit, tf.constant(slow.factor, tf.float64), tf.constant(1.0, tf.float64))
+        real = tf.add_n([tf.reduce_sum(tf.cast(b["mask"], tf.float64)) for b in batches])
+        return {"factor": factor, "sample_seconds": (sim.sample_ms / 1000.0) * real}
+
+    def _all_reduce_fp16(self, grads):
+        # Sum over all replicas in float16 (half the bytes on the wire), back in the variables' dtype.
+        tf = _tf()
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        summed = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, [tf.cast(g, tf.float16) for g in grads])
+        return [tf.cast(s, g.dtype) for s, g in zip(summed, grads)]
+
+    @staticmethod
+    def _agree_on_finite(grads, any_bad):
+        # LossScaleOptimizer decides "skip this step" from replica 0's *local* gradients; a float16
+        # overflow on another replica alone would then be summed into the weights. Make the local
+        # verdicts agree first: if any replica overflowed, every replica presents non-finite grads.
+        tf = _tf()
+        return [tf.where(any_bad, tf.constant(np.nan, g.dtype), g) for g in grads]
+
+    def _apply_unless(self, skip, grads, variables):
+        """Apply ``grads`` on every replica unless the agreed ``skip`` is true (the same on all)."""
+        tf = _tf()
+
+        def apply(g):
+            self.optimizer.apply(g, variables)
+            return tf.constant(True)
+
+        def keep():
+            return tf.constant(False)
+
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            # MultiWorkerMirroredStrategy: the optimizer never merge_calls, so a cond in replica
+            # context works; its collectives run on every replica or on none (skip is agreed).
+            tf.cond(skip, keep, lambda: apply(grads))
+            return
+
+        # MirroredStrategy: the optimizer merge_calls, which a cond branch in replica context must
+        # not do; branch in cross-replica context instead (as Keras's LossScaleOptimizer does).
+        def cross(distribution, skip, grads):
+            first = distribution.experimental_local_results(skip)[0]
+            return tf.cond(first, keep, lambda: (distribution.extended.call_for_each_replica(
+                apply, args=(grads,)), tf.constant(True))[1])
+
+        tf.distribute.get_replica_context().merge_call(cross, args=(skip, grads))
+
+    def _outputs(self, batch, logits, per_sample) -> dict:
+        # What the host learns about a step: the sums, and for audits and anomaly reports the ids
+        # the replica actually received, its slots with a non-finite loss and its global replica id.
+        tf = _tf()
+        ctx = tf.distribute.get_replica_context()
+        return {"sums": self._sums(batch, logits, per_sample), "ids": batch["id"],
+                "nonfinite": tf.logical_and(batch["mask"] > 0, _suspects(batch["features"], logits, per_sample)),
+                "replica": tf.cast(ctx.replica_id_in_sync_group, tf.int64)}
+
+    @staticmethod
+    def _sums(batch, logits, per_sample):
+        # Unnormalised sums [loss, hits, real count] in one vector: summed over replicas and steps
+        # on the host they give exact epoch totals without the host knowing each step's count.
+        tf = _tf()
+        mask = batch["mask"]
+        real = mask > 0
+        per_sample = tf.cast(per_sample, tf.float32)
+        pred = tf.argmax(logits, axis=-1, output_type=tf.int64)
+        right = tf.equal(pred, tf.cast(batch["label"], tf.int64))
+        return tf.stack([tf.reduce_sum(tf.where(real, per_sample, tf.zeros_like(per_sample))),
+                         tf.reduce_sum(tf.cast(tf.logical_and(right, real), tf.float32)),
+                         tf.reduce_sum(mask)])
+
+    def evaluate(self, batch):
+        logits = self.model(batch["features"], training=False)
+        return self._sums(batch, logits, self.loss_fn(batch["label"], logits))
+
+
+def _skip_optimizer_all_reduce(optimizer) -> None:
+    """Make a Keras 3 optimizer apply the gradients it is given as they are.
+
+    Keras's TensorFlow optimizer sums gradients over replicas itself
+    (``TFOptimizer._all_reduce_sum_gradients``) when ``apply`` runs in replica
+    context. A trainer that has already all-reduced them (compressed) must switch that
+    off, or the sum would be taken twice; a ``LossScaleOptimizer`` delegates to its
+    inner optimizer, so that is the one to change.
+    """
+    target = getattr(optimizer, "inner_optimizer", optimizer)
+    if not callable(getattr(target, "_all_reduce_sum_gradients", None)):
+        raise TypeError(f"gradient compression needs a Keras 3 TensorFlow optimizer (with "
+                        f"_all_reduce_sum_gradients), got {type(target).__name__}; use compression='none'")
+    target._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+
+
+def _suspects(features, logits, per_sample):
+    """bool ``[slots]``: samples whose input, logits or loss hold a non-finite value.
+
+    The input is checked, not only the loss: a kernel may map a NaN input to a finite
+    output (oneDNN's fused matmul + ReLU turns it into 0) while the gradient stays NaN, so
+    the loss alone would name no sample on some CPUs and the right one on others.
+    """
+    tf = _tf()
+
+    def row_finite(t):
+        t = tf.convert_to_tensor(t)
+        if not t.dtype.is_floating:
+            return tf.ones(tf.shape(t)[:1], tf.bool)
+        t = tf.cast(t, tf.float32)
+        return tf.reduce_all(tf.reshape(tf.math.is_finite(t), [tf.shape(t)[0], -1]), axis=1)
+
+    finite = tf.logical_and(row_finite(features), row_finite(logits))
+    return tf.logical_not(tf.logical_and(finite, tf.math.is_finite(tf.cast(per_sample, tf.float32))))
+
+
+def _all_finite(tensors):
+    tf = _tf()
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t is not None])
+
+
+
+def _clock(anchor, since, factor, sample_seconds):
+    """The host clock (``time.time()``, the clock of ``tf.timestamp``), after an emulated delay.
+
+    The emulated device is busy ``factor * max(compute, sample_seconds)`` from ``since``, where
+    ``compute = now - since`` is the real work done so far: the real computation runs inside the
+    device time instead of before it. (A sleep after the computation would queue replicas that share
+    CPU cores: the one scheduled last would also start its sleep last.)
+    With ``sample_seconds`` 0 the delay is ``(factor - 1) * compute``. ``anchor`` (a replica's
+    resource handle) is only there to order the call (see ``ReplicaStep._anchor``).
+    """
+    now = time.time()
+    f = float(factor)
+    compute = max(now - float(since), 0.0)
+    delay = f * max(compute, float(sample_seconds)) - compute
+    if delay > 0:
+        time.sleep(delay)
+        now = time.time()
+    return np.float64(now)
+
+
+def now():
+    """The host clock as a graph op. Not ``tf.timestamp``: op determinism (``--deterministic``) forbids it."""
+    tf = _tf()
+    return tf.ensure_shape(tf.py_function(wall_clock, [], tf.float64), [])

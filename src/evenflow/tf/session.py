@@ -1,0 +1,114 @@
+"""Starting TensorFlow for a prepared run: strategy, model, optimizer, trainer and readers.
+
+:func:`start_session` is :meth:`evenflow.tf.adapter.TensorFlow.start`. The strategy comes
+first, because it fixes the logical devices before anything creates a tensor.
+"""
+from __future__ import annotations
+
+import warnings
+
+from evenflow.tf._lazy import keras as _keras
+from evenflow.tf._lazy import tf as _tf
+
+__all__ = ["start_session", "make_readers", "bad_input", "replicas_text"]
+
+
+def start_session(p, cluster):
+    """A :class:`~evenflow.tf.adapter.TFSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
+    from evenflow.tf.adapter import TFSession
+    from evenflow.tf.models import build_model
+    from evenflow.tf.optimizers import make_optimizer
+    from evenflow.tf.simulate import reserve_threads
+    from evenflow.tf.state import TFState
+    from evenflow.tf.strategy import Communication, make_strategy, num_workers, on_cpu
+    from evenflow.tf.trainer import Trainer
+
+    cfg, comp = p.config, p.config.compute
+    simulation = cfg.monitor.simulation()
+    tf = _tf()
+    if simulation.active:
+        reserve_threads(comp.replicas)
+    if comp.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(comp.threads)
+    strategy = make_strategy(comp.replicas, cluster,
+                             Communication(comp.communication, comp.bytes_per_pack, comp.collective_timeout))
+    devices = [d.split("device:")[-1].lower() for d in strategy.extended.worker_devices]  # "cpu:0"
+    cpu = on_cpu(strategy)
+    if comp.precision == "mixed_float16" and cpu:
+        warnings.warn("precision mixed_float16 on CPU runs float16 math in software and is slow; "
+                      "use mixed_bfloat16 or float32 on CPU", stacklevel=2)
+    if cfg.checkpoint.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    _keras().utils.set_random_seed(cfg.schedule.seed)
+    with strategy.scope():
+        model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, comp.precision,
+                            dropout=cfg.model.dropout)
+        optimizer = make_optimizer(cfg.optimizer.optimizer, cfg.optimizer.learning_rate, comp.precision)
+    trainer = Trainer(strategy, model, optimizer, skip_nonfinite=cfg.anomaly.skip_nonfinite,
+                      accumulate_steps=comp.accumulate_steps, compression=comp.gradient_compression,
+                      timing=cfg.monitor.telemetry, simulate=simulation)
+    train_reader, test_reader = make_readers(p)
+    processes = p.processes
+    return TFSession(processes=processes, cluster=cluster, strategy=strategy, trainer=trainer, devices=devices,
+                     description=replicas_text(cluster, comp, devices), shared_cpu=cpu and comp.replicas > 1,
+                     num_weights=int(model.count_params()),
+                     state=TFState(model, optimizer, multi_worker=num_workers(strategy) > 1),
+                     train_reader=train_reader, test_reader=test_reader, data=p.data,
+                     summary={"tensorflow": tf.__version__, "strategy": type(strategy).__name__})
+
+
+def make_readers(p):
+    """(train reader, test reader) of a prepared run.
+
+    Augmentation is a map function of the training pipeline only: evaluation reads the test
+    samples as they are. Variable-length text gets its padding slots blanked (text_cnn skips
+    rows without tokens); every batch is trimmed to its real rows, so a replica with fewer
+    samples computes less.
+    """
+    from evenflow.tf.augment import from_policy
+    from evenflow.tf.reader import PlanReader
+    from evenflow.tf.text import blank_padding_rows
+
+    cfg = p.config
+    augment = from_policy(cfg.data.augment, p.data.feature_shape, seed=cfg.schedule.seed)
+    pre = [blank_padding_rows] if None in p.data.feature_shape else []
+    stamp = bool(cfg.monitor.telemetry)  # when each batch was made: the steps' input wait
+    return (PlanReader(p.data.train, map_fns=pre + ([augment] if augment is not None else []), trim_padding=True,
+                       stamp=stamp),
+            PlanReader(p.data.test, map_fns=pre, trim_padding=True))
+
+
+def bad_input(data, error: BaseException):
+    """The one-line error naming the bad record behind an input pipeline failure, or None.
+
+    TensorFlow reports a record that does not parse or decode (or a CRC error raised in a
+    reading callback) as an ``OpError`` that names no sample; the dataset's ``diagnose``
+    re-reads the records in Python to find it.
+    """
+    from evenflow.records import RecordError
+    from evenflow.tf.pyfunc import PipelineClosed
+
+    if getattr(data, "diagnose", None) is None:
+        return None
+    chain, e = [], error
+    while e is not None and len(chain) < 16:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    # A RecordError raised while tf.data traced a pipeline (e.g. a CRC error found when the
+    # cache is filled) comes back rewritten by AutoGraph, with a traceback in its message.
+    if not any(isinstance(e, (_tf().errors.OpError, PipelineClosed, RecordError)) for e in chain) and \
+            "RecordError" not in str(error):
+        return None
+    return data.diagnose(error)
+
+
+def replicas_text(cluster, comp, devices: list[str]) -> str:
+    """E.g. "4 replicas (cpu:0, cpu:1, cpu:2, cpu:3), MirroredStrategy"."""
+    listed = ", ".join(devices) if len(devices) <= 4 else devices[0] + " ..."
+    if not cluster.is_multi_worker:
+        return f"{comp.replicas} replicas ({listed}), MirroredStrategy"
+    extras = [f"{comp.gradient_compression} gradients"] if comp.gradient_compression != "none" else []
+    plural = "" if comp.replicas == 1 else "s"
+    return (f"{cluster.num_workers} workers x {comp.replicas} replica{plural} ({listed} on worker {cluster.index}), "
+            f"MultiWorkerMirroredStrategy ({comp.communication}, collective timeout {comp.collective_timeout:g} s"
+            f"{''.join(', ' + e for e in extras)})")

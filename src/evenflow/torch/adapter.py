@@ -1,0 +1,106 @@
+"""The PyTorch adapter of the run layer: DDP over one process per rank, ``DataLoader`` readers.
+
+:class:`Torch` implements :class:`evenflow.run.adapter.Framework`: the replicas are the
+processes ``torchrun`` starts (``RANK``, ``WORLD_SIZE``; a plain process is rank 0 of 1),
+one replica each. It honours every ``evenflow train`` option except these, which it refuses
+when they are set, with the reason: text data and the ``text_cnn`` model (``pad_lengths``),
+``mixed_float16`` precision, and ``communication`` (the process-group backend is ``backend``).
+``bytes_per_pack`` sets DDP's bucket size; ``collective_timeout`` the process group's timeout.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evenflow.run.adapter import Processes
+from evenflow.run.config import changed_keys
+
+__all__ = ["Torch", "TorchSession", "REFUSED"]
+
+# (option, value or None for any set value) -> the reason and what to do instead.
+REFUSED = {
+    ("communication", None): "the collectives between ranks are the process group's (--backend); drop "
+                             "--communication",
+    ("precision", "mixed_float16"): "float16 training needs a loss scaler evenflow runs on TensorFlow only; use "
+                                    "--precision mixed_bfloat16 (or float32)",
+    ("pad_lengths", None): "variable-length text trains on TensorFlow only (--framework tf --model text_cnn)",
+    ("model", "text_cnn"): "text_cnn is a TensorFlow model; use --framework tf for text",
+}
+
+
+class Torch:
+    """The PyTorch framework adapter (see the module docstring)."""
+
+    name = "torch"
+
+    def refusals(self, config) -> list[str]:
+        changed = changed_keys(config)
+        out = []
+        for (key, value), why in REFUSED.items():
+            if key in changed and (value is None or changed[key] == value):
+                out.append(f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework torch: {why}")
+        return out
+
+    def processes(self, config) -> Processes:
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        rank = int(os.environ.get("RANK", "0") or 0)
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"RANK={rank} and WORLD_SIZE={world} are inconsistent; launch with torchrun, which "
+                             f"sets both")
+        if config.compute.replicas != world:
+            raise ValueError(f"replicas is {config.compute.replicas} but this run has {world} process(es); with "
+                             f"--framework torch the replicas are the processes torchrun starts: drop --replicas "
+                             f"or launch with torchrun --nproc_per_node={config.compute.replicas}")
+        return Processes(count=world, index=rank, local_replicas=1)
+
+    def start(self, prepared) -> "TorchSession":
+        from evenflow.torch.session import start_session
+
+        return start_session(prepared)
+
+
+@dataclass
+class TorchSession:
+    """A started PyTorch run (:class:`evenflow.run.adapter.Session`)."""
+
+    processes: Processes
+    trainer: object
+    devices: list[str]
+    description: str
+    num_weights: int
+    state: object
+    train_reader: object
+    test_reader: object
+    shared_cpu: bool = False
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def loop(self):
+        return self.trainer.loop
+
+    def running(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def writer(self, directory: Path):
+        from evenflow.torch.summary import TorchScalarWriter
+
+        return TorchScalarWriter(directory)
+
+    def failure(self, error: BaseException) -> BaseException | None:
+        """A lost peer (:class:`~evenflow.torch.distributed.PeerLostError`) or a bad record, else None."""
+        from evenflow.torch.loader import worker_record_error
+
+        bad = worker_record_error(error)  # a bad record met in a loader worker process
+        if bad is not None:
+            return bad
+        lost = self.trainer.peer_error(error)
+        return lost if lost is not error else None
+
+    def close(self, ok: bool) -> None:
+        """Leave the process group: together with the others after a good run, at once after a failure."""
+        from evenflow.torch.distributed import finish_distributed
+
+        if ok:
+            finish_distributed()

@@ -1,0 +1,229 @@
+"""The PyTorch side of the training loop: one DDP update per call, on this rank's row of the plan.
+
+:class:`TorchEngine` implements :class:`evenflow.run.loop.Engine` for one process per rank
+(``torchrun``; a process without a process group is rank 0 of 1):
+
+* **Masked loss, summed gradients.** Each rank's loss is
+  :func:`~evenflow.torch.losses.masked_loss` (masked sum / the real count of the update's
+  steps over all ranks) and DDP sums gradients over ranks with a communication hook
+  (:data:`GRADIENT_SUMS`; DDP's default hook would divide by the world size), so every
+  update is the gradient of the mean over its real samples, for any number of ranks.
+* **Accumulation.** ``accumulate_steps`` plan steps make one update: the first ones run
+  under ``no_sync`` (no all-reduce), the last one all-reduces the summed gradients.
+* **Compression.** ``fp16`` gradients travel in float16 (:mod:`evenflow.torch.distributed`).
+* **Agreed skips.** One all-reduce of two flags per update tells every rank whether any
+  rank's loss or the summed gradients are non-finite; then every rank skips the update or
+  none does. Suspect samples (non-finite input, logits or loss) are reported per slot.
+* **Timing.** Per update: when it began, when its batches were there, when this rank's own
+  computation (forwards, and the backwards that need no peer) started and ended, and when
+  the update was applied — the rank's own speed without the wait for the slowest rank in
+  the all-reduce. An emulated slow device (:mod:`evenflow.run.simulate`) sleeps inside it.
+* **Mixed precision.** ``mixed_bfloat16`` runs the forward pass under ``torch.autocast``.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+from evenflow.plan.cursor import Cursor
+from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
+from evenflow.torch.loader import PlanLoader, rank_and_world_size
+from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
+
+__all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS"]
+
+GRADIENT_SUMS = ("ordered", "ring")
+
+
+class TorchReader:
+    """What the engine reads a set with: a source, loader workers and a transform (training only).
+
+    Args:
+        source: an evenflow ``Source`` (numpy batches).
+        num_workers: ``DataLoader`` worker processes (0 loads in this process).
+        transform: optional ``fn(batch) -> batch`` run in the workers (augmentation).
+    """
+
+    def __init__(self, source, num_workers: int = 0, transform=None):
+        self.source, self.num_workers, self.transform = source, num_workers, transform
+
+    def loader(self, plan, rank: int, world: int, start: Cursor, epochs: int) -> PlanLoader:
+        return PlanLoader(self.source, plan, rank=rank, world_size=world, start=start, epochs=epochs,
+                          num_workers=self.num_workers, transform=self.transform)
+
+
+class TorchEngine:
+    """Runs ``model`` under DDP for :class:`evenflow.run.loop.TrainLoop` (see the module docstring).
+
+    Args:
+        model: a ``torch.nn.Module`` mapping features to logits.
+        optimizer: a ``torch.optim`` optimizer over ``model.parameters()``.
+        loss_fn: ``fn(logits, labels) -> [slots]`` per-sample loss.
+        device: where the model runs (default cpu).
+        gradient_sum: ``"ordered"`` (all-gather, then add in rank order: the same bits whatever
+            DDP's bucket layout, so a resumed run is bitwise equal to an uninterrupted one) or
+            ``"ring"`` (all-reduce SUM: less traffic for large models; resumes agree to rounding).
+        compression: ``"none"`` or ``"fp16"``.
+        bucket_bytes: DDP bucket size in bytes (0: DDP's default).
+        skip_nonfinite: skip (on every rank) an update whose loss or gradients are non-finite.
+        timing: time every update (needed by a monitor).
+        simulate: an active :class:`~evenflow.run.simulate.Simulation`, or None.
+        precision: ``"float32"`` or ``"mixed_bfloat16"``.
+    """
+
+    def __init__(self, model, optimizer, *, loss_fn=per_sample_cross_entropy, device=None,
+                 gradient_sum: str = "ordered", compression: str = "none", bucket_bytes: int = 0,
+                 skip_nonfinite: bool = True, timing: bool = False, simulate=None, precision: str = "float32"):
+        torch = _torch()
+        if gradient_sum not in GRADIENT_SUMS:
+            raise ValueError(f"gradient_sum must be one of {', '.join(GRADIENT_SUMS)}, got {gradient_sum!r}")
+        if precision not in ("float32", "mixed_bfloat16"):
+            raise ValueError(f"precision must be float32 or mixed_bfloat16 with PyTorch, got {precision!r}")
+        self.rank, self.world = rank_and_world_size()
+        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self.model = model.to(self.device)
+        self.optimizer, self.loss_fn = optimizer, loss_fn
+        self.ddp = self.model
+        if self.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            extra = {"bucket_cap_mb": bucket_bytes / 2**20} if bucket_bytes else {}
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids, **extra)
+            self.ddp.register_comm_hook(None, gradient_hook(gradient_sum, compression))
+        self.local_replicas, self.num_processes, self.lag = 1, self.world, 0
+        self.timing, self.skip_nonfinite, self.simulate = bool(timing), bool(skip_nonfinite), simulate
+        self.precision = precision
+
+    # -- the loop's interface --------------------------------------------------------------------
+    def open(self, reader: TorchReader, plan, start: Cursor, epochs: int):
+        return iter(reader.loader(plan, self.rank, self.world, start, start.epoch + epochs))
+
+    def update(self, stream, global_step: int, count: int, keep_batches: bool):
+        began = time.time()
+        batches = [next(stream) for _ in range(count)]
+        ready = time.time()
+        outs, clock = self._train(batches, global_step)
+        if self.timing:
+            outs[-1]["timing"] = np.array([[began, ready, *clock, time.time()]], np.float64)
+        return outs, batches if keep_batches else None
+
+    def read(self, out, with_ids: bool) -> dict:
+        return out if with_ids else {k: v for k, v in out.items() if k in ("sums", "flags", "timing")}
+
+    def sums(self, outs: list):
+        return sum(o["sums"] for o in outs)
+
+    def close(self, stream, finished: bool) -> None:
+        del stream  # shuts the loader's worker processes down
+
+    def evaluate(self, reader: TorchReader, plan, epoch: int) -> np.ndarray:
+        torch = _torch()
+        totals = np.zeros((1, 3))
+        self.model.eval()
+        with torch.no_grad():
+            for batch in reader.loader(plan, self.rank, self.world, Cursor(epoch, 0), epoch + 1):
+                x, y, mask = (batch[k].to(self.device) for k in ("features", "label", "mask"))
+                with self._autocast():
+                    logits = self.model(x)
+                totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask)
+        return totals
+
+    def all_gather(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, np.float64)
+        return all_gather_rows(rows.reshape(-1), self.device).reshape(self.world, *rows.shape[1:])
+
+    @contextlib.contextmanager
+    def running(self):
+        yield
+
+    # -- one update ----------------------------------------------------------------------------------
+    def _autocast(self):
+        torch = _torch()
+        if self.precision == "mixed_bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _train(self, batches: list, global_step: int) -> tuple[list, list]:
+        torch = _torch()
+        self.ddp.train()
+        total = float(sum(int(b["global_real_count"]) for b in batches))
+        self.optimizer.zero_grad(set_to_none=True)
+        seen, loss_sum, own = [], 0.0, 0.0
+        start = time.time()
+        for i, batch in enumerate(batches):
+            x, y, mask = (batch[k].to(self.device, non_blocking=True) for k in ("features", "label", "mask"))
+            last = i == len(batches) - 1
+            with (contextlib.nullcontext() if last or self.world == 1 else self.ddp.no_sync()):
+                t0 = time.time()
+                with self._autocast():
+                    logits = self.ddp(x)
+                per_sample = self.loss_fn(logits, y)
+                loss = masked_loss(per_sample, mask, total)
+                if not last:
+                    loss.backward()  # no peer involved: this rank's own work
+                own += time.time() - t0
+                if last:
+                    done = self._emulate(batches, start, own, global_step)
+                    loss.backward()  # DDP sums the gradients over ranks here
+            loss_sum += float(loss.detach())
+            seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask))
+        flags = self._apply(loss_sum)
+        outs = [_outputs(*s, rank=self.rank, flags=flags) for s in seen]
+        return outs, [start, done]
+
+    def _emulate(self, batches: list, start: float, own: float, global_step: int) -> float:
+        """Sleep like an emulated slow device would (before the all-reduce); returns when its work ends."""
+        sim = self.simulate
+        if sim is None:
+            return time.time()
+        factor = 1.0
+        for slow in sim.slow:
+            if slow.replica == self.rank and global_step >= slow.from_step:
+                factor *= slow.factor
+        real = sum(float(b["mask"].sum()) for b in batches)
+        delay = factor * max(own, sim.sample_ms / 1000.0 * real) - own
+        if delay > 0:
+            time.sleep(delay)
+        return start + own + max(delay, 0.0)
+
+    def _apply(self, loss_sum: float) -> np.ndarray:
+        """Apply the update unless the agreed verdict is non-finite; returns flags ``[1, 3]``."""
+        torch = _torch()
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+        local = np.array([0.0 if np.isfinite(loss_sum) else 1.0, 1.0 if grads_bad else 0.0])
+        agreed = all_reduce_sum(local, self.device) if self.world > 1 else local
+        anomaly = bool(agreed.max() > 0)
+        skipped = anomaly and self.skip_nonfinite
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        return np.array([[float(local.max() > 0), float(anomaly), float(skipped)]])
+
+
+def _sums(logits, per_sample, y, mask) -> np.ndarray:
+    """``[loss sum, hits, real count]`` over the real slots."""
+    torch = _torch()
+    with torch.no_grad():
+        real = mask > 0
+        hits = (logits.argmax(dim=-1) == y) & real
+        per_sample = per_sample.float()
+        loss_sum = torch.where(real, per_sample, torch.zeros_like(per_sample)).sum()
+        return np.array([float(loss_sum), float(hits.sum()), float(real.sum())])
+
+
+def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndarray) -> dict:
+    """One plan step's outputs as the loop reads them (numpy, one row: this rank)."""
+    torch = _torch()
+    with torch.no_grad():
+        rows = x.shape[0]
+        finite = torch.isfinite(per_sample.float()) & torch.isfinite(logits.float()).reshape(rows, -1).all(1)
+        if x.is_floating_point():
+            finite &= torch.isfinite(x.float()).reshape(rows, -1).all(1)
+        suspects = ((mask > 0) & ~finite).cpu().numpy()
+    return {"sums": _sums(logits, per_sample, y, mask)[None, :], "flags": flags,
+            "ids": batch["id"].cpu().numpy().astype(np.int64)[None, :], "nonfinite": suspects[None, :],
+            "replica": np.array([rank], np.int64)}

@@ -1,0 +1,53 @@
+"""Starting PyTorch for a prepared run: process group, model, optimizer, trainer and readers.
+
+:func:`start_session` is :meth:`evenflow.torch.adapter.Torch.start`. The process group comes
+first: it fixes rank and world size.
+"""
+from __future__ import annotations
+
+__all__ = ["start_session"]
+
+
+def start_session(p):
+    """A :class:`~evenflow.torch.adapter.TorchSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
+    from evenflow.torch._lazy import torch as _torch
+    from evenflow.torch.adapter import TorchSession
+    from evenflow.torch.distributed import init_distributed
+    from evenflow.torch.engine import TorchReader
+    from evenflow.torch.models import build_model, make_optimizer
+    from evenflow.torch.state import TorchState
+    from evenflow.torch.trainer import Trainer
+
+    cfg, comp = p.config, p.config.compute
+    torch = _torch()
+    torch.set_num_threads(comp.threads or 1)
+    if cfg.checkpoint.deterministic:
+        torch.use_deterministic_algorithms(True)
+    rank, world, device = init_distributed(None if comp.backend == "auto" else comp.backend, comp.collective_timeout)
+    torch.manual_seed(cfg.schedule.seed)
+    model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, dropout=cfg.model.dropout)
+    optimizer = make_optimizer(cfg.optimizer.optimizer, model.parameters(), cfg.optimizer.learning_rate)
+    trainer = Trainer(model, optimizer, device=device, accumulate_steps=comp.accumulate_steps,
+                      compression=comp.gradient_compression, bucket_bytes=comp.bytes_per_pack,
+                      skip_nonfinite=cfg.anomaly.skip_nonfinite, timing=cfg.monitor.telemetry,
+                      simulate=cfg.monitor.simulation(), precision=comp.precision)
+    train_reader, test_reader = _readers(p)
+    backend = torch.distributed.get_backend() if world > 1 else "none"
+    description = (f"PyTorch {torch.__version__}, {world} rank(s) (DDP, backend {backend}, {device}), "
+                   f"{comp.loader_workers} loader worker(s) per rank")
+    return TorchSession(processes=p.processes, trainer=trainer, devices=[str(device)], description=description,
+                        num_weights=sum(q.numel() for q in model.parameters() if q.requires_grad),
+                        state=TorchState(model, optimizer, rank=rank, world=world, device=device),
+                        train_reader=train_reader, test_reader=test_reader,
+                        summary={"torch": torch.__version__, "backend": backend})
+
+
+def _readers(p):
+    """(train reader, test reader): augmentation in the training loader's workers only."""
+    from evenflow.torch.augment import from_policy
+    from evenflow.torch.engine import TorchReader
+
+    cfg = p.config
+    augment = from_policy(cfg.data.augment, p.data.feature_shape, seed=cfg.schedule.seed)
+    return (TorchReader(p.data.train, num_workers=cfg.compute.loader_workers, transform=augment),
+            TorchReader(p.data.test, num_workers=0))
