@@ -52,16 +52,19 @@ def run_ranks(groups: list[tuple], timeout: float) -> list[list[RankRun]]:
     """Start every group of ranks at once, wait at most ``timeout`` s, SIGKILL stragglers and fail.
 
     Args:
-        groups: ``(argv_of, world, out_of)`` per group: ``argv_of(rank)`` is a rank's command,
-            ``out_of(rank)`` the .npz it writes (or None). Each group gets its own port.
+        groups: ``(argv_of, world, out_of)`` per group, optionally with a fourth ``env_of(rank)`` of extra
+            variables: ``argv_of(rank)`` is a rank's command, ``out_of(rank)`` the .npz it writes (or
+            None). Each group gets its own port.
         timeout: seconds for all of them together; a hung process fails the test, never the suite.
     """
     began = time.monotonic()
     procs = []  # (group, rank, Popen)
-    for g, (argv_of, world, _) in enumerate(groups):
+    for g, (argv_of, world, _, *extra) in enumerate(groups):
         port = free_port()
-        procs += [(g, r, subprocess.Popen(argv_of(r), env=rank_env(r, world, port), stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True)) for r in range(world)]
+        env_of = extra[0] if extra else (lambda r: {})
+        procs += [(g, r, subprocess.Popen(argv_of(r), env={**rank_env(r, world, port), **env_of(r)},
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                  for r in range(world)]
     ended: dict[int, float] = {}
     try:
         while len(ended) < len(procs) and time.monotonic() - began < timeout:

@@ -243,7 +243,8 @@ class MonitorOptions:
     rebalance: str = field(default="auto", metadata=_help(
         "re-plan the rest of an epoch with weights proportional to each replica's measured speed when one is "
         "persistently slower: on, off, or auto (on, except for logical devices sharing one CPU's cores, which "
-        "have no speed of their own unless --simulate-* emulates devices)"))
+        "have no speed of their own unless --simulate-* emulates devices, and except with --deterministic: "
+        "re-plans follow timings, which no two runs share)"))
     rebalance_threshold: float = field(default=1.10, metadata=_help(
         "re-plan when the measured speeds predict steps at least this many times faster, > 1"))
     telemetry: bool = field(default=True, metadata=_help(
@@ -276,14 +277,16 @@ class MonitorOptions:
 
         return Simulation(parse_slow(self.simulate_slow), float(self.simulate_sample_ms))
 
-    def rebalance_options(self, shared_cpu: bool = False):
+    def rebalance_options(self, shared_cpu: bool = False, deterministic: bool = False):
         """The :class:`~evenflow.plan.speed.RebalanceOptions` these options describe.
 
         ``shared_cpu``: the replicas are logical devices of one CPU (``auto`` is then off,
-        unless devices are emulated).
+        unless devices are emulated). ``deterministic``: a bitwise reproducible run (``auto`` is
+        then off: a re-plan happens where the measured timings say, which differs between runs).
         """
         from evenflow.plan.speed import RebalanceOptions
 
         emulated = self.simulation().active
-        enabled = self.rebalance == "on" or (self.rebalance == "auto" and (emulated or not shared_cpu))
+        auto = (emulated or not shared_cpu) and not deterministic
+        enabled = self.rebalance == "on" or (self.rebalance == "auto" and auto)
         return RebalanceOptions(enabled=enabled, threshold=self.rebalance_threshold)

@@ -37,7 +37,7 @@ def make_monitor(p, session, log, resumed: bool) -> ReplicaMonitor | None:
     plan = p.train_plan
     costs = plan.index.costs if plan.options.balance == "cost" else None
     return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
-                          rebalance=cfg.monitor.rebalance_options(session.shared_cpu),
+                          rebalance=cfg.monitor.rebalance_options(session.shared_cpu, cfg.checkpoint.deterministic),
                           log=log if procs.is_chief else None,
                           telemetry=p.run_dir / TELEMETRY_FILE if procs.is_chief else None,
                           workers=procs.count, append=resumed,
@@ -51,6 +51,9 @@ def _say_monitor(p, session, monitor, out) -> None:
             why = "" if mon.rebalance == "on" else " (auto)"
             print(f"rebalancing on{why}: replicas measured every {monitor.check_every} steps, re-plan when "
                   f"{mon.rebalance_threshold:g}x faster steps are predicted", file=out)
+        elif mon.rebalance == "auto" and p.config.checkpoint.deterministic:
+            print("rebalancing off (auto): --deterministic runs keep their plan, since re-plans follow measured "
+                  "timings; telemetry is still written (--rebalance on to force)", file=out)
         elif mon.rebalance == "auto":
             print(f"rebalancing off (auto): the {comp.replicas} replicas are logical devices sharing one CPU's "
                   f"cores, so they have no speed of their own; telemetry is still written (--rebalance on to "
