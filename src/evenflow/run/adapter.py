@@ -1,10 +1,10 @@
 """The interface between the framework-neutral run and a framework: what an adapter implements.
 
-A run (:mod:`evenflow.run.job`) asks a :class:`Framework` three things before anything is
-written, with numpy only: which options it cannot honour (:meth:`Framework.refusals`, each
-refusal an exit-2 error naming the flag), which processes take part and how many replicas
-each holds (:meth:`Framework.processes`, from ``TF_CONFIG`` or ``torchrun``'s variables), and
-what it reports about itself. Then :meth:`Framework.start` starts the framework and returns
+A run (:mod:`evenflow.run.job`) asks a :class:`Framework` two things before anything is
+written, with numpy only: which processes take part and how many replicas each holds
+(:meth:`Framework.processes`, from ``TF_CONFIG`` or ``torchrun``'s variables), and which
+options it cannot honour there (:meth:`Framework.refusals`, each refusal an exit-2 error
+naming the flag: nothing accepted is silently ignored). Then :meth:`Framework.start` starts the framework and returns
 a :class:`Session`: the distributed context, the model and optimizer, the readers, the
 :class:`~evenflow.run.loop.TrainLoop` over the adapter's engine, the checkpoint state and the
 TensorBoard writer. Everything else — plans, checkpoints, audit, anomaly policy, telemetry,
@@ -100,8 +100,12 @@ class Framework(Protocol):
 
     name: str
 
-    def refusals(self, config) -> list[str]:
-        """One line per option of ``config`` this framework cannot honour (numpy only; empty if none)."""
+    def refusals(self, config, processes: Processes) -> list[str]:
+        """One line per option of ``config`` this framework cannot honour on ``processes`` (numpy only; empty if none).
+
+        An option for the communication between processes, set on a run of one process, is
+        refused too: it would have no effect.
+        """
 
     def processes(self, config) -> Processes:
         """Who takes part, from the environment and ``config`` (numpy only)."""

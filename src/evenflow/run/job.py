@@ -59,7 +59,8 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     Raises:
         ValueError, TypeError: with a one-line reason, before anything is written.
     """
-    refused = framework.refusals(config)
+    processes = framework.processes(config)
+    refused = framework.refusals(config, processes)
     if refused:
         raise ValueError(refused[0])
     data = _load(config, framework)
@@ -69,7 +70,6 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
                          f"{data.feature_shape}; drop --pad-lengths")
     check_model_input(config.model.model, data.feature_shape)
     check_fits(config.data.augment, data.feature_shape)
-    processes = framework.processes(config)
     if processes.local_replicas != config.compute.replicas:
         config = config.replace(replicas=processes.local_replicas)
     config.monitor.simulation().check(processes.replicas)

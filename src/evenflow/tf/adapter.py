@@ -24,6 +24,8 @@ REFUSED = {
     "loader_workers": "tf.data reads with its own thread pool (no worker processes); drop --loader-workers",
     "backend": "the collective implementation between TensorFlow workers is --communication; drop --backend",
 }
+# Options for the collectives between workers: without several workers they would do nothing.
+BETWEEN_WORKERS = ("communication", "bytes_per_pack", "collective_timeout")
 
 
 class TensorFlow:
@@ -31,10 +33,15 @@ class TensorFlow:
 
     name = "tf"
 
-    def refusals(self, config) -> list[str]:
+    def refusals(self, config, processes: Processes) -> list[str]:
         changed = changed_keys(config)
-        return [f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework tf: {why}"
-                for key, why in REFUSED.items() if key in changed]
+        out = [f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework tf: {why}"
+               for key, why in REFUSED.items() if key in changed]
+        if processes.count == 1:
+            out += [f"--{key.replace('_', '-')} {changed[key]} sets the collectives between TensorFlow workers, and "
+                    f"this run has one worker (no multi-worker TF_CONFIG); drop it, or start several workers "
+                    f"(evenflow launch --workers N)" for key in BETWEEN_WORKERS if key in changed]
+        return out
 
     def processes(self, config) -> Processes:
         cluster = cluster_from_env()

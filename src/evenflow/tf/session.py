@@ -54,7 +54,42 @@ def start_session(p, cluster):
                      num_weights=int(model.count_params()),
                      state=TFState(model, optimizer, multi_worker=num_workers(strategy) > 1),
                      train_reader=train_reader, test_reader=test_reader, data=p.data,
-                     summary={"tensorflow": tf.__version__, "strategy": type(strategy).__name__})
+                     summary=_facts(strategy, model, trainer, comp))
+
+
+def _facts(strategy, model, trainer, comp) -> dict:
+    """What TensorFlow was set to, read back from it (``summary.json``'s ``framework_info``)."""
+    tf = _tf()
+    facts = {"tensorflow": tf.__version__, "strategy": type(strategy).__name__,
+             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+             "op_determinism": _op_determinism(),
+             "compute_dtype": str((model.layers[0] if model.layers else model).dtype_policy.compute_dtype),
+             "dropout_layers": _count_dropout(model),
+             "gradient_dtype": "float16" if trainer.compression == "fp16" else "float32",
+             "accumulate_steps": trainer.loop.accumulate_steps}
+    options = getattr(strategy.extended, "_communication_options", None)
+    if options is not None and num_workers_of(strategy) > 1:
+        facts["communication"] = {"implementation": str(options.implementation).split(".")[-1].lower(),
+                                  "bytes_per_pack": int(options.bytes_per_pack),
+                                  "timeout_seconds": options.timeout_seconds}
+    return facts
+
+
+def _op_determinism() -> bool:
+    from tensorflow.python.framework.config import is_op_determinism_enabled  # no public getter in TF 2.21
+
+    return bool(is_op_determinism_enabled())
+
+
+def num_workers_of(strategy) -> int:
+    from evenflow.tf.strategy import num_workers
+    return num_workers(strategy)
+
+
+def _count_dropout(model) -> int:
+    keras = _keras()
+    layers = list(model._flatten_layers(include_self=False)) if hasattr(model, "_flatten_layers") else model.layers
+    return sum(isinstance(layer, keras.layers.Dropout) for layer in layers)
 
 
 def make_readers(p):

@@ -28,6 +28,8 @@ REFUSED = {
     ("pad_lengths", None): "variable-length text trains on TensorFlow only (--framework tf --model text_cnn)",
     ("model", "text_cnn"): "text_cnn is a TensorFlow model; use --framework tf for text",
 }
+# Options for the process group and the gradient all-reduce: with one process they would do nothing.
+BETWEEN_RANKS = ("backend", "bytes_per_pack", "collective_timeout", "gradient_compression")
 
 
 class Torch:
@@ -35,12 +37,16 @@ class Torch:
 
     name = "torch"
 
-    def refusals(self, config) -> list[str]:
+    def refusals(self, config, processes: Processes) -> list[str]:
         changed = changed_keys(config)
         out = []
         for (key, value), why in REFUSED.items():
             if key in changed and (value is None or changed[key] == value):
                 out.append(f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework torch: {why}")
+        if processes.count == 1:
+            out += [f"--{key.replace('_', '-')} {changed[key]} sets the communication between PyTorch ranks, and this "
+                    f"run has one process; drop it, or start several ranks (torchrun --nproc_per_node=N -m evenflow "
+                    f"train ...)" for key in BETWEEN_RANKS if key in changed]
         return out
 
     def processes(self, config) -> Processes:

@@ -39,7 +39,22 @@ def start_session(p):
                         num_weights=sum(q.numel() for q in model.parameters() if q.requires_grad),
                         state=TorchState(model, optimizer, rank=rank, world=world, device=device),
                         train_reader=train_reader, test_reader=test_reader,
-                        summary={"torch": torch.__version__, "backend": backend})
+                        summary=_facts(torch, trainer, backend, comp, model))
+
+
+def _facts(torch, trainer, backend: str, comp, model) -> dict:
+    """What PyTorch was set to, read back from it (``summary.json``'s ``framework_info``)."""
+    engine = trainer.engine
+    facts = {"torch": torch.__version__, "backend": backend, "intra_op_threads": torch.get_num_threads(),
+             "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+             "compute_dtype": "bfloat16" if engine.precision == "mixed_bfloat16" else "float32",
+             "dropout_layers": sum(isinstance(m, torch.nn.Dropout) for m in model.modules()),
+             "gradient_dtype": "float16" if comp.gradient_compression == "fp16" else "float32",
+             "accumulate_steps": trainer.loop.accumulate_steps, "loader_workers": comp.loader_workers}
+    if engine.ddp is not engine.model:
+        facts["ddp_bucket_bytes"] = int(engine.ddp.bucket_bytes_cap)
+        facts["collective_timeout_seconds"] = float(comp.collective_timeout)
+    return facts
 
 
 def _readers(p):
