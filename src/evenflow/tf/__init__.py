@@ -1,7 +1,8 @@
 """TensorFlow adapter: execute evenflow plans with ``tf.data`` and ``tf.distribute``.
 
 * :class:`PlanReader` turns a :class:`~evenflow.plan.plan.Plan` into one ``tf.data``
-  pipeline per replica over a :class:`Source` (e.g. :class:`ArraySource`);
+  pipeline per replica over a :class:`Source` (e.g. :class:`ArraySource`) or any
+  :class:`evenflow.data.Source`, which :func:`tf_source` turns into TensorFlow ops;
 * :class:`Trainer` runs the custom ``strategy.run`` loop with the masked loss;
 * :func:`mirrored_strategy` builds a MirroredStrategy over GPUs or logical CPUs;
   :func:`make_strategy` picks it, or MultiWorkerMirroredStrategy for the
@@ -23,6 +24,7 @@ from evenflow.tf.keras_path import keras_dataset, keras_loss
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.models import MODELS, build_model
 from evenflow.tf.reader import PlanReader
+from evenflow.tf.source_adapter import tf_source
 from evenflow.tf.sources import ArraySource, Source
 from evenflow.tf.strategy import Communication, make_strategy, mirrored_strategy, topology_of
 from evenflow.tf.trainer import OPTIMIZERS, EpochResult, EvalResult, Trainer, make_optimizer
@@ -52,5 +54,6 @@ __all__ = [
     "masked_loss",
     "mirrored_strategy",
     "per_sample_cross_entropy",
+    "tf_source",
     "topology_of",
 ]
