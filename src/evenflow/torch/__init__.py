@@ -2,7 +2,8 @@
 
 * :class:`PlanLoader` yields this rank's row of a plan as batches of tensors with
   ``mask`` and ``global_real_count``, loaded in ``DataLoader`` worker processes from
-  an :class:`ArraySource` or a :class:`RecordSource` (TFRecords, no TensorFlow);
+  any :class:`evenflow.data.Source`, e.g. an :class:`ArraySource` or a
+  :class:`RecordSource` (TFRecords, no TensorFlow), re-exported here from :mod:`evenflow.data`;
 * :class:`Trainer` runs DistributedDataParallel with the masked loss, summed
   gradients, exact evaluation, pickle-free checkpoints, NaN skip and rebalancing;
 * :func:`init_distributed` joins the process group ``torchrun`` describes (gloo on
@@ -12,13 +13,14 @@ Importing this package does not import PyTorch; every module imports it inside i
 functions, and says ``pip install 'evenflow[torch]'`` when it is missing. Nothing
 here imports TensorFlow.
 """
+from evenflow.data.records_source import RecordSource
+from evenflow.data.source import ArraySource, Source
 from evenflow.torch._lazy import INSTALL_HINT, MissingFrameworkError
 from evenflow.torch.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from evenflow.torch.distributed import PeerLostError, init_distributed, ordered_sum_hook, sum_gradients_hook
 from evenflow.torch.loader import PlanLoader, PlanSteps, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.models import MODELS, OPTIMIZERS, build_model, make_optimizer
-from evenflow.torch.sources import ArraySource, RecordSource, Source
 from evenflow.torch.trainer import (GRADIENT_SUMS, EpochResult, EvalResult, SpeedRebalancer, Timings, Trainer,
                                     speed_weights)
 
