@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import evenflow as ef
-from evenflow.records import convert
+from evenflow.data import convert
 from evenflow.torch import (ArraySource, PlanLoader, RecordSource, Timings, Trainer, build_model, latest_checkpoint,
                             load_checkpoint, masked_loss, save_checkpoint, speed_weights)
 from evenflow.torch.data import split_indices
