@@ -36,7 +36,7 @@ class Source(Protocol):
     def index(self) -> Index:
         """The planner's view: N and optionally labels and costs."""
 
-    def batch(self, ids: np.ndarray) -> dict:
+    def batch(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """Load samples ``ids`` (int64 ``[slots]``, each in ``0..N-1``, repeats allowed).
 
         Returns:

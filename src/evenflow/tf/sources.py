@@ -67,9 +67,9 @@ class ArraySource:
     def __init__(self, features, labels, costs=None, extra: dict | None = None):
         self._init(neutral.ArraySource(features, labels, costs=costs, extra=extra))
 
-    def _init(self, arrays: neutral.ArraySource) -> None:
-        self.arrays = arrays
-        self.num_samples = arrays.num_samples
+    def _init(self, numpy: neutral.ArraySource) -> None:
+        self.numpy = numpy  # the numpy source: its arrays, checked
+        self.num_samples = numpy.num_samples
         self._tensors: dict | None = None
 
     @classmethod
@@ -82,15 +82,15 @@ class ArraySource:
     @property
     def feature_shape(self) -> tuple[int, ...]:
         """Shape of one sample's features."""
-        return self.arrays.feature_shape
+        return self.numpy.feature_shape
 
     @property
     def labels(self) -> np.ndarray:
         """int64 ``[N]``."""
-        return self.arrays.labels
+        return self.numpy.labels
 
     def index(self) -> Index:
-        return self.arrays.index()
+        return self.numpy.index()
 
     def batch(self, ids) -> dict:
         tf = _tf()
@@ -99,7 +99,7 @@ class ArraySource:
             # the map function; the traced function then captures them instead of baking the
             # arrays into the graph as constants.
             with tf.init_scope(), tf.device("/cpu:0"):
-                self._tensors = {k: tf.convert_to_tensor(v) for k, v in self.arrays.arrays.items()}
+                self._tensors = {k: tf.convert_to_tensor(v) for k, v in self.numpy.arrays.items()}
         return {k: tf.gather(t, ids) for k, t in self._tensors.items()}
 
     def __repr__(self):

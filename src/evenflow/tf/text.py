@@ -70,7 +70,7 @@ class TextSource:
     def _init(self, source: NumpyTextSource) -> None:
         self.data, self.pad_lengths = source.data, source.pad_lengths
         self.num_samples = source.num_samples
-        self._source = source
+        self.numpy = source  # the numpy source: its data and checked pad lengths
         self._tensors = None
 
     @property
@@ -82,7 +82,7 @@ class TextSource:
         return self.data.labels
 
     def index(self) -> Index:
-        return self._source.index()
+        return self.numpy.index()
 
     def batch(self, ids) -> dict:
         tf = _tf()
