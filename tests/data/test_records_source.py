@@ -86,11 +86,13 @@ def test_a_corrupt_record_is_named_where_it_is_read(tmp_path):
     assert cli_main(["convert", "builtin:digits", str(out), "--shards", "3"]) == 0
     off = flip_payload_byte(out, 1, 4)
     path, bad_id = RecordDataset(out).shards[1].path, 599 + 4  # shard 1 starts at sample 1797 * 1 // 3
-    src = RecordSource(out, verify=True)
-    src.batch(np.arange(0, 599))  # shard 0 is fine
+    src = RecordSource(out, verify=True, ids=np.arange(1797)[::-1])  # sample i is record 1796 - i
+    full = src.full()
+    src.batch(1796 - np.arange(0, 599))  # shard 0 is fine
     with pytest.raises(RecordError, match="corrupted data"):
-        src.batch(np.array([bad_id]))
-    for err in (src.error, RecordSource(out).find_bad_record(), src.full().find_bad_record([0, 1])):
+        src.batch(np.array([1796 - bad_id]))
+    assert full.error is src.error and full._state.verified[:599].all()  # the sibling learnt it too
+    for err in (src.error, RecordSource(out).find_bad_record(), full.find_bad_record([0, 1])):
         assert isinstance(err, RecordError) and err.kind == "data_crc"
         assert (err.path, err.record, err.offset) == (path, 4, off)
     assert RecordSource(out).find_bad_record(np.arange(0, 599)) is None

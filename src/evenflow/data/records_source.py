@@ -22,7 +22,6 @@ and reads by offset.
 """
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -134,7 +133,8 @@ class RecordSource:
         if self.records is None:
             return self
         if self._full is None:
-            full = copy.copy(self)
+            full = object.__new__(RecordSource)
+            full.__dict__.update(self.__dict__)  # not copy.copy: that pickles, which drops the shared state
             full.records, full.num_samples, full._index, full._full = None, len(self.dataset), None, None
             self._full = full
         return self._full
