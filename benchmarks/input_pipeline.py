@@ -1,6 +1,6 @@
 """Input pipeline benchmark (issue 4): records/s of tf.data pipelines over the same records.
 
-Workloads (written once into a temporary directory with ``evenflow.records.convert``):
+Workloads (written once into a temporary directory with ``evenflow.data.convert``):
 
 * ``float``: N synthetic samples of 64 float32 features + an int64 label, 4 shards;
 * ``jpeg``: ``builtin:digits`` as 32x32 grey JPEGs (1,797 records, read repeatedly),
@@ -88,7 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_float(out_dir: Path, n: int) -> Path:
-    from evenflow.records import convert
+    from evenflow.data import convert
     rng = np.random.default_rng(0)
     npz = out_dir / "float.npz"
     np.savez(npz, x=rng.standard_normal((n, 64)).astype(np.float32), label=rng.integers(0, 10, n).astype(np.int64))
@@ -97,7 +97,7 @@ def make_float(out_dir: Path, n: int) -> Path:
 
 
 def make_jpeg(out_dir: Path) -> Path:
-    from evenflow.records import convert
+    from evenflow.data import convert
     convert("builtin:digits", out_dir / "jpeg", shards=REPLICAS, image_format="jpeg", progress=False)
     return out_dir / "jpeg"
 

@@ -1,6 +1,6 @@
 """PyTorch loader benchmark (issue 8): evenflow's plan loader vs DataLoader + DistributedSampler, 2 ranks.
 
-One records dataset (``evenflow.records.convert``: N samples of 64 float32 features and
+One records dataset (``evenflow.data.convert``: N samples of 64 float32 features and
 an int64 label, 3 shards; N odd by default, as real datasets are) is read for one epoch
 by 2 ranks at once, each rank a separate process with ``--workers`` DataLoader workers
 and a per-rank batch of ``--batch-size``:
@@ -154,7 +154,7 @@ def run_both_ranks(method: str, path: Path, args, tmp: Path) -> list[dict]:
 
 
 def make_records(out_dir: Path, n: int) -> Path:
-    from evenflow.records import convert
+    from evenflow.data import convert
     rng = np.random.default_rng(0)
     npz = out_dir / "float.npz"
     np.savez(npz, x=rng.standard_normal((n, 64)).astype(np.float32), label=rng.integers(0, 10, n).astype(np.int64))

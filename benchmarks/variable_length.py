@@ -182,9 +182,8 @@ def main(args) -> dict:
     import keras
 
     import evenflow as ef
-    from evenflow.records.textdata import stdlib_docs
+    from evenflow.data import split_indices, stdlib_docs
     from evenflow.tf import PlanReader, Trainer, build_model, make_optimizer
-    from evenflow.tf.data import split_indices
     from evenflow.tf.text import TextSource, blank_padding_rows
 
     data = stdlib_docs()

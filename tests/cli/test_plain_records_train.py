@@ -55,14 +55,14 @@ def test_index_then_train_on_plain_tfrecords(tmp_path, capsys):
                           timeout=180)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    from evenflow.records.arrays import split_indices
+    from evenflow.data import split_indices
     _, test = split_indices(labels, 0.2, 0)  # the split of the labels read from the records
     assert summary["test_samples"] == len(test) == 24
     assert summary["dataset"].startswith(f"{pattern}: TFRecord files ({N} in 2 shards")
 
 
 def test_naming_a_corrupt_jpeg_prints_nothing_of_libjpeg(tmp_path, capfd):
-    from evenflow.records import convert
+    from evenflow.data import convert
     from evenflow.tf.records_source import RecordSource, decode_images
     from tests.records.records_helpers import break_image
 

@@ -53,8 +53,7 @@ def docs_records(tmp_path_factory) -> Path:
 
 
 def _expected_test_samples() -> int:
-    from evenflow.records.arrays import split_indices
-    from evenflow.records.textdata import stdlib_docs
+    from evenflow.data import split_indices, stdlib_docs
     return len(split_indices(stdlib_docs().labels, 0.2, 0)[1])  # the defaults test_fraction 0.2, split_seed 0
 
 

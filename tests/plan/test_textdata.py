@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import evenflow as ef
-from evenflow.records.textdata import PAD, TextData, encode, stdlib_docs
+from evenflow.data.stdlib_docs import stdlib_docs
+from evenflow.data.text import PAD, TextData, encode
 from evenflow.plan.metrics import step_imbalance, token_efficiency
 
 

@@ -6,7 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from evenflow.records import RecordDataset, RecordError, convert
+import evenflow as ef
+from evenflow.data import convert
+from evenflow.records import RecordDataset, RecordError
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
@@ -42,7 +44,7 @@ def test_npz_defaults(npz, tmp_path):
     np.testing.assert_array_equal(out["x"], cols["x"])
     np.testing.assert_array_equal(out["tokens"], cols["tokens"])
     np.testing.assert_array_equal(out["flag"], cols["flag"].astype(np.int64))
-    index = ds.index()
+    index = ef.Index.from_records(tmp_path / "out")
     assert index.labels.tolist() == cols["y"].tolist()
     assert index.costs.tolist() == cols["length"].astype(float).tolist()
     shard_files = [f"data-0000{i}-of-00003.tfrecord{ext}" for i in range(3) for ext in ("", ".idx", ".meta.npz")]
@@ -122,7 +124,7 @@ def test_image_folder(image_folder, tmp_path):
     expected = [files[(c, n)] for c in ("ant", "bee", "zebra") for n in sorted(n for cc, n in files if cc == c)]
     assert out["image"].tolist() == expected  # stored as they were, not re-encoded
     assert out["label"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    assert ds.index().costs.tolist() == [12.0, 15.0, 18.0] * 3
+    assert ef.Index.from_records(tmp_path / "out").costs.tolist() == [12.0, 15.0, 18.0] * 3
 
 
 def test_bad_image_fails_with_file_and_leaves_nothing(image_folder, tmp_path):
@@ -153,7 +155,7 @@ def test_builtin_digits(tmp_path):
     assert ds.num_samples == 1797 and ds.class_names == [str(i) for i in range(10)]
     out = ds.decode_batch([0, 1796])
     np.testing.assert_array_equal(out["x"], digits.images[[0, 1796]].astype(np.float32))
-    assert ds.index().labels.tolist() == digits.target.tolist()
+    assert ef.Index.from_records(tmp_path / "d").labels.tolist() == digits.target.tolist()
 
 
 @pytest.mark.parametrize("fmt", ["png", "jpeg"])

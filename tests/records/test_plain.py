@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evenflow.records import ExampleEncoder, RecordDataset, RecordError, RecordWriter
-from evenflow.records.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
+from evenflow.data.plain import is_tfrecord_files, label_column, plain_keys, tfrecord_files
 from tests.records.records_helpers import SPECS, example_rows
 
 
@@ -52,7 +52,7 @@ def test_labels_read_from_the_records_when_the_sidecars_have_none(files):
     labels = label_column(ds, "label")
     assert labels.dtype == np.int64 and np.array_equal(labels, rows["label"])
     ds.set_labels(labels)
-    assert np.array_equal(ds.index().labels, rows["label"])
+    assert np.array_equal(ds.labels, rows["label"])
     with pytest.raises(RecordError, match="label key 'klass' is not in the records; they hold label, x"):
         plain_keys(ds, "x", "klass")
     with pytest.raises(RecordError, match="label key 'x' must be one int64 per record"):

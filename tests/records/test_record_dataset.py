@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import evenflow as ef
-from evenflow.records import FeatureSpec, RecordDataset, RecordError, RecordWriter, convert
+from evenflow.data import convert
+from evenflow.plan import Index as PlanIndex
+from evenflow.records import FeatureSpec, RecordDataset, RecordError, RecordWriter
 from evenflow.records.manifest import read_manifest, write_manifest
 
 from .records_helpers import example_rows, write_shard
@@ -72,10 +74,11 @@ def test_locate_and_decode(three_shards):
 
 def test_index_from_sidecars(three_shards):
     files, _, rows = three_shards
-    index = RecordDataset(files).index()
+    index = ef.Index.from_records(files)
     assert isinstance(index, ef.Index)
     assert index.num_samples == 30 and index.labels.tolist() == rows["label"].tolist()
-    assert ef.Index.from_records(files) == index
+    ds = RecordDataset(files)  # the index is the records layer's columns
+    assert PlanIndex(len(ds), labels=ds.labels, costs=ds.costs) == index
 
 
 def test_ids_out_of_range(three_shards):
@@ -109,7 +112,7 @@ def test_dataset_directory_with_manifest(tmp_path):
     for path in (tmp_path / "ds", tmp_path / "ds" / "dataset.json"):
         ds = RecordDataset(path)
         assert ds.label_key == "y" and ds.cost_key == "n"
-        assert ds.index().costs.tolist() == list(range(1, 11))
+        assert ef.Index.from_records(path).costs.tolist() == ds.costs.tolist() == list(range(1, 11))
         assert ds.decode_batch([9])["v"].tolist() == [[18.0, 19.0]]
     with pytest.raises(RecordError, match="feature key 'w' is not in the records; they hold n, v, y"):
         RecordDataset(tmp_path / "ds", features=["w"])

@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 
+import evenflow as ef
 from evenflow.cli import main
 from evenflow.records import RecordDataset
 
@@ -33,7 +34,7 @@ def test_convert_and_index_ok(tmp_path, capsys):
     report = json.loads(out)
     assert report["num_records"] == 1797 and report["num_bad"] == 0
     # Re-indexing kept the label column that convert stored.
-    assert RecordDataset(tmp_path / "d").index().num_classes == 10
+    assert ef.Index.from_records(tmp_path / "d").num_classes == 10
 
 
 def test_convert_json(tmp_path, capsys):

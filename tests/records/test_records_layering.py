@@ -28,7 +28,8 @@ def test_using_records_loads_no_framework(tmp_path):
 import sys
 import numpy as np
 import evenflow
-from evenflow.records import convert, RecordDataset
+from evenflow.data import convert
+from evenflow.records import RecordDataset
 np.savez({str(tmp_path / 'a.npz')!r}, x=np.ones((5, 2)), y=np.arange(5))
 convert({str(tmp_path / 'a.npz')!r}, {str(tmp_path / 'o')!r}, label_key='y', shards=2)
 ds = RecordDataset({str(tmp_path / 'o')!r}, check='crc')

@@ -6,8 +6,8 @@ import pytest
 
 import evenflow as ef
 from evenflow.records import RecordDataset
-from evenflow.records.convert import convert
-from evenflow.records.textdata import stdlib_docs
+from evenflow.data import convert
+from evenflow.data import stdlib_docs
 
 
 def test_stdlib_docs_converts_with_lengths_as_costs(tmp_path):

@@ -5,8 +5,9 @@ TensorFlow is imported here only; src/evenflow/records never imports it.
 import numpy as np
 import pytest
 
-from evenflow.records import (FeatureSpec, RecordDataset, convert, decode_examples, index_file, iter_records,
-                              scan_file)
+import evenflow as ef
+from evenflow.data import convert
+from evenflow.records import FeatureSpec, RecordDataset, decode_examples, index_file, iter_records, scan_file
 
 tf = pytest.importorskip("tensorflow")
 
@@ -45,7 +46,7 @@ def test_evenflow_reads_and_indexes_tensorflow_files(tmp_path):
     assert ds.num_samples == 50
     assert ds.read_batch([0, 49, 20, 19]) == [recs[0], recs[49], recs[20], recs[19]]
     assert ds.specs["x"] == FeatureSpec("float32", (5,)) and ds.specs["label"] == FeatureSpec("int64", ())
-    index = ds.index()
+    index = ef.Index.from_records(files)
     assert index.labels.tolist() == [i % 4 for i in range(50)]
     assert index.costs.tolist() == [10.0 + i for i in range(50)]
     ids = np.array([3, 33, 7])

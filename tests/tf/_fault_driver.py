@@ -45,7 +45,7 @@ import evenflow.tf.trainer  # noqa: E402,F401
 from evenflow.cli import main  # noqa: E402
 from evenflow.run.audit import check_audit  # noqa: E402
 from evenflow.run.checkpoints import list_checkpoints  # noqa: E402
-from evenflow.tf.data import split_indices  # noqa: E402
+from evenflow.data import split_indices  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CHILD_TIMEOUT = 90.0

@@ -16,7 +16,7 @@ def main(out: str) -> None:
     strategy = mirrored_strategy(2)
 
     import evenflow as ef
-    from evenflow.records.textdata import stdlib_docs
+    from evenflow.data import stdlib_docs
     from evenflow.tf import PlanReader, Trainer, build_model, make_optimizer
     from evenflow.tf.text import TextSource, blank_padding_rows
 

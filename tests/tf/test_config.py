@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evenflow.run.config import KEYS, TrainConfig, add_config_flags, flag_values, load_config
-from evenflow.tf.data import load_dataset, split_indices
+from evenflow.data import load_dataset, split_indices
 
 
 def _toml(tmp_path, text: str):

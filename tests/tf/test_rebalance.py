@@ -173,7 +173,7 @@ def test_a_rewind_after_a_replan_keeps_exactly_once(tmp_path):
     # replays epoch 1 from its start under the new weights. A step's set of samples does not
     # depend on the weights (world-size invariance), so the poisoned steps are known up front.
     import evenflow as ef
-    from evenflow.tf.data import split_indices
+    from evenflow.data import split_indices
 
     rng = np.random.default_rng(7)
     x = rng.normal(size=(1000, 6)).astype(np.float32)

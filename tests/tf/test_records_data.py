@@ -1,6 +1,8 @@
 """Training data from a records directory: keys, the split, augmentation on training batches only."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -8,10 +10,17 @@ tf = pytest.importorskip("tensorflow")
 
 from evenflow.cli import main as cli_main  # noqa: E402
 from evenflow.run.config import load_config  # noqa: E402
-from evenflow.tf.data import load_dataset  # noqa: E402
+from evenflow.data import load_dataset as load_numpy_dataset  # noqa: E402
+from evenflow.tf import tf_source  # noqa: E402
 from evenflow.run.job import prepare  # noqa: E402
 from evenflow.tf.adapter import TensorFlow  # noqa: E402
 from evenflow.tf.session import make_readers  # noqa: E402
+
+
+def load_dataset(options):
+    """The data layer's loader, its train and test sources as the TensorFlow sources the reader builds."""
+    data = load_numpy_dataset(options)
+    return dataclasses.replace(data, train=tf_source(data.train), test=tf_source(data.test))
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +32,7 @@ def digits_dir(tmp_path_factory):
 
 def _all(source) -> dict:
     """Every sample of a source, in id order."""
+    source = tf_source(source)
     return {k: v.numpy() for k, v in source.batch(tf.range(source.num_samples, dtype=tf.int64)).items()}
 
 

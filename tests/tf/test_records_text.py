@@ -1,17 +1,25 @@
 """Text records (`evenflow convert builtin:stdlib-docs`): the batches, split and costs of the builtin."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
 
 from evenflow.cli import main as cli_main  # noqa: E402
+import evenflow.data.load_records as load_records  # noqa: E402
 from evenflow.records import RecordDataset  # noqa: E402
-from evenflow.tf import records_data  # noqa: E402
 from evenflow.run.config import load_config  # noqa: E402
-from evenflow.tf.data import load_dataset  # noqa: E402
-from evenflow.tf.records_text import is_text  # noqa: E402
+from evenflow.data import load_dataset as load_numpy_dataset  # noqa: E402
+from evenflow.tf import tf_source  # noqa: E402
+
+
+def load_dataset(options):
+    """The data layer's loader, its train and test sources as the TensorFlow sources the reader builds."""
+    data = load_numpy_dataset(options)
+    return dataclasses.replace(data, train=tf_source(data.train), test=tf_source(data.test))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +42,7 @@ def _batches(n: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("cached", [True, False])
 def test_text_records_give_the_builtin_batches(docs_dir, monkeypatch, pad_lengths, cached):
     if not cached:  # read by offset through read_batch_buffer, as for datasets over 1 GiB
-        monkeypatch.setattr(records_data, "CACHE_BYTES", 0)
+        monkeypatch.setattr(load_records, "CACHE_BYTES", 0)
     rec = _load(docs_dir, pad_lengths=pad_lengths)
     ref = _load("builtin:stdlib-docs", pad_lengths=pad_lengths)
     assert rec.feature_shape == ref.feature_shape == (None,) and rec.num_classes == ref.num_classes == 9
@@ -56,9 +64,9 @@ def test_text_records_give_the_builtin_batches(docs_dir, monkeypatch, pad_length
 
 
 def test_only_bytes_without_an_image_in_the_manifest_are_text(docs_dir, tmp_path):
-    assert is_text(RecordDataset(docs_dir), "text")
+    assert RecordDataset(docs_dir).holds_text("text")
     jpeg = tmp_path / "jpeg"
     assert cli_main(["convert", "builtin:digits", str(jpeg), "--image-format", "jpeg"]) == 0
     ds = RecordDataset(jpeg)
-    assert not is_text(ds, ds.manifest.image["key"])
+    assert not ds.holds_text(ds.manifest.image["key"])
     assert _load(jpeg).feature_shape == (32, 32, 1)  # still decoded as images

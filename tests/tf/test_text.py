@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import evenflow as ef
-from evenflow.records.textdata import PAD, TextData
+from evenflow.data.text import PAD, TextData
 
 tf = pytest.importorskip("tensorflow")
 from evenflow.tf import PlanReader, build_model  # noqa: E402

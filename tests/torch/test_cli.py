@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evenflow.cli import main
-from evenflow.records import convert
+from evenflow.data import convert
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import evenflow as ef
-from evenflow.records import convert
+from evenflow.data import convert
 from evenflow.torch import PlanLoader, RecordSource
 
 HERE = Path(__file__).resolve().parent

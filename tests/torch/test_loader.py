@@ -11,10 +11,9 @@ import pytest
 import torch
 
 import evenflow as ef
-from evenflow.records import convert
+from evenflow.data import convert
 from evenflow.run import Checkpointer, NonFiniteModelError, TrainingGuard, list_checkpoints
 from evenflow.torch import ArraySource, PlanLoader, RecordSource, TorchState, Trainer, build_model, masked_loss
-from evenflow.torch.data import split_indices
 
 ROOT = Path(__file__).resolve().parents[2]
 N, G = 203, 30
@@ -186,14 +185,6 @@ def test_single_process_trainer_resumes_mid_epoch_bitwise(tmp_path):
         assert torch.equal(a, b)
 
 
-def test_split_is_the_tensorflow_paths_split():
-    from evenflow.tf.data import split_indices as tf_split  # numpy only: it does not start TensorFlow
-    labels = np.random.default_rng(3).integers(0, 7, 500)
-    for fraction, seed in ((0.2, 0), (0.5, 3)):
-        for a, b in zip(split_indices(labels, fraction, seed), tf_split(labels, fraction, seed)):
-            np.testing.assert_array_equal(a, b)
-
-
 def test_torch_package_imports_neither_tensorflow_nor_evenflow_tf():
     paths = sorted((ROOT / "src" / "evenflow" / "torch").glob("*.py")) + sorted(Path(__file__).parent.glob("test_*.py"))
     for path in paths:
@@ -202,7 +193,7 @@ def test_torch_package_imports_neither_tensorflow_nor_evenflow_tf():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
             for name in names:
                 bad = name.split(".")[0] in ("tensorflow", "keras") or name.startswith("evenflow.tf")
-                if bad and not (path.name == "test_loader.py" and name == "evenflow.tf.data"):
+                if bad:
                     pytest.fail(f"{path.name} imports {name}")
 
 

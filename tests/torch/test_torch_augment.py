@@ -6,7 +6,7 @@ import pytest
 
 import evenflow as ef
 from evenflow.torch import ArraySource, PlanLoader
-from evenflow.torch.augment import from_policy
+from evenflow.data.augment import from_policy
 
 N, G = 90, 16
 POLICY = "crop=2,flip=hv,rotate=20,brightness,contrast"

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from evenflow.cli import main
-from evenflow.records import convert
+from evenflow.data import convert
 from tests.records.records_helpers import break_image, flip_payload_byte
 
 

@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from evenflow.records.convert import convert
+    from evenflow.data.convert import convert
 
     res = convert(args.src, args.out_dir, shards=args.shards, label_key=args.label_key, cost_key=args.cost_key,
                   feature_keys=args.feature_keys, image_format=args.image_format, overwrite=args.overwrite)

@@ -85,7 +85,7 @@ def parse_weights(text: str | None):
 
 def dataset_columns(name: str, labels, costs):
     """Labels and lengths of a built-in text dataset (numpy only), unless given as files."""
-    from evenflow.records.textdata import BUILTIN_TEXT
+    from evenflow.data.stdlib_docs import BUILTIN_TEXT
 
     key = name.split(":", 1)[1] if name.startswith("builtin:") else None
     if key not in BUILTIN_TEXT:

@@ -42,6 +42,9 @@ def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
 class Index:
     """What the planner knows about a dataset.
 
+    ``evenflow.Index`` (the package's top level) is this class plus ``from_records``, which
+    reads N, labels and costs from a records dataset's sidecars.
+
     Args:
         num_samples: number of samples N, at least 1. Sample ids are ``0..N-1``.
         labels: optional integer class per sample, shape ``[N]``. Any integers;
@@ -80,20 +83,6 @@ class Index:
                                  f"use a length, a size or a time")
             costs.flags.writeable = False
             object.__setattr__(self, "costs", costs)
-
-    @classmethod
-    def from_records(cls, path, **kwargs) -> "Index":
-        """The index of a TFRecord dataset, with labels and costs from its sidecars.
-
-        Args:
-            path: a dataset directory written by ``evenflow convert`` (or its
-                ``dataset.json``), a TFRecord file, or a list of them, each indexed by
-                ``evenflow index``.
-            **kwargs: passed to :class:`evenflow.records.RecordDataset`, e.g. ``check="headers"``.
-        """
-        # Imported here: plan/ depends on numpy and the stdlib only.
-        from evenflow.records import RecordDataset
-        return RecordDataset(path, **kwargs).index()
 
     @property
     def num_classes(self) -> int:

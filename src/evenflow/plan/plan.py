@@ -17,13 +17,13 @@ import dataclasses
 
 import numpy as np
 
-from evenflow.plan import metrics as _metrics
 from evenflow.plan.apportion import replica_counts
 from evenflow.plan.assign_cost import assign_cost, cost_slots
 from evenflow.plan.assign_count import assign_contiguous
 from evenflow.plan.assign_stratified import assign_stratified
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.index import Index
+from evenflow.plan.metrics import summarize
 from evenflow.plan.options import PlanOptions
 from evenflow.plan.order import epoch_order, step_bounds
 from evenflow.plan.topology import Topology
@@ -92,7 +92,7 @@ class EpochPlan:
 
     def summary(self) -> dict:
         """Balance metrics as plain numbers (see :mod:`evenflow.plan.metrics`)."""
-        return _metrics.summarize(self)
+        return summarize(self)
 
 
 class Plan:

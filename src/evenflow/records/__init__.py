@@ -1,25 +1,27 @@
 """Records: TFRecord shards with a random-access sidecar index, without TensorFlow.
 
-This layer writes and reads TFRecord files (framing, masked CRC-32C), encodes and
-decodes ``tf.train.Example`` with protobuf alone, keeps a DALI-compatible ``.idx``
-sidecar per shard plus label/cost columns, and converts arrays and images into
-datasets. It imports numpy, protobuf and google-crc32c only, never a framework, so the
-planner and any reader (tf.data, torch, DALI) can share the same files.
+This layer is the file format and nothing else: TFRecord framing and its masked CRC-32C,
+``tf.train.Example`` encoding and decoding with protobuf alone, the DALI-compatible
+``.idx`` sidecar per shard plus its label/cost columns, the ``dataset.json`` manifest,
+random access by sample id (:class:`RecordDataset`) and the indexer behind
+``evenflow index``. It imports numpy, protobuf and google-crc32c only, never a framework
+nor another part of evenflow but :mod:`evenflow.util`, so the planner and any reader
+(tf.data, torch, DALI) can share the same files. Writing datasets (``evenflow convert``)
+and loading them for training live in :mod:`evenflow.data`.
 """
-from evenflow.records.convert import ConvertResult, convert
 from evenflow.records.crc import crc32c, masked_crc32c, unmask_crc
 from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import BadRecord, RecordError
-from evenflow.records.example import ExampleEncoder, FeatureSpec, encode_example, infer_specs
-from evenflow.records.example_decode import ExampleError, decode_example, decode_examples
+from evenflow.records.example import ExampleEncoder, encode_example
+from evenflow.records.example_decode import ExampleError, decode_example, decode_examples, infer_specs
 from evenflow.records.framing import RecordWriter, ScanResult, iter_records, read_record, scan_file
 from evenflow.records.indexer import IndexReport, index_file
 from evenflow.records.manifest import Manifest, read_manifest
 from evenflow.records.sidecar import ShardIndex, load_shard_index, parse_idx, write_sidecars
+from evenflow.records.spec import FeatureSpec
 
 __all__ = [
     "BadRecord",
-    "ConvertResult",
     "ExampleEncoder",
     "ExampleError",
     "FeatureSpec",
@@ -30,7 +32,6 @@ __all__ = [
     "RecordWriter",
     "ScanResult",
     "ShardIndex",
-    "convert",
     "crc32c",
     "decode_example",
     "decode_examples",

@@ -18,11 +18,12 @@ import numpy as np
 from evenflow.records.crc import MASK_DELTA, masked_crc32c
 from evenflow.records.crc import _value as crc_value  # CRC-32C of bytes, no checks
 from evenflow.records.errors import BadRecord, RecordError
-from evenflow.records.example import FeatureSpec, infer_specs
-from evenflow.records.example_decode import decode_examples
-from evenflow.records.framing import FRAME_BYTES, HEADER_BYTES, open_mmap, scan_file
+from evenflow.records.example_decode import decode_examples, infer_specs
+from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES, LENGTH
+from evenflow.records.framing import open_mmap, scan_file
 from evenflow.records.manifest import MANIFEST_NAME, Manifest, read_manifest
 from evenflow.records.sidecar import ShardIndex, load_shard_index
+from evenflow.records.spec import FeatureSpec
 
 __all__ = ["CHECKS", "GATHER_BYTES", "RecordDataset"]
 
@@ -66,6 +67,13 @@ class RecordDataset:
             ``"crc"``: also every length and data CRC (reads everything).
         skip_corrupt: leave records with a bad CRC out of the sample ids instead of
             raising (implies ``check="crc"``); they are listed in :attr:`bad`.
+
+    Attributes:
+        num_samples: N, the records numbered ``0..N-1`` in shard order (``len(ds)``).
+        labels: int64 ``[N]`` from the ``.meta.npz`` sidecars (or :meth:`set_labels`), or None.
+        costs: float64 ``[N]`` from the sidecars, or None. With ``len(ds)`` and ``labels``,
+            what the planner's index is built from (``evenflow.Index.from_records``).
+        bad: the records ``skip_corrupt`` left out.
 
     Raises:
         RecordError: missing or mismatching index, corrupt record, unknown feature key.
@@ -271,7 +279,7 @@ class RecordDataset:
         return feature_key
 
     def set_labels(self, labels) -> None:
-        """Use ``labels`` (int ``[N]``, e.g. read from the records) as the label column of :meth:`index`.
+        """Use ``labels`` (int ``[N]``, e.g. read from the records) as the label column :attr:`labels`.
 
         Raises:
             ValueError: not one integer label per sample.
@@ -295,13 +303,6 @@ class RecordDataset:
         """``(shard int32, offset int64, framed length int64)`` of each sample id."""
         ids = self._ids(ids)
         return self.sample_shard[ids], self.sample_offset[ids], self.sample_length[ids]
-
-    def index(self):
-        """The planner's :class:`evenflow.Index`, with labels and costs from the sidecars."""
-        from evenflow.plan.index import Index
-        if self.num_samples == 0:
-            raise RecordError(self.paths[0], "the dataset has no records; nothing to plan", kind="input")
-        return Index(self.num_samples, labels=self.labels, costs=self.costs)
 
     def _ids(self, ids) -> np.ndarray:
         arr = np.asarray(ids)
@@ -393,7 +394,6 @@ class RecordDataset:
         return self.sample_shard[ids], self.sample_offset[ids] + HEADER_BYTES, lengths, np.cumsum(lengths) - lengths
 
     def _verify(self, ids, buffer, starts, lengths) -> None:
-        from evenflow.records.framing import _Q
         shard = self.sample_shard[ids]
         offs = self.sample_offset[ids]
         heads = np.empty((ids.size, HEADER_BYTES), np.uint8)
@@ -406,7 +406,7 @@ class RecordDataset:
         stored_lcrc = heads[:, 8:].copy().view("<u4").reshape(-1)
         stored_dcrc = foots.view("<u4").reshape(-1)
         uniq, inv = np.unique(stored_len, return_inverse=True)
-        len_crc = np.array([masked_crc32c(_Q.pack(int(v))) for v in uniq.tolist()], np.uint32)[inv.reshape(-1)]
+        len_crc = np.array([masked_crc32c(LENGTH.pack(int(v))) for v in uniq.tolist()], np.uint32)[inv.reshape(-1)]
         raw = buffer.tobytes()
         # Plain CRC-32C per record (one C call each), compared with the unmasked stored values in
         # numpy: the masking arithmetic in Python per record cost as much as the CRCs themselves.

@@ -26,9 +26,10 @@ from typing import Mapping
 import numpy as np
 
 from evenflow.records.errors import RecordError
-from evenflow.records.example import FeatureSpec
+from evenflow.records.example_proto import example_classes
+from evenflow.records.spec import FeatureSpec, dtype_of_list
 
-__all__ = ["ExampleError", "decode_examples", "parse_one"]
+__all__ = ["ExampleError", "decode_example", "decode_examples", "infer_specs", "parse_one"]
 
 _AR10 = np.arange(10)
 _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
@@ -339,8 +340,6 @@ def _extract(buf, spans: dict, specs: Mapping[str, FeatureSpec], b: int) -> dict
 def parse_one(record: bytes, i: int):
     """Parse one record with the protobuf ``Example`` class; ``i`` is its index for errors."""
     from google.protobuf.message import DecodeError
-
-    from evenflow.records.example_proto import example_classes
     try:
         return example_classes()["Example"].FromString(record)
     except DecodeError as e:
@@ -349,8 +348,6 @@ def parse_one(record: bytes, i: int):
 
 def _general(buf, starts, lengths, specs: Mapping[str, FeatureSpec]) -> dict[str, np.ndarray]:
     from google.protobuf.message import DecodeError
-
-    from evenflow.records.example_proto import example_classes
     from_string = example_classes()["Example"].FromString
     b = starts.shape[0]
     out = {key: np.empty((b, spec.size), dtype=object if spec.dtype == "bytes" else spec.dtype)
@@ -424,3 +421,16 @@ def decode_example(record: bytes, specs: Mapping[str, FeatureSpec]) -> dict[str,
     """Decode one Example; arrays have the spec's shape (no batch axis)."""
     return {k: v[0] for k, v in decode_examples([record], specs).items()}
 
+
+def infer_specs(record: bytes) -> dict[str, FeatureSpec]:
+    """Guess specs from one serialized Example: list type and length (1 value -> shape ``()``)."""
+    msg = parse_one(record, 0)
+    specs = {}
+    for key in sorted(msg.features.feature):
+        feature = msg.features.feature[key]
+        kind = feature.WhichOneof("kind")
+        if kind is None:
+            continue
+        n = len(getattr(feature, kind).value)
+        specs[key] = FeatureSpec(dtype_of_list(kind), () if n == 1 else (n,))
+    return specs

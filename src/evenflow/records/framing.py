@@ -1,10 +1,7 @@
 """TFRecord framing: the writer, the sequential reader and the scan that builds an index.
 
-A TFRecord file is a plain concatenation of records, each framed as::
-
-    uint64 length | uint32 masked_crc32c(length bytes) | data[length] | uint32 masked_crc32c(data)
-
-all little-endian, so a record takes ``length + 16`` bytes and the file has no header,
+A TFRecord file is a plain concatenation of records, each framed as
+:mod:`evenflow.records.frame` describes (``length + 16`` bytes), with no file header,
 footer or padding. Nothing in the file says where record *i* starts; that is what the
 ``.idx`` sidecar (:mod:`evenflow.records.sidecar`) is for, and :func:`scan_file` is how
 one is built for a file written by someone else.
@@ -24,15 +21,13 @@ import numpy as np
 
 from evenflow.records.crc import masked_crc32c
 from evenflow.records.errors import BadRecord, RecordError
+from evenflow.records.frame import FOOTER_BYTES, FRAME_BYTES, HEADER_BYTES
+from evenflow.records.frame import LENGTH as _Q
+from evenflow.records.sidecar import write_sidecars
 
 __all__ = ["HEADER_BYTES", "FOOTER_BYTES", "RecordWriter", "ScanResult", "iter_records",
            "open_mmap", "read_record", "scan_file"]
 
-HEADER_BYTES = 12  # uint64 length + uint32 masked crc of it
-FOOTER_BYTES = 4   # uint32 masked crc of the data
-FRAME_BYTES = HEADER_BYTES + FOOTER_BYTES
-
-_Q = struct.Struct("<Q")
 _I = struct.Struct("<I")
 _QI = struct.Struct("<QI")
 
@@ -117,7 +112,6 @@ class RecordWriter:
             self.abort()
             raise
         if self.write_index:
-            from evenflow.records.sidecar import write_sidecars
             write_sidecars(self.path, self.offsets, self.lengths, file_size=self._pos,
                            labels=labels, costs=costs)
 

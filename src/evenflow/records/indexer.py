@@ -4,7 +4,7 @@ For a file written by ``tf.io.TFRecordWriter`` or any other tool, one pass finds
 record (checking each length CRC, and each data CRC with ``verify``), then the ``.idx``
 and ``.meta.npz`` sidecars are written next to it. With a label or cost key, those
 columns are decoded from the records in bulk and stored in the metadata, so
-``evenflow.Index.from_records`` can stratify and cost-balance on them.
+``evenflow.Index.from_records`` and the planner can stratify and cost-balance on them.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import BadRecord, RecordError
 from evenflow.records.framing import scan_file
 from evenflow.records.sidecar import load_shard_index, write_sidecars
@@ -43,7 +44,6 @@ class IndexReport:
 
 def _column(path: str, key: str, role: str) -> np.ndarray:
     """One scalar feature of every record of ``path`` (already indexed), as a flat array."""
-    from evenflow.records.dataset import RecordDataset
     ds = RecordDataset([path], features=[key])
     spec = ds.specs[key]
     if spec.dtype == "bytes" or spec.size != 1:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evenflow.records.errors import RecordError
-from evenflow.records.framing import FRAME_BYTES
+from evenflow.records.frame import FRAME_BYTES
 
 __all__ = ["ShardIndex", "idx_path", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
 

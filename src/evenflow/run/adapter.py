@@ -103,12 +103,18 @@ class Framework(Protocol):
     def refusals(self, config, processes: Processes) -> list[str]:
         """One line per option of ``config`` this framework cannot honour on ``processes`` (numpy only; empty if none).
 
-        An option for the communication between processes, set on a run of one process, is
-        refused too: it would have no effect.
         """
 
     def processes(self, config) -> Processes:
         """Who takes part, from the environment and ``config`` (numpy only)."""
+
+    def notes(self, config, processes: Processes) -> list[str]:
+        """Lines the run prints about options that have nothing to act on here (e.g. a timeout between
+        processes in a run of one process): accepted, so the same command works on any number of
+        processes, and said, so nothing is silently ignored."""
+
+    def refuses_data(self, data, config) -> str | None:
+        """Why this framework cannot train on the loaded ``data`` (one line), or None."""
 
     def start(self, prepared) -> Session:
         """Start the framework for a :class:`~evenflow.run.job.Prepared` run and build its model."""

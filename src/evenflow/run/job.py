@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from evenflow.data.load import load_dataset
 from evenflow.plan.cursor import Cursor
-from evenflow.records.augment_policy import check_fits
+from evenflow.data.augment_policy import check_fits
 from evenflow.plan.options import PlanOptions
 from evenflow.plan.plan import Plan
 from evenflow.plan.topology import Topology
@@ -51,6 +52,7 @@ class Prepared:
     run_dir: Path
     processes: Processes
     resume_from: Cursor | None = None
+    notes: tuple[str, ...] = ()
 
 
 def prepare(config: TrainConfig, framework: Framework) -> Prepared:
@@ -84,16 +86,17 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {run_dir} exists and is not a directory; choose another --output-dir")
     resume_from = _check_resume(config, train_plan, run_dir) if config.checkpoint.resume else None
-    return Prepared(config, data, train_plan, test_plan, run_dir, processes, resume_from)
+    notes = tuple(framework.notes(config, processes))
+    return Prepared(config, data, train_plan, test_plan, run_dir, processes, resume_from, notes)
 
 
 def _load(config: TrainConfig, framework: Framework):
-    # TEMPORARY until the neutral data layer lands: each framework's own loader.
-    if framework.name == "tf":
-        from evenflow.tf.data import load_dataset
-    else:
-        from evenflow.torch.data import load_dataset
-    return load_dataset(config.data)
+    """The dataset as numpy sources, if the framework can train on it."""
+    data = load_dataset(config.data)
+    refused = framework.refuses_data(data, config)
+    if refused:
+        raise ValueError(refused)
+    return data
 
 
 def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path) -> Cursor | None:

@@ -70,10 +70,10 @@ class DataOptions:
         check_float("test_fraction", self.test_fraction, 0.0, 1.0)
         check_int("split_seed", self.split_seed, 0)
         check_str("augment", self.augment)
-        from evenflow.records.augment_policy import parse_policy
+        from evenflow.data.augment_policy import parse_policy
         parse_policy(self.augment)
         check_bool("skip_corrupt", self.skip_corrupt)
-        from evenflow.tf.text import parse_pad_lengths  # numpy only; a TOML array becomes the comma form
+        from evenflow.data.text import parse_pad_lengths  # a TOML array becomes the comma form
         parsed = parse_pad_lengths(self.pad_lengths)
         object.__setattr__(self, "pad_lengths", ",".join(map(str, parsed)) if parsed else "")
 

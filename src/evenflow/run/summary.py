@@ -29,7 +29,7 @@ def print_header(p, session, title: str, out) -> None:
     if cfg.data.augment != "none":
         print(f"augmenting training batches only: {cfg.data.augment} (keyed by seed {sched.seed}, epoch, sample id)",
               file=out)
-    for note in p.data.notes:
+    for note in (*p.data.notes, *p.notes):
         print(note, file=out)
     print(f"\nper-replica balance, epoch 0:\n{balance_table(p.train_plan.epoch(0))}\n", file=out)
 

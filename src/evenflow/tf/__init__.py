@@ -1,7 +1,8 @@
 """TensorFlow adapter: execute evenflow plans with ``tf.data`` and ``tf.distribute``.
 
 * :class:`PlanReader` turns a :class:`~evenflow.plan.plan.Plan` into one ``tf.data``
-  pipeline per replica over a :class:`Source` (e.g. :class:`ArraySource`);
+  pipeline per replica over a :class:`Source` (e.g. :class:`ArraySource`) or any
+  :class:`evenflow.data.Source`, which :func:`tf_source` turns into TensorFlow ops;
 * :class:`Trainer` runs the custom ``strategy.run`` loop with the masked loss, on the
   framework-neutral :class:`evenflow.run.TrainLoop` (checkpoints, audit, anomaly policy and
   rebalancing through :class:`evenflow.run.TrainingGuard` and :class:`evenflow.run.ReplicaMonitor`);
@@ -22,6 +23,7 @@ from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.models import MODELS, build_model
 from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
 from evenflow.tf.reader import PlanReader
+from evenflow.tf.source_adapter import tf_source
 from evenflow.tf.sources import ArraySource, Source
 from evenflow.tf.state import TFState
 from evenflow.tf.strategy import Communication, make_strategy, mirrored_strategy, topology_of
@@ -49,5 +51,6 @@ __all__ = [
     "masked_loss",
     "mirrored_strategy",
     "per_sample_cross_entropy",
+    "tf_source",
     "topology_of",
 ]

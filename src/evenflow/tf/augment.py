@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from evenflow.records.augment_policy import POLICY_NAMES, parse_policy
-from evenflow.records.augment_policy import STREAMS as _STREAMS
-from evenflow.records.augment_policy import policy_value as _policy_value
+from evenflow.data.augment_policy import POLICY_NAMES, parse_policy
+from evenflow.data.augment_policy import STREAMS as _STREAMS
+from evenflow.data.augment_policy import policy_value as _policy_value
 from evenflow.tf._lazy import tf as _tf
 
 __all__ = ["POLICY_NAMES", "brightness", "chain", "contrast", "flip", "from_policy", "parse_policy",

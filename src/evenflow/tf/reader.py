@@ -29,9 +29,11 @@ each replica still receives exactly its row.
 Padding slots load a valid dummy row (another sample of the same batch) so every
 op sees well-formed data; the mask removes them from loss and metrics.
 
-Sources follow a three-member protocol (:class:`~evenflow.tf.sources.Source`):
-:class:`~evenflow.tf.sources.ArraySource` serves numpy arrays from memory,
-``evenflow.tf.records_source.RecordSource`` serves TFRecord shards the same way.
+Sources follow a three-member protocol: ``num_samples``, ``index()``, ``batch(ids)``. The
+reader takes a TensorFlow source (:class:`~evenflow.tf.sources.Source`, e.g.
+:class:`~evenflow.tf.sources.ArraySource` or ``evenflow.tf.records_source.RecordSource``)
+or any numpy :class:`evenflow.data.Source`, which it turns into TensorFlow ops itself
+(:func:`~evenflow.tf.source_adapter.tf_source`).
 """
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ import numpy as np
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import numpy_function, wall_clock
-from evenflow.tf.strategy import on_cpu
+from evenflow.tf.source_adapter import reader_source
 # Re-exported: the source protocol is part of the reader's interface.
 from evenflow.tf.sources import RESERVED_KEYS, ArraySource, Source
+from evenflow.tf.strategy import on_cpu
 
 __all__ = ["Source", "ArraySource", "PlanReader", "RESERVED_KEYS"]
 
@@ -118,7 +121,9 @@ class PlanReader:
     2-core reference machine, against 0.15 s for an epoch of digits.
 
     Args:
-        source: a :class:`Source`.
+        source: a TensorFlow :class:`Source`, or an :class:`evenflow.data.Source` (numpy), which
+            is read through :func:`~evenflow.tf.source_adapter.tf_source`; see
+            :func:`~evenflow.tf.source_adapter.reader_source` for how the two are told apart.
         map_fns: functions ``fn(batch: dict) -> dict`` applied in order to every
             batch (augmentation, normalisation), each with
             ``num_parallel_calls=AUTOTUNE``. They see all batch keys, including
@@ -141,9 +146,7 @@ class PlanReader:
 
     def __init__(self, source: Source, map_fns: Sequence[MapFn] = (), prefetch: int = 4,
                  trim_padding: bool = False, stamp: bool = False):
-        if not isinstance(source, Source):
-            raise TypeError(f"source must follow the evenflow.tf.Source protocol (num_samples, index(), "
-                            f"batch(ids)), got {type(source).__name__}")
+        source = reader_source(source)
         map_fns = tuple(map_fns)
         for i, fn in enumerate(map_fns):
             if not callable(fn):

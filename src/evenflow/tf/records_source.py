@@ -1,10 +1,14 @@
-"""A :class:`~evenflow.tf.reader.Source` over evenflow records (TFRecord shards + sidecar index).
+"""A TensorFlow :class:`~evenflow.tf.sources.Source` over evenflow records (TFRecord shards + sidecar index).
 
 ``batch(ids)`` reads the serialized ``tf.train.Example`` payloads of a whole per-replica
 batch with one call to :meth:`RecordDataset.read_batch_bytes` (one ``bytes.join`` of slices
 of the memory-mapped shards, inside ``tf.numpy_function``), splits it into records with one
 ``tf.strings.substr`` (no per-record Python), and parses them all with one
 ``tf.io.parse_example`` whose feature spec comes from the manifest.
+
+The numpy side (reading by record number, checking CRCs once, the cache, naming a bad
+record) is a :class:`evenflow.data.RecordSource` (:attr:`RecordSource.numpy`), which
+``evenflow.tf.tf_source`` also turns into this class.
 
 With ``cache=True`` every record is read and decoded once, by the numpy Example decoder of
 :mod:`evenflow.records` (so a record that does not parse is named before TensorFlow starts),
@@ -33,6 +37,9 @@ from typing import Callable
 
 import numpy as np
 
+from evenflow.data.images import quiet_native_stderr
+from evenflow.data.records_source import RecordSource as NumpyRecordSource
+from evenflow.records.errors import RecordError
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import numpy_function
 
@@ -43,13 +50,6 @@ __all__ = ["RecordSource", "decode_images"]
 UNROLL_MAX = 1024
 
 _TF_DTYPES = {"float32": "float32", "int64": "int64", "bytes": "string"}
-
-
-def _open(path_or_dataset):
-    from evenflow.records import RecordDataset
-    if isinstance(path_or_dataset, RecordDataset):
-        return path_or_dataset
-    return RecordDataset(path_or_dataset)
 
 
 class RecordSource:
@@ -81,25 +81,38 @@ class RecordSource:
 
     def __init__(self, path_or_dataset, feature_key: str | None = None, label_key: str = "label",
                  cache: bool = False, decode: Callable[[dict], dict] | None = None, verify: bool = False):
-        self.dataset = ds = _open(path_or_dataset)
-        where = ds.manifest_path or ds.paths[0]
-        feature_key = ds.training_keys(feature_key, label_key)
+        numpy = NumpyRecordSource(path_or_dataset, feature_key, label_key, cache=cache, verify=verify,
+                                  raw_images=True)
+        self._init(numpy, decode)
+
+    @classmethod
+    def from_source(cls, numpy: NumpyRecordSource, decode: Callable[[dict], dict] | None) -> "RecordSource":
+        """The TensorFlow reader of ``numpy.full()`` (every record of its dataset), with the TensorFlow
+        map function ``decode`` in place of its numpy one; the two share the CRC bookkeeping, the
+        cache and :attr:`error`."""
+        out = cls.__new__(cls)
+        out._init(numpy.full(), decode)
+        return out
+
+    def _init(self, numpy: NumpyRecordSource, decode) -> None:
         if decode is not None and not callable(decode):
             raise TypeError(f"decode must be a function batch -> batch, got {type(decode).__name__}")
-        self.feature_key, self.label_key, self.cache, self.decode = feature_key, label_key, bool(cache), decode
-        self.verify = bool(verify)
-        self._verified = np.zeros(len(ds), bool) if self.verify else None  # records whose CRCs were checked
-        # The first RecordError met while reading inside a pipeline (TensorFlow only passes on its text).
-        self.error = None
-        self.feature_spec = ds.specs[feature_key]
-        self.is_encoded = self.feature_spec.dtype == "bytes"
-        self.num_samples = len(ds)
-        self._where = where
+        self.numpy, self.decode = numpy, decode
+        self.dataset = numpy.dataset
+        self.feature_key, self.label_key, self.cache = numpy.feature_key, numpy.label_key, numpy.cache
+        self.verify, self.feature_spec, self.is_encoded = numpy.verify, numpy.feature_spec, numpy.is_encoded
+        self.num_samples = len(self.dataset)
+        self._where = numpy.where
         self._cached = None  # {"feature": tensor [N, ...], "label": int64 [N]} when cached
-        self._preloaded = None  # what preload() decoded, until the cache tensors are made from it
+
+    @property
+    def error(self):
+        """The first :class:`~evenflow.records.RecordError` met while reading inside a pipeline
+        (TensorFlow only passes on its text), or None."""
+        return self.numpy.error
 
     def index(self):
-        return self.dataset.index()
+        return self.numpy.index()
 
     # -- TensorFlow side ---------------------------------------------------------------------------
     def _parse_spec(self) -> dict:
@@ -109,18 +122,7 @@ class RecordSource:
                 self.label_key: tf.io.FixedLenFeature([], tf.int64)}
 
     def _read(self, ids):
-        from evenflow.records import RecordError
-        try:
-            if self.verify:
-                new = ids[~self._verified[ids]]
-                if new.size:  # the first read of these records: check their CRCs (a second, small read)
-                    self.dataset.read_batch_buffer(new, verify=True)
-                    self._verified[new] = True
-            raw, starts, lengths = self.dataset.read_batch_bytes(ids)
-        except RecordError as e:
-            if self.error is None:
-                self.error = e
-            raise
+        raw, starts, lengths = self.numpy.read_serialized(ids)
         return np.array(raw, dtype=object), starts, lengths
 
     def preload(self) -> None:
@@ -129,29 +131,19 @@ class RecordSource:
         A bad record then raises its :class:`~evenflow.records.RecordError` here, before
         TensorFlow starts, rather than while a pipeline is traced. No-op without ``cache``.
         """
-        from evenflow.records import RecordError
-        if self.cache and self._cached is None and self._preloaded is None:
-            try:
-                self._preloaded = self.dataset.decode_batch(np.arange(self.num_samples, dtype=np.int64),
-                                                            keys=[self.feature_key, self.label_key],
-                                                            verify=self.verify)
-            except RecordError as e:
-                if self.error is None:
-                    self.error = e
-                raise
+        if self._cached is None:
+            self.numpy.preload()
 
     def _cached_batch(self, ids) -> dict:
         tf = _tf()
         if self._cached is None:
             # init_scope: eager tensors that traced functions capture, not constants baked into graphs.
             with tf.init_scope(), tf.device("/cpu:0"):
-                self.preload()
-                cols = self._preloaded
+                cols = self.numpy.take_cache()  # the numpy copy is dropped once the tensors hold it
                 feature = cols[self.feature_key]
                 self._cached = {"feature": tf.constant(list(feature) if self.is_encoded else feature,
                                                        dtype=tf.string if self.is_encoded else None),
                                 "label": tf.constant(np.asarray(cols[self.label_key], np.int64).reshape(-1))}
-                self._preloaded = None
         return {"image" if self.is_encoded else "features": tf.gather(self._cached["feature"], ids),
                 "label": tf.gather(self._cached["label"], ids)}
 
@@ -165,7 +157,6 @@ class RecordSource:
 
     def batch(self, ids) -> dict:
         tf = _tf()
-        from evenflow.records import RecordError
         if self.cache:
             out = self._cached_batch(ids)
             return self.decode(out) if self.decode is not None else out
@@ -186,36 +177,20 @@ class RecordSource:
 
         Reads in Python, ``chunk`` records at a time: CRCs, then the Example decoder of
         :mod:`evenflow.records` (a missing feature or a wrong type or shape), then
-        ``decode`` eagerly for encoded images. Meant for after a pipeline failed, so it
-        starts with :attr:`error` when the pipeline already met one.
+        ``decode`` eagerly for encoded images (:meth:`evenflow.data.RecordSource.find_bad_record`
+        with TensorFlow's decoder). Meant for after a pipeline failed, so it starts with
+        :attr:`error` when the pipeline already met one.
 
         Returns:
             A :class:`~evenflow.records.RecordError` naming the shard file, record number
             and byte offset, or None if every record is fine.
         """
-        from evenflow.records import RecordError
-        if self.error is not None:
-            return self.error
-        ds = self.dataset
-        order = np.arange(self.num_samples, dtype=np.int64) if ids is None else np.asarray(ids, np.int64).ravel()
-        for lo in range(0, order.size, chunk):
-            part = order[lo:lo + chunk]
-            try:
-                ds.read_batch_buffer(part, verify=True)
-                cols = ds.decode_batch(part, keys=[self.feature_key, self.label_key])
-            except RecordError as e:
-                return e
-            if self.decode is not None and self.is_encoded:
-                bad = self._undecodable(part, cols[self.feature_key])
-                if bad is not None:
-                    return bad
-        return None
+        check = self._undecodable if self.decode is not None and self.is_encoded else _no_check
+        return self.numpy.find_bad_record(ids, chunk, check_images=check)
 
     def _undecodable(self, ids, encoded):
         """The RecordError of the first of ``ids`` whose image ``decode`` rejects, or None."""
         tf = _tf()
-        from evenflow.records import RecordError
-        from evenflow.records.images import quiet_native_stderr
 
         def run(sel):
             batch = {"image": tf.constant(list(encoded[sel]), tf.string),
@@ -245,6 +220,11 @@ class RecordSource:
     def __repr__(self):
         return (f"RecordSource({self._where!r}, num_samples={self.num_samples}, feature_key={self.feature_key!r}, "
                 f"cache={self.cache})")
+
+
+def _no_check(records, encoded):
+    """No image check: without ``decode`` the images are passed on undecoded."""
+    return None
 
 
 def decode_images(channels: int = 1, size: tuple[int, int] | None = None, key: str = "image",

@@ -5,17 +5,67 @@ first, because it fixes the logical devices before anything creates a tensor.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
+
+from evenflow.run.adapter import Processes
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.cluster import Cluster
 
-__all__ = ["start_session", "make_readers", "bad_input", "replicas_text"]
+__all__ = ["TFSession", "start_session", "make_readers", "bad_input", "replicas_text"]
+
+
+@dataclass
+class TFSession:
+    """A started TensorFlow run (:class:`evenflow.run.adapter.Session`)."""
+
+    processes: Processes
+    cluster: Cluster
+    strategy: object
+    trainer: object
+    devices: list[str]
+    description: str
+    shared_cpu: bool
+    num_weights: int
+    state: object
+    train_reader: object
+    test_reader: object
+    data: object
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def loop(self):
+        return self.trainer.loop
+
+    def running(self) -> contextlib.AbstractContextManager:
+        return self.trainer.engine.running()
+
+    def writer(self, directory: Path):
+        from evenflow.tf.summary import TFScalarWriter
+
+        return TFScalarWriter(directory)
+
+    def failure(self, error: BaseException) -> BaseException | None:
+        """A lost peer (one line naming the worker) or a bad record (naming file and record), else None."""
+        from evenflow.tf.session import bad_input
+        from evenflow.tf.strategy import collective_failure
+
+        failure = collective_failure(error, self.cluster)
+        if failure is not None:
+            return failure
+        return bad_input(self.data, error)
+
+    def close(self, ok: bool) -> None:
+        """Nothing to release: TensorFlow's runtime ends with the process."""
 
 
 def start_session(p, cluster):
     """A :class:`~evenflow.tf.adapter.TFSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
-    from evenflow.tf.adapter import TFSession
     from evenflow.tf.models import build_model
     from evenflow.tf.optimizers import make_optimizer
     from evenflow.tf.simulate import reserve_threads
@@ -125,6 +175,14 @@ def bad_input(data, error: BaseException):
 
     if getattr(data, "diagnose", None) is None:
         return None
+    diagnose = data.diagnose
+    if data.kind == "records":  # TensorFlow's own reading and image decoding, on the records both splits read
+        from evenflow.tf.source_adapter import tf_source
+
+        reader, good = tf_source(data.records), np.sort(np.concatenate([data.train.ids, data.test.ids]))
+
+        def diagnose(error):
+            return reader.find_bad_record(good)
     chain, e = [], error
     while e is not None and len(chain) < 16:
         chain.append(e)
@@ -134,7 +192,7 @@ def bad_input(data, error: BaseException):
     if not any(isinstance(e, (_tf().errors.OpError, PipelineClosed, RecordError)) for e in chain) and \
             "RecordError" not in str(error):
         return None
-    return data.diagnose(error)
+    return diagnose(error)
 
 
 def replicas_text(cluster, comp, devices: list[str]) -> str:

@@ -1,12 +1,12 @@
-"""Where batches come from: the :class:`Source` protocol and :class:`ArraySource`.
+"""Sources as TensorFlow ops: the :class:`Source` protocol of the reader, arrays and subsets in memory.
 
-A source is random access by sample id, one whole batch at a time: the reader
-hands it the ids of one replica's batch (padding already replaced by valid ids)
-and gets back a dict of tensors. Three members are all a source needs —
-``num_samples``, ``index()`` and ``batch(ids)`` — so numpy arrays
-(:class:`ArraySource`), TFRecord shards
-(``evenflow.tf.records_source.RecordSource``) or anything else plug into the same
-:class:`~evenflow.tf.reader.PlanReader`.
+A TensorFlow source is random access by sample id, one whole batch at a time, like an
+:class:`evenflow.data.Source`, but its ``batch(ids)`` takes an int64 tensor and returns
+tensors, because the :class:`~evenflow.tf.reader.PlanReader` calls it inside a ``tf.data``
+map function. :class:`ArraySource` serves numpy arrays from memory with one ``tf.gather``
+per array; :class:`SubsetSource` renumbers the samples of another source. Any neutral
+source becomes one of these (or a ``tf.numpy_function`` around its ``batch``) through
+:func:`evenflow.tf.source_adapter.tf_source`, which the reader calls itself.
 """
 from __future__ import annotations
 
@@ -14,13 +14,12 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from evenflow.plan import Index
+from evenflow.data import source as neutral
+from evenflow.data.source import RESERVED_KEYS
+from evenflow.plan.index import Index
 from evenflow.tf._lazy import tf as _tf
 
 __all__ = ["Source", "ArraySource", "SubsetSource", "RESERVED_KEYS"]
-
-# Keys the reader adds to every batch; a source or map function must not produce them itself.
-RESERVED_KEYS = ("id", "mask", "global_real_count", "epoch", "produced")
 
 
 @runtime_checkable
@@ -48,7 +47,7 @@ class Source(Protocol):
 
 
 class ArraySource:
-    """A :class:`Source` over numpy arrays held in memory.
+    """A TensorFlow :class:`Source` over numpy arrays held in memory.
 
     The arrays become tensors on first use (not in the constructor), so a source
     can be built and validated before TensorFlow's devices are configured.
@@ -56,50 +55,42 @@ class ArraySource:
     once into TensorFlow's host memory.
 
     Args:
-        features: array ``[N, ...]`` of any numeric dtype.
+        features: array ``[N, ...]`` of any numeric dtype (float64 becomes float32).
         labels: integer array ``[N]``.
         costs: optional non-negative array ``[N]`` passed to the index.
         extra: optional dict of further ``[N, ...]`` arrays to return with each batch.
+
+    Raises:
+        ValueError, TypeError: as :class:`evenflow.data.ArraySource`, which checks the arrays.
     """
 
     def __init__(self, features, labels, costs=None, extra: dict | None = None):
-        features = np.asarray(features)
-        labels = np.asarray(labels)
-        if features.ndim < 1 or features.shape[0] < 1:
-            raise ValueError(f"features must be an array [N, ...] with N >= 1, got shape {features.shape}")
-        n = int(features.shape[0])
-        if labels.shape != (n,):
-            raise ValueError(f"labels must have shape [N] = ({n},) to match features {features.shape}, "
-                             f"got {labels.shape}; pass one integer label per sample")
-        if labels.dtype.kind not in "iub":
-            raise TypeError(f"labels must be integers, got dtype {labels.dtype}; map classes to 0..K-1 first")
-        if features.dtype.kind not in "iufb":
-            raise TypeError(f"features must be numeric, got dtype {features.dtype}")
-        self._arrays = {"features": features, "label": labels.astype(np.int64)}
-        for key, arr in (extra or {}).items():
-            arr = np.asarray(arr)
-            if key in self._arrays or key in RESERVED_KEYS:
-                raise ValueError(f"extra array name {key!r} is taken; choose a name other than "
-                                 f"{', '.join(sorted({*self._arrays, *RESERVED_KEYS}))}")
-            if arr.ndim < 1 or arr.shape[0] != n:
-                raise ValueError(f"extra array {key!r} must have {n} rows like features, got shape {arr.shape}")
-            self._arrays[key] = arr
-        self.num_samples = n
-        self._costs = costs
+        self._init(neutral.ArraySource(features, labels, costs=costs, extra=extra))
+
+    def _init(self, numpy: neutral.ArraySource) -> None:
+        self.numpy = numpy  # the numpy source: its arrays, checked
+        self.num_samples = numpy.num_samples
         self._tensors: dict | None = None
+
+    @classmethod
+    def from_source(cls, source: neutral.ArraySource) -> "ArraySource":
+        """The TensorFlow view of a numpy :class:`evenflow.data.ArraySource` (the same arrays, not copied)."""
+        out = cls.__new__(cls)
+        out._init(source)
+        return out
 
     @property
     def feature_shape(self) -> tuple[int, ...]:
         """Shape of one sample's features."""
-        return tuple(self._arrays["features"].shape[1:])
+        return self.numpy.feature_shape
 
     @property
     def labels(self) -> np.ndarray:
         """int64 ``[N]``."""
-        return self._arrays["label"]
+        return self.numpy.labels
 
     def index(self) -> Index:
-        return Index(self.num_samples, labels=self._arrays["label"], costs=self._costs)
+        return self.numpy.index()
 
     def batch(self, ids) -> dict:
         tf = _tf()
@@ -108,7 +99,7 @@ class ArraySource:
             # the map function; the traced function then captures them instead of baking the
             # arrays into the graph as constants.
             with tf.init_scope(), tf.device("/cpu:0"):
-                self._tensors = {k: tf.convert_to_tensor(v) for k, v in self._arrays.items()}
+                self._tensors = {k: tf.convert_to_tensor(v) for k, v in self.numpy.arrays.items()}
         return {k: tf.gather(t, ids) for k, t in self._tensors.items()}
 
     def __repr__(self):
@@ -116,7 +107,7 @@ class ArraySource:
 
 
 class SubsetSource:
-    """The samples ``ids`` of another :class:`Source`, renumbered ``0..len(ids)-1``.
+    """The samples ``ids`` of another TensorFlow :class:`Source`, renumbered ``0..len(ids)-1``.
 
     How a train/test split of one records dataset becomes two sources that share the
     files (and, with ``RecordSource(cache=True)``, one in-memory copy): sample ``i`` of

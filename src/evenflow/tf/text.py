@@ -1,12 +1,11 @@
-"""Variable-length sequences in the plan reader, and a small text classifier that ignores padding.
+"""Variable-length sequences in TensorFlow, and a small text classifier that ignores padding.
 
-:class:`TextSource` is a :class:`~evenflow.tf.sources.Source` over a
-:class:`~evenflow.records.textdata.TextData`: the sequences live in one ragged
-tensor and ``batch(ids)`` gathers one replica's rows and pads them only to the
-longest sequence *of that batch* (0 = padding), so a cost-bucketed step of short
-docstrings costs short-docstring compute. With ``pad_lengths`` it pads to the
-smallest listed length that fits instead, for users who want a small, fixed set of
-shapes (XLA, TPUs).
+:class:`TextSource` is the TensorFlow reader of a :class:`~evenflow.data.text.TextData`
+(what ``evenflow.tf.tf_source`` makes of an :class:`evenflow.data.TextSource`): the
+sequences live in one ragged tensor and ``batch(ids)`` gathers one replica's rows and
+pads them only to the longest sequence *of that batch* (0 = padding), or to the next of
+``pad_lengths``, as :mod:`evenflow.data.text` defines. :func:`decode_text` does the
+same for the bytes of text records.
 
 Under ``tf.distribute`` each replica's pipeline is separate (``PER_REPLICA``
 input), so the replicas of one step get batches of different lengths. The
@@ -28,17 +27,24 @@ import functools
 
 import numpy as np
 
-from evenflow.plan import Index
-from evenflow.records.textdata import PAD, VOCAB_SIZE, TextData
+from evenflow.data.text import PAD, VOCAB_SIZE, TextData
+from evenflow.data.text import TextSource as NumpyTextSource
+# compatibility: the job layer moves to evenflow.data (these numpy helpers live in evenflow.data.text).
+from evenflow.data.text import check_pad_lengths, pad_lengths_of, parse_pad_lengths  # noqa: F401
+from evenflow.plan.index import Index
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["TextSource", "load_text", "text_cnn", "blank_padding_rows", "check_pad_lengths", "decode_text",
-           "pad_lengths_of", "parse_pad_lengths"]
+__all__ = ["TextSource", "blank_padding_rows", "decode_text", "text_cnn"]
 
 
 class TextSource:
-    """A :class:`~evenflow.tf.sources.Source` of token sequences, padded per batch.
+    """A TensorFlow :class:`~evenflow.tf.sources.Source` of token sequences, padded per batch.
+
+    The TensorFlow reader of an :class:`evenflow.data.TextSource` (same arguments, same
+    batches): the sequences live in one ragged tensor and ``batch(ids)`` gathers one
+    replica's rows and pads them to the batch's longest sequence, or to the next of
+    ``pad_lengths``.
 
     Args:
         data: the sequences and labels.
@@ -52,11 +58,19 @@ class TextSource:
     """
 
     def __init__(self, data: TextData, pad_lengths: tuple[int, ...] | None = None):
-        if not isinstance(data, TextData):
-            raise TypeError(f"data must be an evenflow TextData, got {type(data).__name__}")
-        pad_lengths = check_pad_lengths(pad_lengths, int(data.lengths.max()))
-        self.data, self.pad_lengths = data, pad_lengths
-        self.num_samples = data.num_samples
+        self._init(NumpyTextSource(data, pad_lengths))
+
+    @classmethod
+    def from_source(cls, source: NumpyTextSource) -> "TextSource":
+        """The TensorFlow reader of a numpy :class:`evenflow.data.TextSource`."""
+        out = cls.__new__(cls)
+        out._init(source)
+        return out
+
+    def _init(self, source: NumpyTextSource) -> None:
+        self.data, self.pad_lengths = source.data, source.pad_lengths
+        self.num_samples = source.num_samples
+        self.numpy = source  # the numpy source: its data and checked pad lengths
         self._tensors = None
 
     @property
@@ -68,7 +82,7 @@ class TextSource:
         return self.data.labels
 
     def index(self) -> Index:
-        return Index(self.num_samples, labels=self.data.labels, costs=self.data.lengths)
+        return self.numpy.index()
 
     def batch(self, ids) -> dict:
         tf = _tf()
@@ -89,64 +103,6 @@ class TextSource:
         return f"TextSource(num_samples={self.num_samples}, pad_lengths={self.pad_lengths})"
 
 
-def parse_pad_lengths(value) -> tuple[int, ...] | None:
-    """The ``pad_lengths`` config value as a tuple, or None for ``""`` (pad to each batch's longest).
-
-    Args:
-        value: a comma list such as ``"64,128,256,512"`` (the flag), or a list of ints
-            (a TOML array).
-
-    Raises:
-        ValueError: not increasing positive integers; the message names the bad item.
-    """
-    rule = "pad_lengths must be a comma list of increasing positive integers (tokens), e.g. 64,128,256,512"
-    if isinstance(value, str):
-        items = [x.strip() for x in value.split(",")] if value.strip() else []
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        raise ValueError(f"{rule}; got {type(value).__name__} {value!r}")
-    if not items:
-        return None
-    lengths = []
-    for x in items:
-        if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
-            raise ValueError(f"{rule}; got {value!r}, where {x!r} is not an integer")
-        if int(x) < 1:
-            raise ValueError(f"{rule}; got {value!r}, where {int(x)} is not positive")
-        lengths.append(int(x))
-    for a, b in zip(lengths, lengths[1:]):
-        if b <= a:
-            raise ValueError(f"{rule}; got {value!r}, where {b} follows {a}: sort them and drop repeats")
-    return tuple(lengths)
-
-
-def pad_lengths_of(options) -> tuple[int, ...] | None:
-    """The parsed ``pad_lengths`` of :class:`~evenflow.tf.config.DataOptions` (None if unset)."""
-    return parse_pad_lengths(getattr(options, "pad_lengths", "") or "")
-
-
-def check_pad_lengths(pad_lengths, longest: int) -> tuple[int, ...] | None:
-    """``pad_lengths`` as a tuple of ints, checked: increasing, positive, the last >= ``longest``.
-
-    Args:
-        pad_lengths: lengths in tokens, or None (pad each batch to its longest sequence).
-        longest: tokens of the dataset's longest sequence.
-
-    Raises:
-        ValueError: not increasing positive lengths, or the last one shorter than ``longest``.
-    """
-    if pad_lengths is None:
-        return None
-    pad_lengths = tuple(int(x) for x in pad_lengths)
-    if not pad_lengths or any(b <= a for a, b in zip(pad_lengths, pad_lengths[1:])) or pad_lengths[0] < 1:
-        raise ValueError(f"pad_lengths must be increasing positive lengths, got {pad_lengths}")
-    if pad_lengths[-1] < longest:
-        raise ValueError(f"pad_lengths must reach the longest sequence ({longest} tokens), but the last is "
-                         f"{pad_lengths[-1]}; append {longest} or more")
-    return pad_lengths
-
-
 def _padded_length(length, pad_lengths):
     """int64 scalar: the batch's longest ``length``, or the smallest of ``pad_lengths`` that holds it."""
     tf = _tf()
@@ -162,9 +118,10 @@ def decode_text(pad_lengths: tuple[int, ...] | None = None, key: str = "image"):
 
     For text records written by ``evenflow convert`` (one ``bytes`` feature per
     record, which :class:`~evenflow.tf.records_source.RecordSource` returns under
-    ``"image"``): token ids are ``byte + 1`` as in :mod:`evenflow.records.textdata`,
-    padded with 0 like :meth:`TextSource.batch`, so the batch is the same one the
-    builtin dataset gives for the same samples.
+    ``"image"``): the TensorFlow twin of :class:`evenflow.data.text.DecodeText`. Token
+    ids are ``byte + 1`` as in :mod:`evenflow.data.text`, padded with 0 like
+    :meth:`TextSource.batch`, so the batch is the same one the builtin dataset gives for
+    the same samples.
 
     Args:
         pad_lengths: checked increasing lengths (:func:`check_pad_lengths`), or None.
@@ -189,22 +146,6 @@ def decode_text(pad_lengths: tuple[int, ...] | None = None, key: str = "image"):
         return batch
 
     return fn
-
-
-def load_text(options, name: str):
-    """``LoadedData`` of builtin text dataset ``name`` (a key of ``BUILTIN_TEXT``), split like the others."""
-    from evenflow.records.textdata import BUILTIN_TEXT
-    from evenflow.tf.data import LoadedData, split_indices
-
-    data = BUILTIN_TEXT[name]()
-    train, test = split_indices(data.labels, options.test_fraction, options.split_seed)
-    lengths = data.lengths
-    pad_lengths = pad_lengths_of(options)
-    return LoadedData(
-        train=TextSource(data.subset(train), pad_lengths), test=TextSource(data.subset(test), pad_lengths),
-        num_classes=len(data.class_names), feature_shape=(None,),
-        description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
-                    f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")
 
 
 @functools.cache

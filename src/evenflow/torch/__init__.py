@@ -2,7 +2,8 @@
 
 * :class:`PlanLoader` yields this rank's row of a plan as batches of tensors with
   ``mask`` and ``global_real_count``, loaded in ``DataLoader`` worker processes from
-  an :class:`ArraySource` or a :class:`RecordSource` (TFRecords, no TensorFlow);
+  any :class:`evenflow.data.Source`, e.g. an :class:`ArraySource` or a
+  :class:`RecordSource` (TFRecords, no TensorFlow), re-exported here from :mod:`evenflow.data`;
 * :class:`Trainer` runs DistributedDataParallel with the masked loss and summed gradients
   on the framework-neutral :class:`evenflow.run.TrainLoop` (checkpoints, audit, anomaly
   policy and rebalancing through :class:`evenflow.run.TrainingGuard` and
@@ -16,6 +17,8 @@ Importing this package does not import PyTorch; every module imports it inside i
 functions, and says ``pip install 'evenflow[torch]'`` when it is missing. Nothing
 here imports TensorFlow.
 """
+from evenflow.data.records_source import RecordSource
+from evenflow.data.source import ArraySource, Source
 from evenflow.torch._lazy import INSTALL_HINT, MissingFrameworkError
 from evenflow.torch.adapter import Torch
 from evenflow.torch.distributed import (PeerLostError, finish_distributed, init_distributed, ordered_sum_hook,
@@ -24,7 +27,6 @@ from evenflow.torch.engine import GRADIENT_SUMS, TorchReader
 from evenflow.torch.loader import PlanLoader, PlanSteps, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.models import MODELS, OPTIMIZERS, build_model, make_optimizer
-from evenflow.torch.sources import ArraySource, RecordSource, Source
 from evenflow.torch.state import TorchState
 from evenflow.torch.trainer import EpochResult, EvalResult, Trainer
 

@@ -9,15 +9,12 @@ when they are set, with the reason: text data and the ``text_cnn`` model (``pad_
 """
 from __future__ import annotations
 
-import contextlib
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys
 
-__all__ = ["Torch", "TorchSession", "REFUSED"]
+__all__ = ["Torch", "REFUSED"]
 
 # (option, value or None for any set value) -> the reason and what to do instead.
 REFUSED = {
@@ -28,7 +25,7 @@ REFUSED = {
     ("pad_lengths", None): "variable-length text trains on TensorFlow only (--framework tf --model text_cnn)",
     ("model", "text_cnn"): "text_cnn is a TensorFlow model; use --framework tf for text",
 }
-# Options for the process group and the gradient all-reduce: with one process they would do nothing.
+# Options for the process group and the gradient all-reduce: a run of one process says it has nothing for them.
 BETWEEN_RANKS = ("backend", "bytes_per_pack", "collective_timeout", "gradient_compression")
 
 
@@ -43,11 +40,14 @@ class Torch:
         for (key, value), why in REFUSED.items():
             if key in changed and (value is None or changed[key] == value):
                 out.append(f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework torch: {why}")
-        if processes.count == 1:
-            out += [f"--{key.replace('_', '-')} {changed[key]} sets the communication between PyTorch ranks, and this "
-                    f"run has one process; drop it, or start several ranks (torchrun --nproc_per_node=N -m evenflow "
-                    f"train ...)" for key in BETWEEN_RANKS if key in changed]
         return out
+
+    def notes(self, config, processes: Processes) -> list[str]:
+        changed = changed_keys(config)
+        if processes.count > 1:
+            return []
+        return [f"note: --{key.replace('_', '-')} sets the communication between PyTorch ranks; this run has one "
+                f"process, so it has nothing to act on" for key in BETWEEN_RANKS if key in changed]
 
     def processes(self, config) -> Processes:
         world = int(os.environ.get("WORLD_SIZE", "1") or 1)
@@ -61,52 +61,13 @@ class Torch:
                              f"or launch with torchrun --nproc_per_node={config.compute.replicas}")
         return Processes(count=world, index=rank, local_replicas=1)
 
-    def start(self, prepared) -> "TorchSession":
+    def refuses_data(self, data, config) -> str | None:
+        if data.feature_shape == (None,):
+            return (f"dataset {config.data.dataset} is variable-length text, and text trains on TensorFlow only; "
+                    f"use --framework tf --model text_cnn")
+        return None
+
+    def start(self, prepared):
         from evenflow.torch.session import start_session
 
         return start_session(prepared)
-
-
-@dataclass
-class TorchSession:
-    """A started PyTorch run (:class:`evenflow.run.adapter.Session`)."""
-
-    processes: Processes
-    trainer: object
-    devices: list[str]
-    description: str
-    num_weights: int
-    state: object
-    train_reader: object
-    test_reader: object
-    shared_cpu: bool = False
-    summary: dict = field(default_factory=dict)
-
-    @property
-    def loop(self):
-        return self.trainer.loop
-
-    def running(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def writer(self, directory: Path):
-        from evenflow.torch.summary import TorchScalarWriter
-
-        return TorchScalarWriter(directory)
-
-    def failure(self, error: BaseException) -> BaseException | None:
-        """A lost peer (:class:`~evenflow.torch.distributed.PeerLostError`) or a bad record, else None."""
-        from evenflow.torch.loader import worker_record_error
-
-        bad = worker_record_error(error)  # a bad record met in a loader worker process
-        if bad is not None:
-            return bad
-        lost = self.trainer.peer_error(error)
-        return lost if lost is not error else None
-
-    def close(self, ok: bool) -> None:
-        """Leave the process group: together with the others after a good run, at once after a failure."""
-        from evenflow.torch.distributed import finish_distributed
-
-        if ok:
-            finish_distributed()

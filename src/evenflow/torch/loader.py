@@ -32,7 +32,7 @@ import numpy as np
 
 from evenflow.plan import Cursor, Plan
 from evenflow.torch._lazy import torch as _torch
-from evenflow.torch.sources import RESERVED_KEYS, Source
+from evenflow.data.source import RESERVED_KEYS, Source
 
 __all__ = ["PlanLoader", "PlanSteps", "rank_and_world_size", "worker_record_error"]
 
@@ -153,7 +153,7 @@ class PlanLoader:
     """Batches of this rank's row of a plan, loaded in ``DataLoader`` worker processes.
 
     Args:
-        source: a :class:`~evenflow.torch.sources.Source` (``ArraySource``, ``RecordSource``).
+        source: an :class:`evenflow.data.Source` (``ArraySource``, ``RecordSource``, ``SubsetSource``, ...).
         plan: the plan; its number of replicas must equal the world size.
         rank, world_size: explicit, or both None to take them from ``torch.distributed``
             (a process without a process group is rank 0 of 1).
@@ -176,7 +176,7 @@ class PlanLoader:
                  prefetch_factor: int = 2, pin_memory: bool = False,
                  transform: Callable[[dict], dict] | None = None, multiprocessing_context=None):
         if not isinstance(source, Source):
-            raise TypeError(f"source must follow the evenflow.torch Source protocol (num_samples, index(), "
+            raise TypeError(f"source must follow the evenflow.data Source protocol (num_samples, index(), "
                             f"batch(ids)), got {type(source).__name__}")
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         if plan.topology.replicas != self.world_size:

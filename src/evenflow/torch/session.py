@@ -5,13 +5,63 @@ first: it fixes rank and world size.
 """
 from __future__ import annotations
 
-__all__ = ["start_session"]
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evenflow.run.adapter import Processes
+
+__all__ = ["TorchSession", "start_session"]
+
+
+@dataclass
+class TorchSession:
+    """A started PyTorch run (:class:`evenflow.run.adapter.Session`)."""
+
+    processes: Processes
+    trainer: object
+    devices: list[str]
+    description: str
+    num_weights: int
+    state: object
+    train_reader: object
+    test_reader: object
+    shared_cpu: bool = False
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def loop(self):
+        return self.trainer.loop
+
+    def running(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def writer(self, directory: Path):
+        from evenflow.torch.summary import TorchScalarWriter
+
+        return TorchScalarWriter(directory)
+
+    def failure(self, error: BaseException) -> BaseException | None:
+        """A lost peer (:class:`~evenflow.torch.distributed.PeerLostError`) or a bad record, else None."""
+        from evenflow.torch.loader import worker_record_error
+
+        bad = worker_record_error(error)  # a bad record met in a loader worker process
+        if bad is not None:
+            return bad
+        lost = self.trainer.peer_error(error)
+        return lost if lost is not error else None
+
+    def close(self, ok: bool) -> None:
+        """Leave the process group: together with the others after a good run, at once after a failure."""
+        from evenflow.torch.distributed import finish_distributed
+
+        if ok:
+            finish_distributed()
 
 
 def start_session(p):
     """A :class:`~evenflow.torch.adapter.TorchSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
     from evenflow.torch._lazy import torch as _torch
-    from evenflow.torch.adapter import TorchSession
     from evenflow.torch.distributed import init_distributed
     from evenflow.torch.engine import TorchReader
     from evenflow.torch.models import build_model, make_optimizer
@@ -59,7 +109,7 @@ def _facts(torch, trainer, backend: str, comp, model) -> dict:
 
 def _readers(p):
     """(train reader, test reader): augmentation in the training loader's workers only."""
-    from evenflow.torch.augment import from_policy
+    from evenflow.data.augment import from_policy
     from evenflow.torch.engine import TorchReader
 
     cfg = p.config

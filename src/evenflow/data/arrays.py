@@ -1,9 +1,8 @@
 """Labelled arrays for training, framework-free: checks, the train/test split, ``.npz`` and digits.
 
-Both framework adapters (``evenflow.tf.data`` and ``evenflow.torch.data``) load
-their array datasets through these functions, so the two frameworks accept the
-same inputs, refuse the same mistakes with the same messages and hold out the
-same test samples.
+:func:`evenflow.data.load_dataset` loads every kind of dataset through these functions,
+so every framework accepts the same inputs, refuses the same mistakes with the same
+messages and holds out the same test samples.
 """
 from __future__ import annotations
 
@@ -88,15 +87,16 @@ def read_npz(path, feature_key: str, label_key: str) -> tuple[np.ndarray, np.nda
                          f"numpy.savez without object arrays") from e
 
 
-def digits_arrays(extra: str) -> tuple[np.ndarray, np.ndarray]:
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's 8x8 digits (shipped with it: no download) as float32 ``[1797, 8, 8, 1]`` in [0, 1].
 
-    Args:
-        extra: the evenflow extra that installs scikit-learn, named in the error.
+    Raises:
+        ValueError: scikit-learn is not installed (it comes with the ``tf`` and ``torch`` extras).
     """
     try:
         from sklearn.datasets import load_digits
     except ModuleNotFoundError as e:
-        raise ValueError(f"builtin:digits needs scikit-learn; run pip install 'evenflow[{extra}]'") from e
+        raise ValueError("builtin:digits needs scikit-learn; run pip install 'evenflow[tf]' or "
+                         "'evenflow[torch]' (both install it), or pip install scikit-learn") from e
     d = load_digits()
     return (d.images / 16.0).astype(np.float32)[..., None], d.target.astype(np.int64)

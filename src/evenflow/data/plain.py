@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import RecordError
 from evenflow.records.manifest import MANIFEST_NAME
 
@@ -125,7 +126,6 @@ def open_for_training(name: str, feature_key: str, label_key: str, skip_corrupt:
     Raises:
         RecordError, ValueError: see :func:`tfrecord_files`, :func:`plain_keys`; no records.
     """
-    from evenflow.records.dataset import RecordDataset
     plain = is_tfrecord_files(name)
     ds = RecordDataset(tfrecord_files(name) if plain else name, skip_corrupt=skip_corrupt)
     if len(ds) == 0:

@@ -1,7 +1,7 @@
-"""Inputs that ``evenflow convert`` turns into records: ``.npz`` arrays, image folders, digits.
+"""Inputs that ``evenflow convert`` turns into records: ``.npz`` arrays and image folders.
 
-Each source is opened into a :class:`Source`: how many samples, the feature specs, the
-labels (known up front, so they can go in the sidecar), and a generator that yields
+Each input is opened into a :class:`ConvertSource`: how many samples, the feature specs,
+the labels (known up front, so they can go in the sidecar), and a generator that yields
 ``(serialized Example, cost or None)`` for a range of samples. Everything that can be
 checked before writing is checked when the source is opened; images are checked (fully
 decoded with Pillow) as they are read, so each file is read once.
@@ -18,9 +18,11 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from evenflow.records.errors import RecordError
-from evenflow.records.example import ExampleEncoder, FeatureSpec, spec_for_array
+from evenflow.records.example import ExampleEncoder
+from evenflow.records.spec import FeatureSpec, spec_for_array
 
-__all__ = ["IMAGE_EXTENSIONS", "Source", "open_source"]
+__all__ = ["IMAGE_COSTS", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "ConvertSource", "open_images", "open_npz",
+           "from_arrays", "pillow"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 IMAGE_FORMATS = ("png", "jpeg")
@@ -28,7 +30,7 @@ IMAGE_COSTS = ("bytes", "pixels")
 
 
 @dataclass
-class Source:
+class ConvertSource:
     """A dataset ready to be written as records.
 
     Attributes:
@@ -55,7 +57,7 @@ class Source:
     notes: list[str] = field(default_factory=list)
 
 
-def _pillow():
+def pillow():
     try:
         from PIL import Image
     except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
@@ -97,8 +99,8 @@ def _costs_column(path: str, key: str, arr: np.ndarray) -> np.ndarray:
     return costs
 
 
-def _from_arrays(description: str, path: str, columns: dict[str, np.ndarray], *, label_key, cost_key,
-                 feature_keys: Sequence[str] | None, class_names=None) -> Source:
+def from_arrays(description: str, path: str, columns: dict[str, np.ndarray], *, label_key, cost_key,
+                 feature_keys: Sequence[str] | None, class_names=None) -> ConvertSource:
     keys = list(columns)
     for name, k in (("label key", label_key), ("cost key", cost_key)):
         if k is not None and k not in columns and not (name == "cost key" and k == "bytes"):
@@ -144,11 +146,11 @@ def _from_arrays(description: str, path: str, columns: dict[str, np.ndarray], *,
         for rec in encoder.encode_rows(store, start, stop):
             yield rec, None
 
-    return Source(description, n, specs, records, labels=labels, costs=costs, label_key=label_key,
+    return ConvertSource(description, n, specs, records, labels=labels, costs=costs, label_key=label_key,
                   cost_key=cost_key, class_names=class_names)
 
 
-def _open_npz(path: str, **kw) -> Source:
+def open_npz(path: str, **kw) -> ConvertSource:
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic == b"\x93NUMPY":
@@ -165,12 +167,12 @@ def _open_npz(path: str, **kw) -> Source:
                           kind="input") from e
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise RecordError(path, f"not a readable .npz file ({e})", kind="input") from e
-    return _from_arrays(f"npz:{os.path.basename(path)}", path, columns, **kw)
+    return from_arrays(f"npz:{os.path.basename(path)}", path, columns, **kw)
 
 
 def _check_image(path: str, data: bytes) -> tuple[str, int]:
     """Fully decode an encoded image; returns ``(format, pixels)`` or raises RecordError."""
-    Image = _pillow()
+    Image = pillow()
     try:
         with Image.open(io.BytesIO(data)) as im:
             fmt = (im.format or "").lower()
@@ -185,7 +187,7 @@ def _check_image(path: str, data: bytes) -> tuple[str, int]:
     return fmt, w * h
 
 
-def _open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -> Source:
+def open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -> ConvertSource:
     if image_format is not None:
         raise RecordError(root, "--image-format only applies to builtin:digits; image folders are stored "
                           "as they are, without re-encoding", kind="input")
@@ -233,85 +235,7 @@ def _open_images(root: str, *, label_key, cost_key, feature_keys, image_format) 
             cost = float(len(data)) if cost_key == "bytes" else float(pixels) if cost_key == "pixels" else None
             yield encoder.encode({"image": data, label_key: labels_arr[i]}), cost
 
-    source = Source(f"images:{os.path.basename(os.path.normpath(root))}", len(files), specs, records,
+    source = ConvertSource(f"images:{os.path.basename(os.path.normpath(root))}", len(files), specs, records,
                     labels=labels_arr, label_key=label_key, cost_key=cost_key, class_names=classes,
                     image={"key": "image", "format": None}, notes=notes)
     return source
-
-
-def _open_digits(*, label_key, cost_key, feature_keys, image_format) -> Source:
-    try:
-        from sklearn.datasets import load_digits
-    except ModuleNotFoundError as e:
-        raise ModuleNotFoundError("builtin:digits needs scikit-learn; install it with `pip install scikit-learn`",
-                                  name=e.name) from e
-    digits = load_digits()
-    label_key = label_key or "label"
-    names = [str(c) for c in range(10)]
-    if image_format is None:
-        columns = {"x": digits.images.astype(np.float32), label_key: digits.target.astype(np.int64)}
-        if feature_keys and any(k not in columns for k in feature_keys):
-            bad = next(k for k in feature_keys if k not in columns)
-            raise RecordError("builtin:digits", f"feature key {bad!r} is not in the records; digits has 'x' (8x8 "
-                              f"floats, 0..16) and {label_key!r}", kind="feature")
-        return _from_arrays("builtin:digits", "builtin:digits", columns, label_key=label_key, cost_key=cost_key,
-                            feature_keys=feature_keys, class_names=names)
-    if image_format not in IMAGE_FORMATS:
-        raise RecordError("builtin:digits", f"--image-format must be one of {', '.join(IMAGE_FORMATS)}, got "
-                          f"{image_format!r}", kind="input")
-    if feature_keys and list(feature_keys) != ["image"]:
-        raise RecordError("builtin:digits", "with --image-format the only feature is 'image'", kind="feature")
-    if cost_key not in (None, *IMAGE_COSTS):
-        raise RecordError("builtin:digits", f"--cost-key must be one of {', '.join(IMAGE_COSTS)} for images, got "
-                          f"{cost_key!r}", kind="input")
-    Image = _pillow()
-    pix = np.clip(np.round(digits.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
-    specs = {"image": FeatureSpec("bytes", ()), label_key: FeatureSpec("int64", ())}
-    encoder = ExampleEncoder(specs)
-    labels = digits.target.astype(np.int64)
-
-    def records(start: int, stop: int):
-        for i in range(start, stop):
-            buf = io.BytesIO()
-            im = Image.fromarray(pix[i], mode="L").resize((32, 32), Image.BILINEAR)
-            im.save(buf, format=image_format.upper(), **({"quality": 95} if image_format == "jpeg" else {}))
-            data = buf.getvalue()
-            cost = float(len(data)) if cost_key == "bytes" else 1024.0 if cost_key == "pixels" else None
-            yield encoder.encode({"image": data, label_key: labels[i]}), cost
-
-    return Source(f"builtin:digits ({image_format} 32x32)", len(labels), specs, records, labels=labels,
-                  label_key=label_key, cost_key=cost_key, class_names=names,
-                  image={"key": "image", "format": image_format})
-
-
-def _open_stdlib_docs(**kw) -> Source:
-    from evenflow.records.textdata import open_stdlib_docs  # variable-length text (issue 7)
-    return open_stdlib_docs(**kw)
-
-
-BUILTINS = {"builtin:digits": _open_digits, "builtin:stdlib-docs": _open_stdlib_docs}
-
-
-def open_source(src: str, *, label_key: str | None = None, cost_key: str | None = None,
-                feature_keys: Sequence[str] | None = None, image_format: str | None = None) -> Source:
-    """Open ``src``: a ``.npz`` file, a folder of class sub-folders of images, or ``builtin:digits``.
-
-    Raises:
-        RecordError: unknown source, missing keys, inconsistent arrays (one line, naming
-            the file).
-    """
-    src = os.fspath(src)
-    if src.startswith("builtin:"):
-        if src not in BUILTINS:
-            raise RecordError(src, f"unknown builtin dataset; choose one of {', '.join(BUILTINS)}", kind="input")
-        return BUILTINS[src](label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,
-                             image_format=image_format)
-    if os.path.isdir(src):
-        return _open_images(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,
-                            image_format=image_format)
-    if not os.path.exists(src):
-        raise RecordError(src, "no such file or directory; SRC is a .npz file, an image folder or builtin:digits",
-                          kind="input")
-    if image_format is not None:
-        raise RecordError(src, "--image-format only applies to builtin:digits", kind="input")
-    return _open_npz(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys)

@@ -1,8 +1,9 @@
 """Encoded images in records, read with Pillow: their layout, which ones do not decode, decoding a batch.
 
-Framework-free, so the TensorFlow and the PyTorch paths check images the same way before
-training starts. Without a manifest, the first image that opens fixes height, width and
-channels (grey for Pillow's grey modes, else RGB); every image must have that size.
+Framework-free, so every framework checks images the same way before training starts, and
+a numpy consumer (a PyTorch ``DataLoader``) decodes them with :class:`DecodeImages`. The
+first image that opens fixes height, width and channels (grey for Pillow's grey modes, else
+RGB); every image must have that size.
 
 Pillow installs its own libjpeg error handler, so a corrupt JPEG raises an exception here
 and prints nothing on stderr (TensorFlow's decoder lets libjpeg print a line first; see

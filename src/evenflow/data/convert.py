@@ -1,4 +1,4 @@
-"""Write a source (npz, image folder, builtin) as a sharded, indexed TFRecord dataset.
+"""``evenflow convert``: write an input (npz, image folder, builtin) as a sharded, indexed TFRecord dataset.
 
 The output directory ends up holding ``data-00000-of-0000N.tfrecord`` shards, each with
 its ``.idx`` and ``.meta.npz`` sidecars, and ``dataset.json``. Samples keep the source's
@@ -9,21 +9,27 @@ renamed into place at the end: a conversion that fails or is interrupted leaves
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from evenflow.data.convert_builtins import BUILTINS
+from evenflow.data.convert_sources import ConvertSource, open_images, open_npz
 from evenflow.records.errors import RecordError
 from evenflow.records.framing import RecordWriter
 from evenflow.records.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
-from evenflow.records.progress import Progress
-from evenflow.records.sources import Source, open_source
+from evenflow.util.files import fsync_dir
+from evenflow.util.progress import ProgressBar
 
-__all__ = ["ConvertResult", "convert", "shard_name"]
+__all__ = ["ConvertResult", "convert", "open_source", "shard_name"]
+
+_PROGRESS_EVERY = 1024  # records written between progress updates
 
 
 def shard_name(i: int, n: int) -> str:
@@ -73,7 +79,20 @@ def _check_out_dir(out_dir: str, overwrite: bool) -> bool:
     return True
 
 
-def _write_shards(source: Source, staging: str, shards: int, progress: Progress) -> tuple[list[ShardEntry], int]:
+@contextlib.contextmanager
+def _progress(total: int, label: str, enabled: bool | None):
+    """Yields ``advance(records)``: a progress bar on stderr when ``enabled`` (default: stderr is a terminal)."""
+    if enabled is None:
+        isatty = getattr(sys.stderr, "isatty", None)
+        enabled = bool(isatty and isatty())
+    if not enabled:
+        yield lambda records: None
+        return
+    with ProgressBar(total, label, unit="records") as bar:
+        yield lambda records: bar.update(records, samples=records)
+
+
+def _write_shards(source: ConvertSource, staging: str, shards: int, advance) -> tuple[list[ShardEntry], int]:
     n = source.num_samples
     bounds = [i * n // shards for i in range(shards + 1)]
     entries, total = [], 0
@@ -86,7 +105,9 @@ def _write_shards(source: Source, staging: str, shards: int, progress: Progress)
             for rec, cost in source.records(start, stop):
                 writer.write(rec)
                 costs.append(float(len(rec)) if cost is None and source.cost_key == "bytes" else cost)
-                progress.update()
+                if len(costs) % _PROGRESS_EVERY == 0:
+                    advance(_PROGRESS_EVERY)
+            advance(len(costs) % _PROGRESS_EVERY)
         except BaseException:
             writer.abort()
             raise
@@ -104,17 +125,29 @@ def _write_shards(source: Source, staging: str, shards: int, progress: Progress)
     return entries, total
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+def open_source(src: str, *, label_key: str | None = None, cost_key: str | None = None,
+                feature_keys: Sequence[str] | None = None, image_format: str | None = None) -> ConvertSource:
+    """Open ``src``: a ``.npz`` file, a folder of class sub-folders of images, or a builtin.
+
+    Raises:
+        RecordError: unknown source, missing keys, inconsistent arrays (one line, naming
+            the file).
+    """
+    src = os.fspath(src)
+    if src.startswith("builtin:"):
+        if src not in BUILTINS:
+            raise RecordError(src, f"unknown builtin dataset; choose one of {', '.join(BUILTINS)}", kind="input")
+        return BUILTINS[src](label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,
+                             image_format=image_format)
+    if os.path.isdir(src):
+        return open_images(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,
+                            image_format=image_format)
+    if not os.path.exists(src):
+        raise RecordError(src, "no such file or directory; SRC is a .npz file, an image folder or builtin:digits",
+                          kind="input")
+    if image_format is not None:
+        raise RecordError(src, "--image-format only applies to builtin:digits", kind="input")
+    return open_npz(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys)
 
 
 def convert(src: str, out_dir, *, shards: int = 1, label_key: str | None = None, cost_key: str | None = None,
@@ -123,7 +156,8 @@ def convert(src: str, out_dir, *, shards: int = 1, label_key: str | None = None,
     """Convert ``src`` into a sharded TFRecord dataset in ``out_dir``.
 
     Args:
-        src: a ``.npz`` file, a folder of ``<class>/<image>`` files, or ``builtin:digits``.
+        src: a ``.npz`` file, a folder of ``<class>/<image>`` files, ``builtin:digits`` or
+            ``builtin:stdlib-docs``.
         out_dir: output directory; must be empty or absent, or hold an evenflow dataset
             and ``overwrite=True``.
         shards: number of shard files, 1..N.
@@ -158,13 +192,13 @@ def convert(src: str, out_dir, *, shards: int = 1, label_key: str | None = None,
     shutil.rmtree(staging, ignore_errors=True)
     os.mkdir(staging)
     try:
-        with Progress(source.num_samples, f"convert {base}", enabled=progress) as bar:
-            entries, total = _write_shards(source, staging, int(shards), bar)
+        with _progress(source.num_samples, f"convert {base}", progress) as advance:
+            entries, total = _write_shards(source, staging, int(shards), advance)
         manifest = Manifest(features=source.specs, shards=entries, label_key=source.label_key,
                             cost_key=source.cost_key, class_names=source.class_names, source=source.description,
                             image=source.image)
         write_manifest(staging, manifest)  # last: a directory with a manifest is complete
-        _fsync_dir(staging)
+        fsync_dir(staging)
         if existed:
             old = os.path.join(parent, f".{base}.old-{os.getpid()}")
             os.rename(out_dir, old)
@@ -176,7 +210,7 @@ def convert(src: str, out_dir, *, shards: int = 1, label_key: str | None = None,
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(staging, out_dir)
-        _fsync_dir(parent)
+        fsync_dir(parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

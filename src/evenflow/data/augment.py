@@ -1,16 +1,16 @@
-"""Stateless augmentations for the PyTorch loader, in numpy, keyed by (seed, epoch, sample id).
+"""Stateless augmentations in numpy, keyed by (seed, epoch, sample id): for any numpy consumer.
 
-The PyTorch counterpart of :mod:`evenflow.tf.augment`, with the same policy text
-(``"crop,rotate=15"``, parsed by :func:`evenflow.records.augment_policy.parse_policy`)
+The numpy counterpart of :mod:`evenflow.tf.augment`, with the same policy text
+(``"crop,rotate=15"``, parsed by :func:`evenflow.data.augment_policy.parse_policy`)
 and the same random numbers: a SplitMix64 hash chained over seed, epoch, stream, id and
 draw number, here in vectorised numpy uint64 arithmetic. So a sample gets the same crop
 offset, flip and angle under both frameworks, whatever the number of ranks, whichever
 rank and slot it lands in, and however often the run is resumed. Pixel values may differ
 from TensorFlow's in the last bits (rotation interpolates in float32 numpy).
 
-:func:`from_policy` returns an :class:`Augmentation`: a picklable ``fn(batch) -> batch``
-for :class:`~evenflow.torch.loader.PlanLoader`'s ``transform`` (run in its workers, on
-training batches only, never evaluation). It changes ``batch["features"]``
+:func:`from_policy` returns an :class:`Augmentation`: a picklable ``fn(batch) -> batch``,
+e.g. for :class:`~evenflow.torch.loader.PlanLoader`'s ``transform`` (run in its workers,
+on training batches only, never evaluation). It changes ``batch["features"]``
 (``[slots, H, W]`` or ``[slots, H, W, C]``, float) using ``batch["id"]`` (-1 for padding,
 which the mask ignores) and ``batch["epoch"]``.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evenflow.records.augment_policy import POLICY_HELP, STREAMS, parse_policy, policy_value
+from evenflow.data.augment_policy import POLICY_HELP, STREAMS, parse_policy, policy_value
 
 __all__ = ["Augmentation", "from_policy", "sample_uniform"]
 
@@ -129,8 +129,8 @@ class Augmentation:
 
     def __call__(self, batch: dict) -> dict:
         if "features" not in batch or "id" not in batch or "epoch" not in batch:
-            raise ValueError(f"augmentation needs batch keys 'features', 'id' and 'epoch' (as PlanLoader makes "
-                             f"them); got {', '.join(sorted(batch))}")
+            raise ValueError(f"augmentation needs batch keys 'features', 'id' and 'epoch' (as the plan "
+                             f"readers make them); got {', '.join(sorted(batch))}")
         x = np.asarray(batch["features"])
         if x.dtype.kind != "f":
             x = x.astype(np.float32)
@@ -155,7 +155,7 @@ def from_policy(policy, feature_shape: tuple[int, ...], seed: int = 0) -> Augmen
     """The :class:`Augmentation` for ``policy`` on features of shape ``feature_shape``, or None for none.
 
     Args:
-        policy: text for :func:`~evenflow.records.augment_policy.parse_policy` (e.g.
+        policy: text for :func:`~evenflow.data.augment_policy.parse_policy` (e.g.
             ``"crop,rotate=15"``), or its result.
         feature_shape: one sample's features, ``(H, W)`` or ``(H, W, C)``.
         seed: the augmentation seed (the run's seed).
@@ -175,7 +175,7 @@ def from_policy(policy, feature_shape: tuple[int, ...], seed: int = 0) -> Augmen
     steps = []
     for name, text in items:
         if name not in STREAMS:
-            raise ValueError(f"augment {name!r} is not supported with --framework torch; use {POLICY_HELP}")
+            raise ValueError(f"augment {name!r} has no numpy augmentation; use {POLICY_HELP}")
         value = None if text is None else policy_value(name, text, text)
         if value is None:
             value = max(1, round(min(shape[:2]) / 8)) if name == "crop" else _DEFAULTS[name]

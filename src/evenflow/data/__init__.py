@@ -1,0 +1,41 @@
+"""Inputs as numpy: datasets by name, one :class:`Source` protocol, conversion to records.
+
+This layer sits between the file format (:mod:`evenflow.records`) and the framework
+adapters (:mod:`evenflow.tf`, :mod:`evenflow.torch`): it imports the planner, the records
+layer and numpy (Pillow when images are read, scikit-learn for ``builtin:digits``), never a
+framework.
+
+* :class:`Source` — random access by sample id, ``batch(ids) -> dict of numpy arrays``;
+  :class:`ArraySource`, :class:`SubsetSource`, :class:`TextSource` and
+  :class:`RecordSource` implement it;
+* :func:`load_dataset` — ``builtin:digits``, ``builtin:stdlib-docs``, ``.npz``, records
+  directories and plain TFRecord files as a train and a test source
+  (:class:`LoadedData`), split the same way for every framework;
+* :func:`convert` — ``evenflow convert``: arrays, image folders and builtins written as
+  indexed records.
+"""
+from evenflow.data.arrays import split_indices
+from evenflow.data.convert import ConvertResult, convert
+from evenflow.data.load import load_dataset, register_loader
+from evenflow.data.loaded import LoadedData
+from evenflow.data.records_source import RecordSource
+from evenflow.data.source import RESERVED_KEYS, ArraySource, Source, SubsetSource
+from evenflow.data.stdlib_docs import stdlib_docs
+from evenflow.data.text import TextData, TextSource
+
+__all__ = [
+    "ArraySource",
+    "ConvertResult",
+    "LoadedData",
+    "RESERVED_KEYS",
+    "RecordSource",
+    "Source",
+    "SubsetSource",
+    "TextData",
+    "TextSource",
+    "convert",
+    "load_dataset",
+    "register_loader",
+    "split_indices",
+    "stdlib_docs",
+]

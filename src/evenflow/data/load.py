@@ -1,0 +1,143 @@
+"""Datasets by name, as numpy sources: builtins, ``.npz`` arrays, records, plain TFRecord files, and more.
+
+:func:`load_dataset` turns data options into a :class:`~evenflow.data.loaded.LoadedData`: a
+train and a test :class:`~evenflow.data.source.Source` plus what the model needs to know
+(feature shape, number of classes). It uses numpy, Pillow and the records layer only, so
+every data error surfaces before a framework starts, and every framework trains on the
+same samples and holds out the same ones.
+
+Kinds of dataset are tried in order:
+
+* ``builtin:<name>`` — a key of :data:`BUILTINS`: ``digits`` (scikit-learn's 8x8 digits
+  scaled to [0, 1], ``[8, 8, 1]``) and ``stdlib-docs`` (token sequences,
+  :mod:`evenflow.data.stdlib_docs`);
+* other kinds registered with :func:`register_loader`, first match first: by default a
+  directory written by ``evenflow convert`` (it holds ``dataset.json``) and plain TFRecord
+  files with ``.idx`` sidecars (``evenflow index FILES``): a glob such as
+  ``'data/train-*.tfrecord'``, a directory of ``*.tfrecord`` files without ``dataset.json``,
+  or one ``.tfrecord`` file — both read by :mod:`evenflow.data.load_records`;
+* a path ending in ``.npz`` — arrays named by ``feature_key`` and ``label_key``, loaded
+  without pickle.
+
+The test set is split off with ``split_seed`` (not the training seed), stratified by label
+(:func:`~evenflow.data.arrays.split_indices`), so it is the same whatever the training seed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from evenflow.data.arrays import check_features, check_labels, digits_arrays, read_npz, split_indices, split_or_explain
+from evenflow.data.load_records import load_records
+from evenflow.data.loaded import LoadedData
+from evenflow.data.plain import is_tfrecord_files
+from evenflow.data.source import ArraySource
+from evenflow.data.stdlib_docs import BUILTIN_TEXT
+from evenflow.data.text import TextSource, pad_lengths_of
+from evenflow.records.manifest import MANIFEST_NAME
+
+__all__ = ["BUILTINS", "LoadedData", "load_dataset", "register_loader"]
+
+
+def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData:
+    check_features(x, what)
+    num_classes = check_labels(y, x.shape[0], what)
+    train, test = split_or_explain(y, options.test_fraction, options.split_seed, what)
+    x = x.astype(np.float32, copy=False)
+    return LoadedData(
+        train=ArraySource(x[train], y[train]), test=ArraySource(x[test], y[test]), num_classes=num_classes,
+        feature_shape=tuple(int(d) for d in x.shape[1:]),
+        description=f"{what}: {len(train)} train / {len(test)} test samples, {num_classes} classes, "
+                    f"features {tuple(x.shape[1:])}")
+
+
+def _digits(options) -> LoadedData:
+    return _from_arrays(*digits_arrays(), options, "builtin:digits")
+
+
+def _text(name: str) -> Callable:
+    def load(options) -> LoadedData:
+        data = BUILTIN_TEXT[name]()
+        train, test = split_indices(data.labels, options.test_fraction, options.split_seed)
+        lengths, pad_lengths = data.lengths, pad_lengths_of(options)
+        return LoadedData(
+            train=TextSource(data.subset(train), pad_lengths), test=TextSource(data.subset(test), pad_lengths),
+            num_classes=len(data.class_names), feature_shape=(None,), kind="text",
+            description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
+                        f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")
+
+    return load
+
+
+BUILTINS: dict[str, Callable] = {"digits": _digits, "stdlib-docs": _text("stdlib-docs")}
+
+
+def _npz(options) -> LoadedData:
+    x, y = read_npz(options.dataset, options.feature_key, options.label_key)
+    return _from_arrays(x, y, options, str(Path(options.dataset)))
+
+
+_LOADERS: list[tuple[str, Callable[[str], bool], Callable]] = []
+
+
+def register_loader(kind: str, matches: Callable[[str], bool], load: Callable) -> None:
+    """Teach :func:`load_dataset` a new kind of dataset.
+
+    Args:
+        kind: a short name for messages, e.g. ``"records"``.
+        matches: ``fn(dataset: str) -> bool``; the first registered loader that
+            matches wins.
+        load: ``fn(options) -> LoadedData``.
+    """
+    _LOADERS.append((kind, matches, load))
+
+
+def _valid_builtins() -> str:
+    return ", ".join(f"builtin:{k}" for k in sorted(BUILTINS))
+
+
+def load_dataset(options) -> LoadedData:
+    """Load the dataset named by ``options.dataset`` (see the module docstring).
+
+    Args:
+        options: any object with ``dataset``, ``feature_key``, ``label_key``,
+            ``test_fraction``, ``split_seed``, ``skip_corrupt`` and ``pad_lengths``.
+
+    Raises:
+        ValueError: unknown builtin name, missing file, unknown array key, a
+            directory no registered loader understands, or unusable arrays or records
+            (:class:`~evenflow.records.RecordError` for records, naming the file).
+    """
+    name = options.dataset
+    if name.startswith("builtin:"):
+        key = name.split(":", 1)[1]
+        if key not in BUILTINS:
+            raise ValueError(f"dataset {name!r} is not a builtin dataset; builtins are {_valid_builtins()}")
+        return BUILTINS[key](options)
+    for _kind, matches, load in _LOADERS:
+        if matches(name):
+            return load(options)
+    path = Path(name)
+    if name.endswith(".npz"):
+        if not path.is_file():
+            raise ValueError(f"dataset file {name} does not exist; check the path")
+        return _npz(options)
+    if path.is_dir():
+        raise ValueError(f"dataset {name} is a directory without dataset.json or *.tfrecord files, so not a records "
+                         f"dataset; write one with `evenflow convert SRC {name}` (from a .npz file, an image folder "
+                         f"or builtin:digits), or pass a .npz file")
+    raise ValueError(f"dataset must be one of {_valid_builtins()}, a path ending in .npz, a records directory "
+                     f"written by `evenflow convert`, or TFRecord files with .idx sidecars (a glob, a directory of "
+                     f"*.tfrecord, a .tfrecord file); got {name!r}")
+
+
+def _is_records(name: str) -> bool:
+    return os.path.isfile(os.path.join(name, MANIFEST_NAME)) or (
+        os.path.basename(name) == MANIFEST_NAME and os.path.isfile(name))
+
+
+register_loader("records", _is_records, load_records)
+register_loader("tfrecord files", is_tfrecord_files, load_records)

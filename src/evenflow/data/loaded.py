@@ -1,0 +1,53 @@
+"""What loading a dataset gives a training run: a train and a test source, and what a model needs to know."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+__all__ = ["KINDS", "LoadedData"]
+
+KINDS = ("arrays", "text", "records")
+
+
+@dataclass(frozen=True)
+class LoadedData:
+    """A dataset ready for training, as numpy :class:`~evenflow.data.source.Source` objects.
+
+    Attributes:
+        train: training source.
+        test: test source (evaluated exactly once per sample).
+        num_classes: K; labels are ``0..K-1``.
+        feature_shape: shape of one sample's features, e.g. ``(8, 8, 1)``; ``(None,)`` for
+            token sequences of any length.
+        description: one line for logs and ``summary.json``.
+        notes: more lines for the log (e.g. records skipped as corrupt).
+        diagnose: optional ``fn(error) -> Exception | None``: after an input pipeline
+            failed with ``error`` (a framework error that names no sample), the one-line
+            error to report instead, naming the bad record; None if it finds nothing.
+        skipped: records left out as corrupt, as JSON objects for ``summary.json``.
+        kind: ``"arrays"`` (train and test are :class:`~evenflow.data.source.ArraySource`),
+            ``"text"`` (:class:`~evenflow.data.text.TextSource`) or ``"records"`` (two
+            :class:`~evenflow.data.source.SubsetSource` of :attr:`records`).
+        records: for ``"records"``, the one :class:`~evenflow.data.records_source.RecordSource`
+            both splits read: its ``dataset``, ``feature_key``, ``label_key``, ``cache`` and
+            ``decode`` (image layout or text padding) are what a framework adapter builds
+            its own fast path from. None for the other kinds.
+    """
+
+    train: object
+    test: object
+    num_classes: int
+    feature_shape: tuple
+    description: str
+    notes: tuple[str, ...] = ()
+    diagnose: Callable | None = None
+    skipped: tuple[dict, ...] = ()
+    kind: Literal["arrays", "text", "records"] = "arrays"
+    records: object = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"LoadedData kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if (self.kind == "records") != (self.records is not None):
+            raise ValueError(f"LoadedData records is the records source of kind 'records' and None otherwise; got "
+                             f"kind {self.kind!r} with records {self.records!r}")

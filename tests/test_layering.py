@@ -1,0 +1,168 @@
+"""The layers of DESIGN.md, checked on the source: who imports whom, and no import cycle.
+
+Every ``import`` and ``from ... import`` of every module under ``src/evenflow`` counts,
+including the ones inside functions. ``import a.b`` is an edge to ``a.b``; ``from a.b
+import c`` is an edge to ``a.b`` (its ``__init__`` runs) and, when ``a.b.c`` is a module,
+to ``a.b.c`` too.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = "evenflow"
+FRAMEWORKS = {"tensorflow", "keras", "torch", "jax"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((SRC / ROOT).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to (a package belongs to itself)."""
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _imports(module: str) -> tuple[set[str], set[str]]:
+    """``(evenflow modules, other top-level names)`` that ``module`` imports, anywhere in its code."""
+    inner, outer = set(), set()
+    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = _package(module).split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [(base, [a.name for a in node.names])]
+        else:
+            continue
+        for name, names in targets:
+            if name.split(".")[0] != ROOT:
+                outer.add(name.split(".")[0])
+                continue
+            while name not in MODULES:  # "import evenflow.x.y" of a name inside a module: its module
+                name = name.rpartition(".")[0]
+            inner.add(name)
+            inner.update(f"{name}.{n}" for n in names if f"{name}.{n}" in MODULES)
+    inner.discard(module)
+    return inner, outer
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each holds a cycle."""
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(GRAPH[v][0]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(MODULES)))
+    for v in sorted(MODULES):
+        if v not in index:
+            visit(v)
+    return comps
+
+
+def _violations(package: str, allowed_inner: tuple[str, ...], allowed_outer: set[str] | None,
+                forbidden_outer: set[str] = frozenset()) -> list[str]:
+    bad = []
+    for module, (inner, outer) in sorted(GRAPH.items()):
+        if not _in(module, package):
+            continue
+        bad += [f"{module} imports {t}" for t in sorted(inner) if not any(_in(t, p) for p in allowed_inner)]
+        if allowed_outer is not None:
+            bad += [f"{module} imports {t}" for t in sorted(outer) if t not in allowed_outer]
+        bad += [f"{module} imports {t}" for t in sorted(outer & forbidden_outer)]
+    return bad
+
+
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_the_graph_sees_every_module_and_function_level_imports():
+    assert {"evenflow.plan.plan", "evenflow.records.dataset", "evenflow.data.load", "evenflow.tf.reader",
+            "evenflow.torch.loader", "evenflow.util.files"} <= set(MODULES)
+    # evenflow.index imports the records layer inside Index.from_records only.
+    assert "evenflow.records.dataset" in GRAPH["evenflow.index"][0]
+
+
+def test_no_import_cycle():
+    assert _cycles() == []
+
+
+def test_plan_imports_numpy_and_the_stdlib_only():
+    assert _violations("evenflow.plan", ("evenflow.plan", "evenflow.util"), STDLIB | {"numpy"}) == []
+
+
+def test_records_imports_no_other_evenflow_package():
+    allowed = STDLIB | {"numpy", "google", "google_crc32c"}
+    assert _violations("evenflow.records", ("evenflow.records", "evenflow.util"), allowed) == []
+
+
+def test_data_imports_no_framework():
+    inner = ("evenflow.data", "evenflow.plan", "evenflow.records", "evenflow.util")
+    assert _violations("evenflow.data", inner, None, FRAMEWORKS) == []
+
+
+def test_util_imports_no_evenflow_package():
+    assert _violations("evenflow.util", ("evenflow.util",), None) == []
+
+
+@pytest.mark.parametrize("package,other,frameworks", [("evenflow.tf", "evenflow.torch", {"torch"}),
+                                                      ("evenflow.torch", "evenflow.tf", {"tensorflow", "keras"})])
+def test_framework_adapters_never_import_each_other(package, other, frameworks):
+    bad = [f"{m} imports {t}" for m, (inner, outer) in sorted(GRAPH.items()) if _in(m, package)
+           for t in sorted(inner | outer) if _in(t, other) or t in frameworks]
+    assert bad == []
+
+
+def test_submodules_never_import_their_own_package():
+    bad = []
+    for module, (inner, _) in sorted(GRAPH.items()):
+        package = _package(module)
+        if package == module:
+            continue
+        # The package itself and every enclosing package but the root, whose __init__ is the public API.
+        owners = {package} | {p for p in inner if p != ROOT and _in(module, p) and p != module}
+        bad += [f"{module} imports its package {p}" for p in sorted(owners & inner)]
+    assert bad == []
