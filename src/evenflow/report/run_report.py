@@ -3,27 +3,25 @@
 :func:`write_report` reads ``<run_dir>/telemetry.jsonl`` (see :mod:`evenflow.report.telemetry`)
 and writes ``report.html``: per-replica load and compute seconds per step, the step imbalance
 max/mean compute and the input-wait fraction per step, each a hand-written inline SVG line
-chart with dashed markers at rebalance events, so the page opens anywhere, offline, with no
-scripts, stylesheets or fonts to fetch. Long runs are averaged over buckets of consecutive
-steps down to at most 600 points per series.
+chart (:mod:`evenflow.report.svg_chart`) with dashed markers at rebalance events, so the page
+opens anywhere, offline, with no scripts, stylesheets or fonts to fetch. Long runs are averaged
+over buckets of consecutive steps down to at most 600 points per series.
 """
 from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 
+from evenflow.report.svg_chart import svg_line_chart
 from evenflow.report.telemetry import Diagnosis, Telemetry, diagnose_phases, load_telemetry
 
 __all__ = ["write_report", "render_report", "replica_rows", "svg_line_chart"]
 
 MAX_POINTS = 600
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
 _MAX_LINES = 16  # more replicas than this: plot min / mean / max over replicas instead
 _e = html.escape
 
@@ -38,76 +36,6 @@ def downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tu
     xb = np.add.reduceat(np.asarray(x, np.float64), edges[:-1]) / sizes.ravel()
     yb = np.add.reduceat(np.asarray(y, np.float64), edges[:-1], axis=0) / sizes
     return xb, yb
-
-
-def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    raw = (hi - lo) / max(count, 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step - 1e-9) * step
-    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
-
-
-def _num(v: float) -> str:
-    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
-
-
-def svg_line_chart(series: list[tuple[str, np.ndarray, np.ndarray]], *, title: str, xlabel: str, ylabel: str,
-                   markers: list[tuple[float, str, str]] = (), y_floor: float | None = 0.0,
-                   width: int = 880, height: int = 280) -> str:
-    """An inline ``<svg>`` line chart: axes with ticks, one polyline per series, a legend.
-
-    Args:
-        series: ``(name, x [n], y [n])`` each; NaNs are dropped.
-        markers: ``(x, tooltip, css class)`` vertical dashed lines ("rebalance" or "resume").
-        y_floor: the y axis starts at or below this value (None: at the data's minimum).
-    """
-    left, right, top, bottom = 64, 150, 26, 42
-    pw, ph = width - left - right, height - top - bottom
-    xs = np.concatenate([np.asarray(s[1], float) for s in series] + [np.array([m[0] for m in markers], float)])
-    ys = np.concatenate([np.asarray(s[2], float) for s in series])
-    ys = ys[np.isfinite(ys)]
-    x0, x1 = (float(xs.min()), float(xs.max())) if xs.size else (0.0, 1.0)
-    y0, y1 = (float(ys.min()), float(ys.max())) if ys.size else (0.0, 1.0)
-    if y_floor is not None:
-        y0 = min(y0, y_floor)
-    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 + 0.05 * (y1 - y0) if y1 > y0 else y0 + 1)
-
-    def px(v):
-        return left + (v - x0) / (x1 - x0) * pw
-
-    def py(v):
-        return top + ph - (v - y0) / (y1 - y0) * ph
-
-    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-           f'aria-label="{_e(title)}">', f'<title>{_e(title)}</title>',
-           f'<text x="{left}" y="16" class="ct">{_e(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="frame"/>']
-    for t in _ticks(y0, y1):
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" class="grid"/>'
-                   f'<text x="{left - 6}" y="{py(t) + 4:.1f}" class="tick" text-anchor="end">{_num(t)}</text>')
-    for t in _ticks(x0, x1, 8):
-        out.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top + ph}" y2="{top + ph + 4}" class="axis"/>'
-                   f'<text x="{px(t):.1f}" y="{top + ph + 16}" class="tick" text-anchor="middle">{_num(t)}</text>')
-    out.append(f'<text x="{left + pw / 2}" y="{height - 6}" class="lab" text-anchor="middle">{_e(xlabel)}</text>'
-               f'<text transform="translate(14,{top + ph / 2}) rotate(-90)" class="lab" '
-               f'text-anchor="middle">{_e(ylabel)}</text>')
-    for x, tip, cls in markers:
-        out.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top}" y2="{top + ph}" class="{_e(cls)}">'
-                   f'<title>{_e(tip)}</title></line>')
-    for i, (name, x, y) in enumerate(series):
-        x, y = np.asarray(x, float), np.asarray(y, float)
-        ok = np.isfinite(x) & np.isfinite(y)
-        color = _COLORS[i % len(_COLORS)]
-        pts = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x[ok], y[ok]))
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.3">'
-                   f'<title>{_e(name)}</title></polyline>')
-        ly = top + 10 + 15 * i
-        if ly < top + ph:
-            out.append(f'<line x1="{left + pw + 12}" x2="{left + pw + 32}" y1="{ly}" y2="{ly}" stroke="{color}" '
-                       f'stroke-width="2"/><text x="{left + pw + 37}" y="{ly + 4}" class="tick">{_e(name)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
 
 
 def replica_rows(tel: Telemetry, whole: Diagnosis) -> list[dict]:
@@ -155,32 +83,44 @@ def render_report(tel: Telemetry, summary: dict | None = None) -> tuple[str, dic
     """The HTML page for a run and its diagnoses (``diagnose_phases``); no file is written."""
     phases = diagnose_phases(tel)
     whole = phases["whole run"]
-    run, summary = tel.run, summary or {}
-    x = np.arange(tel.num_updates, dtype=np.float64)
-    unit = tel.load_unit
-    load = tel.samples if unit == "samples" else tel.cost
-    marks = _markers(tel)
-    xlabel = "training update (in the order written)"
-    iwf = np.divide(tel.input_wait, tel.step_seconds, out=np.zeros_like(tel.input_wait),
-                    where=tel.step_seconds > 0)
+    p = _header(tel, summary or {})
+    p += _diagnosis_section(phases)
+    p += _chart_section(tel, phases)
+    p += _replica_section(tel, whole)
+    p += _rebalance_section(tel)
+    p.append("</body></html>\n")
+    return "\n".join(p), phases
 
-    facts = [("run", tel.path.parent.name), ("dataset", summary.get("dataset")),
-             ("replicas", summary.get("replicas", run.get("replicas", tel.replicas))), ("workers", run.get("workers")),
-             ("global batch size", run.get("global_batch_size")), ("steps per epoch", run.get("steps_per_epoch")),
-             ("load unit", unit), ("updates", tel.num_updates),
-             ("epochs", f"{tel.epoch.min()}..{tel.epoch.max()}"),
-             ("step time", f"{tel.step_seconds.sum():.1f} s"), ("rebalances", len(tel.rebalances)),
-             ("test accuracy", summary.get("test_accuracy")),
-             ("samples per second", summary.get("samples_per_second"))]
+
+def _facts(tel: Telemetry, summary: dict) -> list[tuple[str, object]]:
+    """The run's facts shown at the top of the page, ``(name, value)``; None values are left out there."""
+    run = tel.run
+    return [("run", tel.path.parent.name), ("dataset", summary.get("dataset")),
+            ("replicas", summary.get("replicas", run.get("replicas", tel.replicas))), ("workers", run.get("workers")),
+            ("global batch size", run.get("global_batch_size")), ("steps per epoch", run.get("steps_per_epoch")),
+            ("load unit", tel.load_unit), ("updates", tel.num_updates),
+            ("epochs", f"{tel.epoch.min()}..{tel.epoch.max()}"),
+            ("step time", f"{tel.step_seconds.sum():.1f} s"), ("rebalances", len(tel.rebalances)),
+            ("test accuracy", summary.get("test_accuracy")),
+            ("samples per second", summary.get("samples_per_second"))]
+
+
+def _header(tel: Telemetry, summary: dict) -> list[str]:
+    """The page's HTML lines up to the end of the facts table, and a note on a skipped truncated line."""
     p = ['<!DOCTYPE html>', '<html lang="en"><head><meta charset="utf-8">',
          f'<title>{_e("evenflow report: " + tel.path.parent.name)}</title><style>{_CSS}</style></head><body>',
          f'<h1>{_e("evenflow report: " + str(tel.path.parent))}</h1><table>']
-    p += [f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in facts if v is not None]
+    p += [f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in _facts(tel, summary) if v is not None]
     p.append("</table>")
     if tel.truncated_line:
         note = f"skipped line {tel.truncated_line} of {tel.path.name}: truncated (the run stopped while writing it)"
         p.append(f'<p class="note">{_e(note)}</p>')
-    p.append("<h2>Diagnosis</h2>")
+    return p
+
+
+def _diagnosis_section(phases: dict[str, Diagnosis]) -> list[str]:
+    """HTML lines: each phase's kind, measures and lines of advice."""
+    p = ["<h2>Diagnosis</h2>"]
     for name, d in phases.items():
         span = f"updates {d.start}..{d.stop - 1}"
         p.append(f'<p><b>{_e(name)}</b> ({_e(span)}): <span class="kind {_e(d.kind)}">{_e(d.kind)}</span> '
@@ -188,11 +128,27 @@ def render_report(tel: Telemetry, summary: dict | None = None) -> tuple[str, dic
                  f'{d.straggler_wait_seconds:.1f} s for the slowest replica ({d.straggler_fraction:.1%})</p><ul>')
         p += [f"<li>{_e(line)}</li>" for line in d.lines]
         p.append("</ul>")
+    return p
 
-    caption = f"mean imbalance over the run {whole.imbalance:.3f}"
+
+def _imbalance_caption(phases: dict[str, Diagnosis]) -> str:
+    """The imbalance chart's caption: the mean imbalance over the run, and before and after rebalancing."""
+    caption = f"mean imbalance over the run {phases['whole run'].imbalance:.3f}"
     if "before rebalancing" in phases or "after rebalancing" in phases:
         parts = [f"{k} {phases[k].imbalance:.3f}" for k in ("before rebalancing", "after rebalancing") if k in phases]
         caption += "; " + ", ".join(parts)
+    return caption
+
+
+def _charts(tel: Telemetry, phases: dict[str, Diagnosis]) -> list[tuple[str, str]]:
+    """``(svg, caption)`` of the four charts: load, compute, imbalance and input-wait fraction per step."""
+    x = np.arange(tel.num_updates, dtype=np.float64)
+    unit = tel.load_unit
+    load = tel.samples if unit == "samples" else tel.cost
+    marks = _markers(tel)
+    xlabel = "training update (in the order written)"
+    iwf = np.divide(tel.input_wait, tel.step_seconds, out=np.zeros_like(tel.input_wait),
+                    where=tel.step_seconds > 0)
     xb, imb = downsample(x, _imbalance(tel))
     charts = [
         (svg_line_chart(_per_replica_series(x, load), title=f"per-replica load per step ({unit})", xlabel=xlabel,
@@ -202,32 +158,47 @@ def render_report(tel: Telemetry, summary: dict | None = None) -> tuple[str, dic
                         xlabel=xlabel, ylabel="seconds", markers=marks),
          "seconds from each replica's step start to its gradients being ready"),
         (svg_line_chart([("max/mean compute", xb, imb)], title="step imbalance: max / mean compute", xlabel=xlabel,
-                        ylabel="max / mean", markers=marks, y_floor=1.0), caption),
+                        ylabel="max / mean", markers=marks, y_floor=1.0), _imbalance_caption(phases)),
         (svg_line_chart([("input wait / step", *downsample(x, iwf))], title="input-wait fraction per step",
                         xlabel=xlabel, ylabel="fraction", markers=marks),
-         f"seconds waiting for input batches / step seconds; {whole.input_wait_fraction:.1%} over the run"),
+         f"seconds waiting for input batches / step seconds; "
+         f"{phases['whole run'].input_wait_fraction:.1%} over the run"),
     ]
     if len(x) > MAX_POINTS:
         charts[0] = (charts[0][0], charts[0][1] + f"; {len(x)} updates averaged into {MAX_POINTS} points")
-    p.append("<h2>Charts</h2>")
-    p += [f"<figure>{svg}<figcaption>{_e(cap)}</figcaption></figure>" for svg, cap in charts]
+    return charts
 
-    p.append("<h2>Replicas</h2><table><tr><th>replica</th><th>samples</th><th>cost</th><th>compute s</th>"
-             "<th>s per sample</th><th>final weight</th><th>others waited for it, s</th></tr>")
+
+def _chart_section(tel: Telemetry, phases: dict[str, Diagnosis]) -> list[str]:
+    """HTML lines: the charts, each a figure with its caption."""
+    p = ["<h2>Charts</h2>"]
+    p += [f"<figure>{svg}<figcaption>{_e(cap)}</figcaption></figure>" for svg, cap in _charts(tel, phases)]
+    return p
+
+
+def _replica_section(tel: Telemetry, whole: Diagnosis) -> list[str]:
+    """HTML lines: the per-replica table over the whole run (:func:`replica_rows`)."""
+    p = ["<h2>Replicas</h2><table><tr><th>replica</th><th>samples</th><th>cost</th><th>compute s</th>"
+         "<th>s per sample</th><th>final weight</th><th>others waited for it, s</th></tr>"]
     for row in replica_rows(tel, whole):
         p.append("<tr>" + "".join(f"<td>{_e(_fmt(v))}</td>" for v in row.values()) + "</tr>")
     p.append("</table>")
-    if tel.rebalances:
-        p.append("<h2>Rebalances</h2><table><tr><th>update</th><th>epoch</th><th>step</th><th>predicted imbalance</th>"
-                 "<th>weights before</th><th>weights after</th></tr>")
-        for ev in tel.rebalances:
-            cells = [ev["index"], ev.get("epoch"), ev.get("step"),
-                     f"{_fmt(ev.get('imbalance_before'))} -> {_fmt(ev.get('imbalance_after'))}",
-                     _weights(ev.get("before")), _weights(ev.get("after"))]
-            p.append("<tr>" + "".join(f"<td>{_e(_fmt(c))}</td>" for c in cells) + "</tr>")
-        p.append("</table>")
-    p.append("</body></html>\n")
-    return "\n".join(p), phases
+    return p
+
+
+def _rebalance_section(tel: Telemetry) -> list[str]:
+    """HTML lines: one table row per rebalance, with its predicted imbalance and weights; none without."""
+    if not tel.rebalances:
+        return []
+    p = ["<h2>Rebalances</h2><table><tr><th>update</th><th>epoch</th><th>step</th><th>predicted imbalance</th>"
+         "<th>weights before</th><th>weights after</th></tr>"]
+    for ev in tel.rebalances:
+        cells = [ev["index"], ev.get("epoch"), ev.get("step"),
+                 f"{_fmt(ev.get('imbalance_before'))} -> {_fmt(ev.get('imbalance_after'))}",
+                 _weights(ev.get("before")), _weights(ev.get("after"))]
+        p.append("<tr>" + "".join(f"<td>{_e(_fmt(c))}</td>" for c in cells) + "</tr>")
+    p.append("</table>")
+    return p
 
 
 def _fmt(v) -> str:

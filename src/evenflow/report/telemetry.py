@@ -8,15 +8,17 @@ line whenever the weights change. :func:`load_telemetry` turns the step lines in
 straggler replica, or was balanced, and says what to do about it in plain lines.
 
 Unknown keys and kinds are ignored, so older readers accept newer files; a truncated last
-line (the trainer crashed mid-write) is skipped. numpy and the stdlib only.
+line (the trainer crashed mid-write) is skipped (:mod:`evenflow.report.telemetry_jsonl` reads
+and checks the lines). numpy and the stdlib only.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from evenflow.report.telemetry_jsonl import read_telemetry_lines
 
 __all__ = ["Telemetry", "Diagnosis", "load_telemetry", "diagnose", "diagnose_phases",
            "INPUT_BOUND", "INPUT_MODERATE", "STRAGGLER"]
@@ -25,8 +27,6 @@ TELEMETRY_FILE = "telemetry.jsonl"
 INPUT_BOUND = 0.20     # input wait / step time at or above which a run is input-bound
 INPUT_MODERATE = 0.05  # ... at or above which it is "moderately" input-bound (a note only)
 STRAGGLER = 0.10       # others' wait for one replica / ((R-1) * step time) for a straggler
-
-_PER_REPLICA = ("weights", "samples", "cost", "compute")
 
 
 @dataclass(frozen=True)
@@ -109,40 +109,7 @@ def load_telemetry(run_dir) -> Telemetry:
     path = run_dir / TELEMETRY_FILE
     if not path.is_file():
         raise ValueError(f"{path} not found: it is written by evenflow train with telemetry; run training first")
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    last = max((i for i, s in enumerate(lines) if s.strip()), default=-1)
-    run: dict = {}
-    replicas = None
-    rows: dict[str, list] = {k: [] for k in ("epoch", "step", "global_step", "input_wait", "step_seconds",
-                                             *_PER_REPLICA)}
-    rebalances: list[dict] = []
-    truncated = None
-    for i, text in enumerate(lines):
-        if not text.strip():
-            continue
-        where = f"{path} line {i + 1}"
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            if i == last:  # the trainer died mid-write; everything before it is whole
-                truncated = i + 1
-                continue
-            raise ValueError(f"{where} is not valid JSON ({e.msg}); every line must be one JSON object — "
-                             f"fix or delete that line") from e
-        if not isinstance(obj, dict):
-            raise ValueError(f"{where} must be a JSON object, got {type(obj).__name__}; fix or delete that line")
-        kind = obj.get("kind")
-        if kind == "run" and not run:
-            run = obj
-            if isinstance(obj.get("replicas"), int) and obj["replicas"] >= 1:
-                replicas = obj["replicas"]
-        elif kind == "step":
-            if replicas is None:  # no run line: the first step line decides
-                replicas = len(obj.get("weights") or [])
-            _read_step(obj, replicas, where, rows)
-        elif kind == "rebalance":
-            rebalances.append({**obj, "index": len(rows["epoch"]), "line": i + 1})
-        # other kinds: written by a newer trainer; ignored on purpose
+    run, rows, rebalances, truncated = read_telemetry_lines(path)
     if not rows["epoch"]:
         raise ValueError(f"{path} has no step lines; the run stopped before its first update — "
                          f"train at least one step")
@@ -155,32 +122,6 @@ def load_telemetry(run_dir) -> Telemetry:
         cost=np.asarray(rows["cost"], f64), compute=np.asarray(rows["compute"], f64),
         input_wait=np.asarray(rows["input_wait"], f64), step_seconds=np.asarray(rows["step_seconds"], f64),
         rebalances=tuple(rebalances), truncated_line=truncated)
-
-
-def _read_step(obj: dict, replicas: int, where: str, rows: dict[str, list]) -> None:
-    if replicas < 1:
-        raise ValueError(f"{where}: 'weights' must list one weight per replica, got {obj.get('weights')!r}")
-    try:
-        vals = {k: obj[k] for k in rows}
-    except KeyError as e:
-        raise ValueError(f"{where}: a step line needs {', '.join(rows)}; {e.args[0]!r} is missing") from e
-    for k in _PER_REPLICA:
-        v = vals[k]
-        if not isinstance(v, list) or len(v) != replicas:
-            got = f"{len(v)} values" if isinstance(v, list) else repr(v)
-            raise ValueError(f"{where}: {k!r} must have one value per replica ({replicas}, from the run line), "
-                             f"got {got}; the file mixes runs with different replica counts — start a new "
-                             f"run directory")
-    try:
-        for k in ("epoch", "step", "global_step"):
-            rows[k].append(int(vals[k]))
-        for k in ("input_wait", "step_seconds"):
-            rows[k].append(float(vals[k]))
-        rows["samples"].append([int(x) for x in vals["samples"]])
-        for k in ("weights", "cost", "compute"):
-            rows[k].append([float(x) for x in vals[k]])
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: step fields must be numbers ({e}); fix or delete that line") from e
 
 
 def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnosis:
@@ -202,51 +143,91 @@ def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnos
     Raises:
         ValueError: the window holds no steps.
     """
+    start, stop = _window(tel, start, stop)
+    comp = tel.compute[start:stop]
+    step_total = float(tel.step_seconds[start:stop].sum())
+    wait_total = float(tel.input_wait[start:stop].sum())
+    iwf = wait_total / step_total if step_total > 0 else 0.0
+    charged = _charges(comp, tel.replicas)
+    strag, waited, sf = _straggler(charged, step_total)
+    d = Diagnosis(kind=_kind(iwf, strag, sf), input_wait_fraction=iwf, imbalance=_mean_imbalance(comp),
+                  straggler=strag, straggler_wait_seconds=waited, straggler_fraction=sf, lines=(),
+                  start=start, stop=stop, waited_for=tuple(float(c) for c in charged))
+    # The lines explain the measures, so they are written from the measured diagnosis.
+    return replace(d, lines=tuple(_lines(tel, d, wait_total, step_total)))
+
+
+def _window(tel: Telemetry, start: int, stop: int | None) -> tuple[int, int]:
+    """``(start, stop)`` clipped to the updates written; ValueError when that leaves no step."""
     n = tel.num_updates
     stop = n if stop is None else min(int(stop), n)
     start = max(int(start), 0)
     if start >= stop:
         raise ValueError(f"diagnose needs at least one step, got steps {start}..{stop - 1} of {n}")
-    comp = tel.compute[start:stop]
-    r = tel.replicas
-    step_total = float(tel.step_seconds[start:stop].sum())
-    wait_total = float(tel.input_wait[start:stop].sum())
-    iwf = wait_total / step_total if step_total > 0 else 0.0
+    return start, stop
+
+
+def _mean_imbalance(comp: np.ndarray) -> float:
+    """Mean over steps of max / mean compute (1 for a step where no replica computed)."""
     mx, mean = comp.max(axis=1), comp.mean(axis=1)
-    imbalance = float(np.mean(np.divide(mx, mean, out=np.ones_like(mx), where=mean > 0)))
+    return float(np.mean(np.divide(mx, mean, out=np.ones_like(mx), where=mean > 0)))
+
+
+def _charges(comp: np.ndarray, r: int) -> np.ndarray:
+    """float ``[R]``: seconds the others waited for each replica; each step charges its slowest replica."""
     charged = np.zeros(r)
-    np.add.at(charged, comp.argmax(axis=1), r * mx - comp.sum(axis=1))
+    np.add.at(charged, comp.argmax(axis=1), r * comp.max(axis=1) - comp.sum(axis=1))
+    return charged
+
+
+def _straggler(charged: np.ndarray, step_total: float) -> tuple[int | None, float, float]:
+    """``(straggler, its charge in seconds, straggler fraction)``; None, 0, 0 with one replica or no wait."""
+    r = charged.shape[0]
     strag = int(charged.argmax()) if r > 1 and charged.max() > 0 else None
     waited = float(charged[strag]) if strag is not None else 0.0
     sf = waited / ((r - 1) * step_total) if strag is not None and step_total > 0 else 0.0
+    return strag, waited, sf
+
+
+def _kind(iwf: float, strag: int | None, sf: float) -> str:
+    """The diagnosis's kind by the rules of :func:`diagnose`."""
     is_input, is_strag = iwf >= INPUT_BOUND, strag is not None and sf >= STRAGGLER
-    kind = ("input-bound" if iwf >= sf else "straggler") if is_input and is_strag else \
+    return ("input-bound" if iwf >= sf else "straggler") if is_input and is_strag else \
         "input-bound" if is_input else "straggler" if is_strag else "balanced"
 
-    steps = stop - start
+
+def _lines(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -> list[str]:
+    """The diagnosis in plain lines, its kind first: what held the steps back and what to do about it."""
+    steps = d.stop - d.start
+    iwf, strag, waited, sf = d.input_wait_fraction, d.straggler, d.straggler_wait_seconds, d.straggler_fraction
     input_line = (f"input-bound: steps waited {wait_total:.1f} s for their input batches, {iwf:.0%} of "
                   f"{step_total:.1f} s step time over {steps} steps; feed faster: more parallel reads and "
                   f"decoding, cache the decoded dataset, a deeper prefetch; convert images or arrays to indexed "
                   f"records with `evenflow convert`; `--augment` costs CPU per sample (try a run without it)")
     lines: list[str] = []
-    if is_strag:
-        others = np.delete(comp.sum(axis=0), strag)
-        ratio = float(comp[:, strag].sum() / others.mean()) if others.mean() > 0 else float("inf")
-        todo = _rebalance_advice(tel, start, stop, strag)
-        lines.append(f"straggler: replica {strag} took {ratio:.1f}x the others' compute time; the others waited "
-                     f"{waited:.1f} s for it ({sf:.0%} of step time); {todo}")
-    if is_input:
-        lines.insert(0 if kind == "input-bound" else len(lines), input_line)
+    if strag is not None and sf >= STRAGGLER:
+        lines.append(_straggler_line(tel, d))
+    if iwf >= INPUT_BOUND:
+        lines.insert(0 if d.kind == "input-bound" else len(lines), input_line)
     elif iwf >= INPUT_MODERATE:
         lines.append("moderately input-bound: " + input_line.split(": ", 1)[1])
-    if kind == "balanced":
+    if d.kind == "balanced":
         who = f"; the others waited {waited:.1f} s for replica {strag} ({sf:.0%} of step time)" if strag is not None \
             else ""
-        lines.insert(0, f"balanced: the slowest replica's compute was on average {imbalance:.2f}x the mean over "
+        lines.insert(0, f"balanced: the slowest replica's compute was on average {d.imbalance:.2f}x the mean over "
                         f"{steps} steps{who}; input wait {iwf:.1%} of step time; nothing to fix")
-    return Diagnosis(kind=kind, input_wait_fraction=iwf, imbalance=imbalance, straggler=strag,
-                     straggler_wait_seconds=waited, straggler_fraction=sf, lines=tuple(lines),
-                     start=start, stop=stop, waited_for=tuple(float(c) for c in charged))
+    return lines
+
+
+def _straggler_line(tel: Telemetry, d: Diagnosis) -> str:
+    """How much slower the straggler was, how long the others waited for it, and what to do."""
+    comp = tel.compute[d.start:d.stop]
+    strag = d.straggler
+    others = np.delete(comp.sum(axis=0), strag)
+    ratio = float(comp[:, strag].sum() / others.mean()) if others.mean() > 0 else float("inf")
+    todo = _rebalance_advice(tel, d.start, d.stop, strag)
+    return (f"straggler: replica {strag} took {ratio:.1f}x the others' compute time; the others waited "
+            f"{d.straggler_wait_seconds:.1f} s for it ({d.straggler_fraction:.0%} of step time); {todo}")
 
 
 def _rebalance_advice(tel: Telemetry, start: int, stop: int, strag: int) -> str:

@@ -17,10 +17,12 @@ The launcher's job is the lifecycle:
 * Ctrl-C (or SIGTERM to the launcher) stops every worker the same way.
 
 Each worker runs in its own process group, which is what gets signalled, so
-anything a worker started goes with it. Nothing here imports TensorFlow.
+anything a worker started goes with it (:mod:`evenflow.tf.worker_signals`).
+Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shlex
@@ -32,9 +34,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from evenflow.tf.cluster import REPLICAS_ENV, tf_config
+from evenflow.tf.worker_signals import Interrupts, describe_exit, exit_code, stop_workers
 
 __all__ = ["LaunchOptions", "launch", "free_ports", "MAX_WORKERS"]
 
@@ -92,21 +95,6 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def _exit_code(returncode: int) -> int:
-    """A shell's view of a child's status: killed by signal S -> 128 + S."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _describe(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name} (exit code {_exit_code(returncode)})"
-    return f"exited with code {returncode}"
-
-
 class _Pump(threading.Thread):
     """Copies one worker stream to ours, line by line, with the worker's prefix."""
 
@@ -143,6 +131,26 @@ def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, e
     """
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
+    command = _checked_command(command)
+    addresses = [f"{options.host}:{p}" for p in free_ports(options.workers, options.host)]
+    base = _worker_env(options, env)
+    lock = threading.Lock()
+    say = functools.partial(_say, err, lock)
+    say(f"{options.workers} worker(s) on {', '.join(addresses)}: {shlex.join(command)}")
+    procs, pumps = _start_workers(command, addresses, base, out, err, lock)
+    interrupted = Interrupts()
+    try:
+        failure = _supervise(procs, options.grace_seconds, interrupted, say)
+    finally:
+        interrupted.restore()
+        stop_workers(procs, 0.0)  # nothing outlives the launcher
+        for pump in pumps:
+            pump.join(timeout=5)
+    return _exit_status(procs, failure, interrupted.signum, say)
+
+
+def _checked_command(command: Sequence[str]) -> list[str]:
+    """``command`` as strings; ValueError when it is empty or its program cannot be found."""
     command = [str(c) for c in command]
     if not command:
         raise ValueError("a command to run is required after --, e.g. evenflow launch --workers 2 -- evenflow train "
@@ -150,21 +158,33 @@ def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, e
     if shutil.which(command[0]) is None:
         raise ValueError(f"command {command[0]!r} was not found (not an executable file, nor on PATH); "
                          f"check the spelling or give its full path")
-    ports = free_ports(options.workers, options.host)
-    addresses = [f"{options.host}:{p}" for p in ports]
+    return command
+
+
+def _worker_env(options: LaunchOptions, env) -> dict[str, str]:
+    """The environment every worker shares: ``env`` (default ours), unbuffered, with its replicas."""
     base = dict(os.environ if env is None else env)
     base["PYTHONUNBUFFERED"] = "1"  # lines as they happen, not when a pipe buffer fills
     if options.replicas_per_worker is not None:
         base[REPLICAS_ENV] = str(options.replicas_per_worker)
     else:
         base.pop(REPLICAS_ENV, None)
-    lock = threading.Lock()
+    return base
+
+
+def _say(err, lock: threading.Lock, text: str) -> None:
+    """Write one ``evenflow launch:`` line to ``err``, never inside a worker's line."""
     with lock:
-        err.write(f"evenflow launch: {options.workers} worker(s) on {', '.join(addresses)}: {shlex.join(command)}\n")
+        err.write(f"evenflow launch: {text}\n")
         err.flush()
+
+
+def _start_workers(command: list[str], addresses: list[str], base: dict[str, str], out, err,
+                   lock: threading.Lock) -> tuple[list[subprocess.Popen], list[_Pump]]:
+    """Start one worker per address, each in its own session, with a pump for each of its output streams."""
     procs: list[subprocess.Popen] = []
     pumps: list[_Pump] = []
-    for i in range(options.workers):
+    for i in range(len(addresses)):
         worker_env = dict(base, TF_CONFIG=tf_config(addresses, i))
         proc = subprocess.Popen(command, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
@@ -173,88 +193,60 @@ def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, e
             pump = _Pump(stream, f"[worker {i}] ", target, lock)
             pump.start()
             pumps.append(pump)
+    return procs, pumps
 
-    def say(text: str) -> None:
-        with lock:
-            err.write(f"evenflow launch: {text}\n")
-            err.flush()
 
+def _supervise(procs: list[subprocess.Popen], grace: float, interrupted: Interrupts,
+               say: Callable[[str], None]) -> tuple[int, int] | None:
+    """Wait until every worker has exited or the launcher is interrupted, stopping the rest after a failure.
+
+    Returns:
+        ``(worker, returncode)`` of the first worker that failed, else None.
+    """
     failure: tuple[int, int] | None = None
-    interrupted = _Interrupts()
-    try:
-        while True:
-            codes = [p.poll() for p in procs]
-            if failure is None:
-                for i, rc in enumerate(codes):
-                    if rc not in (None, 0):
-                        failure = (i, rc)
-                        running = sum(c is None for c in codes)
-                        say(f"worker {i} {_describe(rc)}" + (
-                            f"; stopping the other {running} worker(s) (SIGTERM, then SIGKILL after "
-                            f"{options.grace_seconds:g} s)" if running else ""))
-                        _stop(procs, options.grace_seconds)
-                        break
-            if interrupted.signum is not None:
-                say(f"received {signal.Signals(interrupted.signum).name}; stopping the workers")
-                _stop(procs, options.grace_seconds)
-                break
-            if all(c is not None for c in codes):
-                break
-            time.sleep(0.05)
-    finally:
-        interrupted.restore()
-        _stop(procs, 0.0)  # nothing outlives the launcher
-        for pump in pumps:
-            pump.join(timeout=5)
-    if interrupted.signum is not None:
-        return 128 + interrupted.signum
+    while True:
+        codes = [p.poll() for p in procs]
+        if failure is None:
+            failure = _first_failure(codes)
+            if failure is not None:
+                _stop_after_failure(procs, codes, failure, grace, say)
+        if interrupted.signum is not None:
+            say(f"received {signal.Signals(interrupted.signum).name}; stopping the workers")
+            stop_workers(procs, grace)
+            break
+        if all(c is not None for c in codes):
+            break
+        time.sleep(0.05)
+    return failure
+
+
+def _first_failure(codes: list[int | None]) -> tuple[int, int] | None:
+    """``(worker, returncode)`` of the lowest-numbered worker that exited non-zero, else None."""
+    return next(((i, rc) for i, rc in enumerate(codes) if rc not in (None, 0)), None)
+
+
+def _stop_after_failure(procs: list[subprocess.Popen], codes: list[int | None], failure: tuple[int, int],
+                        grace: float, say: Callable[[str], None]) -> None:
+    """Say which worker failed and how, then stop the workers still running."""
+    i, rc = failure
+    running = sum(c is None for c in codes)
+    say(f"worker {i} {describe_exit(rc)}" + (
+        f"; stopping the other {running} worker(s) (SIGTERM, then SIGKILL after "
+        f"{grace:g} s)" if running else ""))
+    stop_workers(procs, grace)
+
+
+def _exit_status(procs: list[subprocess.Popen], failure: tuple[int, int] | None, signum: int | None,
+                 say: Callable[[str], None]) -> int:
+    """The launcher's exit code: 128 + S after signal S, else the first failure's, else 0.
+
+    After a failure, also says how each other worker that did not exit 0 ended.
+    """
+    if signum is not None:
+        return 128 + signum
     if failure is not None:
         for i, p in enumerate(procs):
             if i != failure[0] and p.returncode not in (0, None):
-                say(f"worker {i} {_describe(p.returncode)}")
-        return _exit_code(failure[1])
+                say(f"worker {i} {describe_exit(p.returncode)}")
+        return exit_code(failure[1])
     return 0
-
-
-def _signal_group(proc: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(proc.pid, signum)  # start_new_session: the group id is the worker's pid
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _stop(procs: list[subprocess.Popen], grace: float) -> None:
-    """SIGTERM every running worker's group, SIGKILL what is left after ``grace`` seconds, reap all."""
-    alive = [p for p in procs if p.poll() is None]
-    if not alive:
-        return
-    if grace > 0:
-        for p in alive:
-            _signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(p.poll() is None for p in alive):
-            time.sleep(0.05)
-    for p in alive:
-        if p.poll() is None:
-            _signal_group(p, signal.SIGKILL)
-    for p in alive:
-        p.wait()
-
-
-class _Interrupts:
-    """Records SIGINT/SIGTERM to the launcher (main thread only) instead of dying mid-way."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._old = {}
-        if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
-                self._old[s] = signal.signal(s, self._note)
-
-    def _note(self, signum, frame):
-        self.signum = signum
-
-    def restore(self):
-        for s, handler in self._old.items():
-            signal.signal(s, handler)
-        self._old = {}

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from evenflow.plan import assign_stratified as st
+from evenflow.plan import stratified_rounding as rounding
 
 
 def _deficits(rng, kind, c, r):
@@ -22,8 +22,8 @@ def test_split_search_matches_full_table(kind):
         extra = (rng.random((c, r)) < rng.random()).astype(np.int64)
         deficit = _deficits(rng, kind, c, r)
         tol = 1e-9 * (2.0 + float(np.abs(deficit).max()))
-        full = st._best_full(extra, deficit - extra)
-        split = st._best_split(extra, deficit - extra, tol)
+        full = rounding._best_full(extra, deficit - extra)
+        split = rounding._best_split(extra, deficit - extra, tol)
         if split is None:                      # no improving move
             assert full[4] <= 1e-9
         else:

@@ -1,0 +1,116 @@
+"""Reading ``telemetry.jsonl`` line by line into columns, with errors that name the line.
+
+Each non-blank line is one JSON object with a ``kind``: the first ``run`` line gives the
+replica count (else the first ``step`` line's weights do), every ``step`` line is checked
+for its fields and one value per replica in each per-replica array, and ``rebalance`` lines
+are kept as written with the number of step lines before them. Unknown keys and kinds are
+ignored, so older readers accept newer files; a last line that is not valid JSON (the
+trainer stopped mid-write) is skipped and reported. The stdlib only.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = ["PER_REPLICA", "TelemetryLines", "read_telemetry_lines"]
+
+PER_REPLICA = ("weights", "samples", "cost", "compute")
+
+
+class TelemetryLines(NamedTuple):
+    """The lines of a telemetry file, as read.
+
+    Attributes:
+        run: the first ``run`` line (empty dict when the file had none).
+        rows: one list per step field, one entry per step line in the order written: ints for
+            epoch, step and global_step, floats for input_wait and step_seconds, a list per
+            replica for weights, samples (ints), cost and compute (floats).
+        rebalances: the ``rebalance`` lines, each with ``"index"`` (the number of step lines
+            before it) and ``"line"`` (its 1-based line number) added.
+        truncated_line: 1-based number of a skipped, truncated last line, else None.
+    """
+
+    run: dict
+    rows: dict[str, list]
+    rebalances: list[dict]
+    truncated_line: int | None
+
+
+def read_telemetry_lines(path: Path) -> TelemetryLines:
+    """Read and check every line of ``path``.
+
+    Raises:
+        ValueError: a line that is not a JSON object, or a step line with a missing field, a
+            non-number, or an array without one entry per replica (named by line number).
+    """
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    last = max((i for i, s in enumerate(lines) if s.strip()), default=-1)
+    run: dict = {}
+    replicas = None
+    rows: dict[str, list] = {k: [] for k in ("epoch", "step", "global_step", "input_wait", "step_seconds",
+                                             *PER_REPLICA)}
+    rebalances: list[dict] = []
+    truncated = None
+    for i, text in enumerate(lines):
+        if not text.strip():
+            continue
+        where = f"{path} line {i + 1}"
+        obj = _json_object(text, where, truncated_ok=i == last)
+        if obj is None:
+            truncated = i + 1
+            continue
+        kind = obj.get("kind")
+        if kind == "run" and not run:
+            run = obj
+            if isinstance(obj.get("replicas"), int) and obj["replicas"] >= 1:
+                replicas = obj["replicas"]
+        elif kind == "step":
+            if replicas is None:  # no run line: the first step line decides
+                replicas = len(obj.get("weights") or [])
+            _read_step(obj, replicas, where, rows)
+        elif kind == "rebalance":
+            rebalances.append({**obj, "index": len(rows["epoch"]), "line": i + 1})
+        # other kinds: written by a newer trainer; ignored on purpose
+    return TelemetryLines(run, rows, rebalances, truncated)
+
+
+def _json_object(text: str, where: str, truncated_ok: bool) -> dict | None:
+    """The JSON object on one line; None for invalid JSON where ``truncated_ok`` (the last line)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        if truncated_ok:  # the trainer died mid-write; everything before it is whole
+            return None
+        raise ValueError(f"{where} is not valid JSON ({e.msg}); every line must be one JSON object — "
+                         f"fix or delete that line") from e
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} must be a JSON object, got {type(obj).__name__}; fix or delete that line")
+    return obj
+
+
+def _read_step(obj: dict, replicas: int, where: str, rows: dict[str, list]) -> None:
+    """Check one step line and append its fields to ``rows``."""
+    if replicas < 1:
+        raise ValueError(f"{where}: 'weights' must list one weight per replica, got {obj.get('weights')!r}")
+    try:
+        vals = {k: obj[k] for k in rows}
+    except KeyError as e:
+        raise ValueError(f"{where}: a step line needs {', '.join(rows)}; {e.args[0]!r} is missing") from e
+    for k in PER_REPLICA:
+        v = vals[k]
+        if not isinstance(v, list) or len(v) != replicas:
+            got = f"{len(v)} values" if isinstance(v, list) else repr(v)
+            raise ValueError(f"{where}: {k!r} must have one value per replica ({replicas}, from the run line), "
+                             f"got {got}; the file mixes runs with different replica counts — start a new "
+                             f"run directory")
+    try:
+        for k in ("epoch", "step", "global_step"):
+            rows[k].append(int(vals[k]))
+        for k in ("input_wait", "step_seconds"):
+            rows[k].append(float(vals[k]))
+        rows["samples"].append([int(x) for x in vals["samples"]])
+        for k in ("weights", "cost", "compute"):
+            rows[k].append([float(x) for x in vals[k]])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: step fields must be numbers ({e}); fix or delete that line") from e
