@@ -16,26 +16,19 @@ small rows between processes. Everything else is here, once, for every framework
   few updates, and re-plans of the rest of an epoch with measured weights
   (``plan.with_topology``), which every process decides identically from the same numbers;
 * exact epoch figures: per-replica ``[loss sum, hits, real count]`` all-gathered once per epoch.
-
-A step's outputs (:meth:`Engine.read`) are numpy arrays: ``sums`` float ``[r, 3]``,
-``flags`` float ``[r, 3]`` (this replica non-finite, the step anomalous on some replica,
-the update skipped everywhere), ``ids`` int64 ``[r, slots]``, ``nonfinite`` bool
-``[r, slots]`` (suspect samples), ``replica`` int64 ``[r]`` (global replica ids), and on an
-update's last step with timing, ``timing`` float64 ``[r, 5]`` (step began, input ready,
-replica started, gradients ready, update applied; host clock seconds) — ``r`` being this
-process's replicas.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.plan.topology import Topology
+from evenflow.run.engine import Engine
 from evenflow.run.results import EpochResult, EvalResult, Tally
 
 __all__ = ["Engine", "TrainLoop", "CHUNK_SLOTS", "MAX_ACCUMULATE_STEPS"]
@@ -45,50 +38,6 @@ CHUNK_SLOTS = 2**23
 # The k micro-steps of an update are unrolled in one traced function on TensorFlow; past a few
 # dozen the trace gets slow, and a larger effective batch is better had from a larger global batch.
 MAX_ACCUMULATE_STEPS = 64
-
-
-class Engine(Protocol):
-    """What a framework adapter implements for :class:`TrainLoop`.
-
-    Attributes:
-        local_replicas: replicas this process runs.
-        num_processes: processes that hold replicas (workers or ranks); 1 for one process.
-        lag: updates the host may read behind the newest dispatched one (0 where a step's
-            call returns only once it has run, e.g. on CPUs).
-        timing: whether steps carry ``timing`` rows (needed by a monitor).
-        skip_nonfinite: whether a non-finite step's update is skipped on every replica.
-    """
-
-    local_replicas: int
-    num_processes: int
-    lag: int
-    timing: bool
-    skip_nonfinite: bool
-
-    def open(self, reader, plan: Plan, start: Cursor, epochs: int):
-        """A stream of the plan's steps from ``start`` through ``epochs`` epochs (from ``start.epoch``)."""
-
-    def update(self, stream, global_step: int, count: int, keep_batches: bool) -> tuple[list, list | None]:
-        """Run one optimizer update over the next ``count`` plan steps of ``stream``.
-
-        Returns one output handle per plan step (read later by :meth:`read`) and, with
-        ``keep_batches``, the batches consumed (for ``on_batch``).
-        """
-
-    def read(self, out, with_ids: bool) -> dict:
-        """One step's outputs as numpy (see the module docstring); ``ids``/``nonfinite`` only if asked."""
-
-    def sums(self, outs: list):
-        """The summed ``[loss sum, hits, real count]`` rows ``[r, 3]`` of an update's outputs (may stay lazy)."""
-
-    def close(self, stream, finished: bool) -> None:
-        """Release a stream, read to its end (``finished``) or dropped mid-way (a rewind or re-plan)."""
-
-    def evaluate(self, reader, plan: Plan, epoch: int) -> np.ndarray:
-        """float64 ``[r, 3]`` masked sums of epoch ``epoch`` of ``plan`` on this process's replicas."""
-
-    def all_gather(self, rows: np.ndarray) -> np.ndarray:
-        """float64 ``[r, k]`` -> ``[R, k]`` in global replica order (a collective across processes)."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.replica_step import now
+from evenflow.tf.clock import now
 from evenflow.tf.strategy import num_workers, on_cpu
 
 __all__ = ["TFEngine", "LAG", "TIMING_SWITCH_SECONDS"]

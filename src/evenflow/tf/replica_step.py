@@ -22,16 +22,14 @@ step, ``timing``: what :mod:`evenflow.run.loop` reads back.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
-from evenflow.tf.pyfunc import wall_clock
+from evenflow.tf.clock import emulated_clock
 
-__all__ = ["ReplicaStep", "COMPRESSIONS", "now"]
+__all__ = ["ReplicaStep", "COMPRESSIONS"]
 
 # Gradient compression before the all-reduce: the dtype the gradients travel in.
 COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
@@ -150,14 +148,14 @@ class ReplicaStep:
 
         With ``since`` (this replica's start) and a slowdown, first sleeps until
         ``since + factor * max(now - since, sample_seconds)``: the emulated device (see
-        :func:`_clock`).
+        :func:`~evenflow.tf.clock.emulated_clock`).
         """
         tf = _tf()
         zero, one = tf.constant(0.0, tf.float64), tf.constant(1.0, tf.float64)
         args = [self._anchor.handle, zero if since is None else since, one if factor is None else factor,
                 zero if sample_seconds is None else sample_seconds]
         with tf.control_dependencies(after):
-            return tf.ensure_shape(tf.py_function(_clock, args, tf.float64), [])
+            return tf.ensure_shape(tf.py_function(emulated_clock, args, tf.float64), [])
 
     def _slowdown(self, batches, step) -> dict:
         # The emulated slowdown of this replica at global step `step` (see evenflow.tf.simulate).
@@ -282,30 +280,3 @@ def _suspects(features, logits, per_sample):
 def _all_finite(tensors):
     tf = _tf()
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t is not None])
-
-
-
-def _clock(anchor, since, factor, sample_seconds):
-    """The host clock (``time.time()``, the clock of ``tf.timestamp``), after an emulated delay.
-
-    The emulated device is busy ``factor * max(compute, sample_seconds)`` from ``since``, where
-    ``compute = now - since`` is the real work done so far: the real computation runs inside the
-    device time instead of before it. (A sleep after the computation would queue replicas that share
-    CPU cores: the one scheduled last would also start its sleep last.)
-    With ``sample_seconds`` 0 the delay is ``(factor - 1) * compute``. ``anchor`` (a replica's
-    resource handle) is only there to order the call (see ``ReplicaStep._anchor``).
-    """
-    now = time.time()
-    f = float(factor)
-    compute = max(now - float(since), 0.0)
-    delay = f * max(compute, float(sample_seconds)) - compute
-    if delay > 0:
-        time.sleep(delay)
-        now = time.time()
-    return np.float64(now)
-
-
-def now():
-    """The host clock as a graph op. Not ``tf.timestamp``: op determinism (``--deterministic``) forbids it."""
-    tf = _tf()
-    return tf.ensure_shape(tf.py_function(wall_clock, [], tf.float64), [])
