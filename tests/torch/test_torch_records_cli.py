@@ -87,6 +87,6 @@ def test_text_records_and_pad_lengths_are_refused_with_the_tf_hint(tmp_path, cap
     convert("builtin:stdlib-docs", docs, shards=1)
     code, out, err, summary = _train(tmp_path, capsys, docs)
     assert code == 2 and summary is None
-    assert "feature 'text' holds text; text records train on the TensorFlow path only" in err, err
+    assert "is variable-length text, and text trains on TensorFlow only" in err, err
     code, out, err, summary = _train(tmp_path, capsys, "builtin:digits", "--pad-lengths", "64,512")
     assert code == 2 and "--pad-lengths 64,512 is not supported with --framework torch" in err, err
