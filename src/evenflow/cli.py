@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if getattr(args, "verbose", False):
-        os.environ["EVENFLOW_VERBOSE"] = "1"  # read where a framework is imported (and by child processes)
+        os.environ["EVENFLOW_VERBOSE"] = "1"  # read where TensorFlow is imported (and by child processes)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO")  # PyTorch's c10d and DDP info lines
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["check_features", "check_labels", "digits_arrays", "read_npz", "split_indices", "split_or_explain"]
+__all__ = ["check_features", "check_labels", "digits_arrays", "read_npz", "split_indices", "split_or_explain",
+           "split_facts"]
 
 
 def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,3 +101,15 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
                          "'evenflow[torch]' (both install it), or pip install scikit-learn") from e
     d = load_digits()
     return (d.images / 16.0).astype(np.float32)[..., None], d.target.astype(np.int64)
+
+
+def split_facts(train: np.ndarray, test: np.ndarray, test_fraction: float, seed: int) -> dict:
+    """What a run reports about its split: the sizes, the rule's inputs and a digest of the held-out ids.
+
+    Two runs whose ``test_digest`` agree held out the same samples.
+    """
+    import hashlib
+
+    digest = hashlib.sha256(np.sort(np.asarray(test, np.int64)).tobytes()).hexdigest()[:16]
+    return {"train": int(len(train)), "test": int(len(test)), "test_fraction": float(test_fraction),
+            "split_seed": int(seed), "test_digest": digest}

@@ -30,7 +30,8 @@ from typing import Callable
 
 import numpy as np
 
-from evenflow.data.arrays import check_features, check_labels, digits_arrays, read_npz, split_indices, split_or_explain
+from evenflow.data.arrays import (check_features, check_labels, digits_arrays, read_npz, split_facts, split_indices,
+                                  split_or_explain)
 from evenflow.data.load_records import load_records
 from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import is_tfrecord_files
@@ -51,7 +52,8 @@ def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData
         train=ArraySource(x[train], y[train]), test=ArraySource(x[test], y[test]), num_classes=num_classes,
         feature_shape=tuple(int(d) for d in x.shape[1:]),
         description=f"{what}: {len(train)} train / {len(test)} test samples, {num_classes} classes, "
-                    f"features {tuple(x.shape[1:])}")
+                    f"features {tuple(x.shape[1:])}",
+        split=split_facts(train, test, options.test_fraction, options.split_seed))
 
 
 def _digits(options) -> LoadedData:
@@ -66,6 +68,7 @@ def _text(name: str) -> Callable:
         return LoadedData(
             train=TextSource(data.subset(train), pad_lengths), test=TextSource(data.subset(test), pad_lengths),
             num_classes=len(data.class_names), feature_shape=(None,), kind="text",
+            split=split_facts(train, test, options.test_fraction, options.split_seed),
             description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
                         f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")
 

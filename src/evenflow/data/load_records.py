@@ -46,7 +46,7 @@ import os
 
 import numpy as np
 
-from evenflow.data.arrays import split_indices
+from evenflow.data.arrays import split_facts, split_indices
 from evenflow.data.images import DecodeImages, first_image_layout, skip_undecodable, skipped_note
 from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import open_for_training
@@ -176,4 +176,5 @@ def load_records(options) -> LoadedData:
                     f"{size / 1e6:.1f} MB, {reading}), "
                     f"{len(train)} train / {len(test)} test samples, {num_classes} classes, feature "
                     f"{feature_key!r} {shape}{kind}",
-        notes=skipped_note(skipped), diagnose=diagnose, skipped=tuple(skipped), kind="records", records=source)
+        notes=skipped_note(skipped), diagnose=diagnose, skipped=tuple(skipped), kind="records", records=source,
+        split=split_facts(ids[train], ids[test], options.test_fraction, options.split_seed))

@@ -28,6 +28,7 @@ class LoadedData:
         kind: ``"arrays"`` (train and test are :class:`~evenflow.data.source.ArraySource`),
             ``"text"`` (:class:`~evenflow.data.text.TextSource`) or ``"records"`` (two
             :class:`~evenflow.data.source.SubsetSource` of :attr:`records`).
+        split: how the test set was held out (:func:`~evenflow.data.arrays.split_facts`), or None.
         records: for ``"records"``, the one :class:`~evenflow.data.records_source.RecordSource`
             both splits read: its ``dataset``, ``feature_key``, ``label_key``, ``cache`` and
             ``decode`` (image layout or text padding) are what a framework adapter builds
@@ -44,6 +45,7 @@ class LoadedData:
     skipped: tuple[dict, ...] = ()
     kind: Literal["arrays", "text", "records"] = "arrays"
     records: object = None
+    split: dict | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -197,7 +197,7 @@ class ReplicaMonitor:
                  "before": list(before), "after": list(decision.weights),
                  "speeds": [round(x, 6) for x in decision.speeds],
                  "imbalance_before": round(decision.imbalance_before, 6),
-                 "imbalance_after": round(decision.imbalance_after, 6)}
+                 "imbalance_after": round(decision.imbalance_after, 6), "gain": round(decision.gain, 6)}
         self.history.append(event)
         self._write(event)
 

@@ -59,6 +59,7 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
     samples = sum(h["samples"] for h in history)
     summary = {
         "framework": cfg.compute.framework,
+        "model": {"name": cfg.model.model, "weights": session.num_weights, "dropout": cfg.model.dropout},
         "test_accuracy": test.accuracy, "test_loss": test.loss, "test_samples": test.count,
         "final_train_loss": history[-1]["loss"] if history else None,
         "final_train_accuracy": history[-1]["accuracy"] if history else None,
@@ -68,7 +69,7 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
         "devices": list(session.devices), "framework_info": dict(session.summary),
         "global_batch_size": sched.global_batch_size, "slots_per_replica": p.train_plan.slots, "seed": sched.seed,
         "epochs": sched.epochs, "steps": trained.steps, "dataset": p.data.description, "augment": cfg.data.augment,
-        "skipped_records": list(p.data.skipped), "config": cfg.to_dict(), "plan": p.train_plan.epoch(0).summary(),
+        "skipped_records": list(p.data.skipped), "split": p.data.split, "config": cfg.to_dict(), "plan": p.train_plan.epoch(0).summary(),
         "history": [{k: h[k] for k in ("epoch", "loss", "accuracy", "samples", "seconds", "replica_samples",
                                        "skipped_steps")} for h in history],
         "resumed_from": None if p.resume_from is None else p.resume_from.to_dict(),

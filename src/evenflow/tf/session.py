@@ -116,7 +116,8 @@ def _facts(strategy, model, trainer, comp) -> dict:
              "compute_dtype": str((model.layers[0] if model.layers else model).dtype_policy.compute_dtype),
              "dropout_layers": _count_dropout(model),
              "gradient_dtype": "float16" if trainer.compression == "fp16" else "float32",
-             "accumulate_steps": trainer.loop.accumulate_steps}
+             "accumulate_steps": trainer.loop.accumulate_steps,
+             "optimizer": type(getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)).__name__}
     options = getattr(strategy.extended, "_communication_options", None)
     if options is not None and num_workers_of(strategy) > 1:
         facts["communication"] = {"implementation": str(options.implementation).split(".")[-1].lower(),

@@ -89,10 +89,10 @@ def start_session(p):
                         num_weights=sum(q.numel() for q in model.parameters() if q.requires_grad),
                         state=TorchState(model, optimizer, rank=rank, world=world, device=device),
                         train_reader=train_reader, test_reader=test_reader,
-                        summary=_facts(torch, trainer, backend, comp, model))
+                        summary=_facts(torch, trainer, backend, comp, model, train_reader))
 
 
-def _facts(torch, trainer, backend: str, comp, model) -> dict:
+def _facts(torch, trainer, backend: str, comp, model, train_reader) -> dict:
     """What PyTorch was set to, read back from it (``summary.json``'s ``framework_info``)."""
     engine = trainer.engine
     facts = {"torch": torch.__version__, "backend": backend, "intra_op_threads": torch.get_num_threads(),
@@ -100,7 +100,8 @@ def _facts(torch, trainer, backend: str, comp, model) -> dict:
              "compute_dtype": "bfloat16" if engine.precision == "mixed_bfloat16" else "float32",
              "dropout_layers": sum(isinstance(m, torch.nn.Dropout) for m in model.modules()),
              "gradient_dtype": "float16" if comp.gradient_compression == "fp16" else "float32",
-             "accumulate_steps": trainer.loop.accumulate_steps, "loader_workers": comp.loader_workers}
+             "accumulate_steps": trainer.loop.accumulate_steps, "optimizer": type(trainer.optimizer).__name__,
+             "loader_workers": int(train_reader.num_workers)}
     if engine.ddp is not engine.model:
         facts["ddp_bucket_bytes"] = int(engine.ddp.bucket_bytes_cap)
         facts["collective_timeout_seconds"] = float(comp.collective_timeout)

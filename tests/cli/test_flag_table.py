@@ -1,0 +1,411 @@
+"""Every ``evenflow train`` option x {tf, torch}: honoured, with its effect checked, or refused with exit 2.
+
+A handful of real runs (TensorFlow in fresh processes, PyTorch as 2 gloo ranks on 127.0.0.1)
+set nearly every option away from its default at once; each row of :data:`TABLE` then checks
+that option's effect on the run's outputs (summary, telemetry, audit, checkpoints, logs) or,
+for a framework that cannot honour it, that it is refused with one line naming it. A new
+option without a row fails :func:`test_the_table_has_a_row_for_every_option`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import evenflow as ef
+from evenflow.cli import main
+from evenflow.data import split_indices
+from evenflow.run.config import KEYS
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("tensorflow")
+pytest.importorskip("torch")
+
+from tests.torch.conftest import run_ranks  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+N, G, SEED, SPLIT_SEED, FRACTION = 240, 30, 5, 1, 0.25
+# Options set away from their defaults in both frameworks' main runs.
+COMMON = ["--feature-key", "feat", "--label-key", "lab", "--test-fraction", str(FRACTION), "--split-seed",
+          str(SPLIT_SEED), "--augment", "flip", "--model", "cnn", "--dropout", "0.2", "--optimizer", "sgd",
+          "--learning-rate", "0.05", "--epochs", "2", "--global-batch-size", str(G), "--seed", str(SEED),
+          "--no-stratify", "--balance", "cost", "--bucket", "--replicas", "2", "--precision", "mixed_bfloat16",
+          "--threads", "1", "--gradient-compression", "fp16", "--accumulate-steps", "2", "--checkpoint-every", "2",
+          "--keep-checkpoints", "1", "--audit", "--deterministic", "--rebalance", "on", "--rebalance-threshold",
+          "1.3", "--simulate-slow", "1:3@4", "--simulate-sample-ms", "0.5"]
+
+
+@dataclass
+class Run:
+    """One ``evenflow train`` run: exit code, output of process 0, its run directory."""
+
+    code: int
+    out: str
+    err: str
+    dir: Path
+    labels: np.ndarray | None = None
+
+    @property
+    def summary(self) -> dict:
+        return json.loads((self.dir / "summary.json").read_text())
+
+    @property
+    def info(self) -> dict:
+        return self.summary["framework_info"]
+
+    def telemetry(self, kind: str) -> list[dict]:
+        lines = (self.dir / "telemetry.jsonl").read_text().splitlines()
+        return [x for x in map(json.loads, lines) if x["kind"] == kind]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
+
+
+def _tf(root: Path, name: str, *argv: str, launch: bool = False) -> Run:
+    cmd = [sys.executable, "-m", "evenflow", "train", "--framework", "tf", *argv, "--output-dir", str(root / name)]
+    if launch:
+        cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--replicas-per-worker", "1", "--",
+               *cmd[:3], *cmd[3:]]
+    proc = subprocess.run(["timeout", "-k", "5", "240", *cmd], capture_output=True, text=True, env=_env(), cwd=root)
+    return Run(proc.returncode, proc.stdout, proc.stderr, root / name)
+
+
+def _torch(root: Path, name: str, *argv: str, world: int = 2) -> Run:
+    cmd = [sys.executable, "-m", "evenflow", "train", "--framework", "torch", *argv, "--output-dir", str(root / name)]
+    if world == 1:
+        proc = subprocess.run(["timeout", "-k", "5", "240", *cmd], capture_output=True, text=True, env=_env(),
+                              cwd=root)
+        return Run(proc.returncode, proc.stdout, proc.stderr, root / name)
+    out = root / f"{name}.out"
+
+    def argv_of(rank):  # rank 0's stdout kept in a file: run_ranks keeps stderr only
+        return ["sh", "-c", " ".join(f"'{a}'" for a in cmd) + (f" > '{out}'" if rank == 0 else " > /dev/null")]
+
+    ranks = run_ranks([(argv_of, world, lambda r: None)], timeout=240)[0]
+    code = max((r.returncode for r in ranks), key=abs)
+    return Run(code, out.read_text() if out.exists() else "", ranks[0].stderr, root / name)
+
+
+def _data(root: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    """Records of 8x8 features with a label and a cost column (for cost balancing and buckets), and NaN arrays."""
+    from evenflow.data import convert
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, N)
+    x = rng.normal(size=(N, 8, 8)).astype(np.float32) + y[:, None, None]
+    cost = rng.integers(1, 50, N).astype(np.float64)
+    np.savez(root / "d.npz", feat=x, lab=y, c=cost)
+    convert(str(root / "d.npz"), root / "rec", shards=2, label_key="lab", cost_key="c")
+    bad = x.copy()
+    bad[[3, 50, 51]] = np.nan
+    np.savez(root / "nan.npz", x=bad, y=y)
+    return root / "rec", y, cost
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("flags")
+    data, labels, costs = _data(root)
+    (root / "run.toml").write_text(f'dataset = "{root / "nan.npz"}"\nepochs = 1\nreplicas = 1\n')
+    r = {"root": root, "data": data, "labels": labels, "costs": costs}
+    r["tf"] = _tf(root, "tf", "--dataset", str(data), *COMMON, "--verbose")
+    shutil.copytree(root / "tf", root / "tf_resumed")
+    r["tf_resume"] = _tf(root, "tf_resumed", "--dataset", str(data), *COMMON, "--epochs", "3")
+    r["tf_nan"] = _tf(root, "tf_nan", "--config", str(root / "run.toml"), "--no-telemetry", "--restore-after", "2",
+                      "--restore-lr-factor", "0.25", "--max-restores", "5", "--communication", "ring")
+    r["tf_apply_nan"] = _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite")
+    r["tf_workers"] = _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1", "--communication",
+                          "ring", "--bytes-per-pack", "65536", "--collective-timeout", "60", launch=True)
+    r["torch"] = _torch(root, "torch", "--dataset", str(data), *COMMON, "--backend", "gloo", "--loader-workers",
+                        "2", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--verbose")
+    shutil.copytree(root / "torch", root / "torch_fresh")
+    r["torch_fresh"] = _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
+                              "--no-resume", "--epochs", "1")
+    r["torch_nan"] = _torch(root, "torch_nan", "--config", str(root / "run.toml"), "--no-telemetry",
+                            "--restore-after", "2", "--restore-lr-factor", "0.25", "--max-restores", "5", world=1)
+    r["torch_apply_nan"] = _torch(root, "torch_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite",
+                                  world=1)
+    for name in ("tf", "tf_resume", "tf_nan", "tf_workers", "torch", "torch_fresh", "torch_nan"):
+        assert r[name].code == 0, f"{name} failed:\n{r[name].err[-3000:]}"
+    return r
+
+
+def _refused(framework: str, fragment: str, *argv: str) -> str:
+    """Exit 2 with one line naming the flag and the framework; nothing written."""
+    return f"refused:{fragment}", (framework, argv)
+
+
+# -- checks -----------------------------------------------------------------------------------------
+def _expected_plan(r) -> ef.Plan:
+    train, _ = split_indices(r["labels"], FRACTION, SPLIT_SEED)
+    index = ef.Index(len(train), labels=r["labels"][train], costs=r["costs"][train])
+    return ef.Plan(index, ef.Topology(2), global_batch_size=G, seed=SEED, stratify=False, balance="cost",
+                   bucket=True)
+
+
+def _audit_steps(run: Run, epoch: int) -> dict[int, np.ndarray]:
+    """step -> ids [replicas, slots] the run's audit recorded for ``epoch``."""
+    rows: dict[int, dict[int, np.ndarray]] = {}
+    for path in sorted((run.dir / "audit").glob(f"e{epoch:05d}-*.npz")):
+        with np.load(path) as z:
+            for k, step in enumerate(z["steps"].tolist()):
+                for j, replica in enumerate(z["replicas"].tolist()):
+                    rows.setdefault(step, {})[replica] = z["ids"][k][j]
+    return {s: [rows[s][r] for r in sorted(rows[s])] for s in sorted(rows)}
+
+
+def check_plan_options(r, run: Run) -> None:
+    """seed, global_batch_size, stratify, bucket: every step's set of ids is the expected plan's."""
+    plan = _expected_plan(r)
+    for epoch in range(2):
+        steps = _audit_steps(run, epoch)
+        assert len(steps) == plan.num_steps
+        for s, rows in steps.items():
+            got = np.sort(np.concatenate([row[row >= 0] for row in rows]))
+            np.testing.assert_array_equal(got, plan.epoch(epoch).step_ids(s))
+
+
+def check_balance(r, run: Run) -> None:
+    """balance cost: step 0's split among the replicas (before any re-plan) is the cost plan's."""
+    ids = _expected_plan(r).epoch(0).ids[0]
+    rows = _audit_steps(run, 0)[0]
+    for replica, row in enumerate(rows):
+        assert sorted(row[row >= 0].tolist()) == sorted(ids[replica][ids[replica] >= 0].tolist())
+
+
+def check_split(r, run: Run) -> None:
+    train, test = split_indices(r["labels"], FRACTION, SPLIT_SEED)
+    split = run.summary["split"]
+    assert split["test"] == run.summary["test_samples"] == len(test)
+    assert split["test_digest"] == hashlib.sha256(np.sort(test).astype(np.int64).tobytes()).hexdigest()[:16]
+    _, other = split_indices(r["labels"], FRACTION, 0)
+    assert not np.array_equal(np.sort(other), np.sort(test))  # another split seed holds out other samples
+
+
+def check_checkpoints(run: Run) -> None:
+    """checkpoint_every 2: audit segments (flushed with each checkpoint) span 2 steps; keep 1 (+ the confirmed one)."""
+    names = [p.name.split("-") for p in (run.dir / "audit").glob("e00000-*-w000.npz")]  # e00000-s000002-000003-w000
+    spans = {int(last) - int(first[1:]) + 1 for _, first, last, _ in names}
+    assert spans <= {1, 2} and 2 in spans
+    assert 1 <= len(list((run.dir / "checkpoints").glob("ckpt-*"))) <= 2
+
+
+def check_accumulate(run: Run) -> None:
+    """accumulate_steps 2: one update (one telemetry line) per 2 plan steps."""
+    per_epoch = {}
+    for line in run.telemetry("step"):
+        per_epoch[line["epoch"]] = per_epoch.get(line["epoch"], 0) + 1
+    plan_steps = run.summary["plan"]["num_steps"]
+    assert per_epoch[0] == math.ceil(plan_steps / 2), (per_epoch, plan_steps)
+
+
+def check_simulation(run: Run) -> None:
+    """simulate_slow 1:3@4 and simulate_sample_ms 0.5: replica 1 computes ~3x longer from step 4, all >= 0.5 ms/sample."""
+    lines = run.telemetry("step")
+    for x in lines:
+        for samples, compute in zip(x["samples"], x["compute"]):
+            assert compute >= 0.0005 * samples * 0.95
+    per_epoch = run.telemetry("run")[0]["steps_per_epoch"]
+    first = next((e["global_step"] for e in run.telemetry("rebalance")), len(lines))
+    # An update's line names its last plan step; the updates of plan steps 4 and 5 on are slowed.
+    slow = [x["compute"][1] / max(x["compute"][0], 1e-9) for x in lines
+            if x["epoch"] * per_epoch + x["step"] >= 5 and x["global_step"] < first]
+    fast = [x["compute"][1] / max(x["compute"][0], 1e-9) for x in lines if x["epoch"] * per_epoch + x["step"] < 4]
+    assert slow and fast and np.median(slow) > 1.8 * np.median(fast), (slow, fast)
+
+
+def check_rebalance(run: Run) -> None:
+    """rebalance on, threshold 1.3: at least one re-plan, each predicted to gain more than 1.3."""
+    events = run.telemetry("rebalance")
+    assert events and all(e["gain"] > 1.3 for e in events)
+    assert events[0]["after"][1] < 0.7  # the slow replica gets less
+
+
+def check_anomaly_policy(run: Run) -> None:  # noqa: C901
+    """skip_nonfinite (default), restore_after 2, restore_lr_factor 0.25, max_restores 5: NaN steps skipped and logged."""
+    events = [json.loads(x) for x in (run.dir / "anomalies.jsonl").read_text().splitlines()]
+    nonfinite = [e for e in events if e["event"] == "nonfinite"]
+    assert nonfinite and all(e["skipped"] for e in nonfinite)
+    train, _ = split_indices(run.labels, 0.2, 0)  # the log names training-set positions
+    assert {int(train[i]) for e in nonfinite for i in e["suspects"]} <= {3, 50, 51}
+    assert {int(train[i]) for e in nonfinite for i in e["suspects"]}
+    for e in (e for e in events if e["event"] == "restored"):
+        old, new = e["learning_rate"]
+        assert new == pytest.approx(old * 0.25)
+        assert e["restores"] <= 5
+    restored = [e for e in events if e["event"] == "restored"]
+    streaks = [e["streak"] for e in nonfinite if not e["replay"]]
+    assert bool(restored) == (max(streaks) >= 2)
+
+
+def check_applied_nan(run: Run) -> None:
+    """--no-skip-nonfinite: the NaN update is applied, and the run stops when it would checkpoint a NaN model."""
+    assert run.code == 2 and "holds NaN or Inf" in run.err.strip().splitlines()[-1]
+
+
+def check_verbose(framework: str, run: Run) -> None:
+    if framework == "tf":
+        assert "absl::InitializeLog" in run.err or "port.cc" in run.err  # TensorFlow's own start-up lines
+    else:
+        assert "reducer.cpp" in run.err or "c10d" in run.err  # PyTorch's c10d / DDP info lines
+
+
+def _honoured(check):
+    return ("honoured", check)
+
+
+def _summary_equals(key, value):
+    return _honoured(lambda r, run: run.summary[key] == value or pytest.fail(f"{key}: {run.summary[key]!r}"))
+
+
+def _info_equals(key, value):
+    return _honoured(lambda r, run: run.info[key] == value or pytest.fail(f"{key}: {run.info.get(key)!r}"))
+
+
+def _both(entry):
+    return {"tf": entry, "torch": entry}
+
+
+TABLE = {
+    "dataset": _both(_honoured(lambda r, run: run.summary["dataset"].startswith(str(r["data"])))),
+    "feature_key": _both(_honoured(lambda r, run: run.summary["config"]["feature_key"] == "feat")),
+    "label_key": _both(_honoured(lambda r, run: run.summary["config"]["label_key"] == "lab")),
+    "test_fraction": _both(_honoured(check_split)),
+    "split_seed": _both(_honoured(check_split)),
+    "augment": _both(_honoured(lambda r, run: run.summary["augment"] == "flip" and "augmenting" in run.out)),
+    "skip_corrupt": _both(("probe", "skip_corrupt")),
+    "pad_lengths": {"tf": ("probe", "pad_lengths"),
+                    "torch": _refused("torch", "--pad-lengths 64,512 is not supported with --framework torch",
+                                      "--pad-lengths", "64,512")},
+    "model": _both(_honoured(lambda r, run: run.summary["model"]["name"] == "cnn"
+                             and run.summary["model"]["weights"] != 25_604)),  # not the mlp's count
+    "dropout": _both(_info_equals("dropout_layers", 1)),
+    "optimizer": _both(_info_equals("optimizer", "SGD")),
+    "learning_rate": _both(_summary_equals("learning_rate", pytest.approx(0.05))),
+    "epochs": _both(_honoured(lambda r, run: [h["epoch"] for h in run.summary["history"]] == [0, 1])),
+    "global_batch_size": _both(_honoured(check_plan_options)),
+    "seed": _both(_honoured(check_plan_options)),
+    "stratify": _both(_honoured(check_plan_options)),
+    "balance": _both(_honoured(check_balance)),
+    "bucket": _both(_honoured(check_plan_options)),
+    "framework": {"tf": _summary_equals("framework", "tf"), "torch": _summary_equals("framework", "torch")},
+    "replicas": _both(_summary_equals("replicas", 2)),
+    "precision": {"tf": _info_equals("compute_dtype", "bfloat16"), "torch": _info_equals("compute_dtype", "bfloat16")},
+    "threads": _both(_info_equals("intra_op_threads", 1)),
+    "communication": {"tf": ("probe", "tf_workers"),
+                      "torch": _refused("torch", "--communication ring is not supported with --framework torch",
+                                        "--communication", "ring")},
+    "backend": {"tf": _refused("tf", "--backend gloo is not supported with --framework tf", "--backend", "gloo"),
+                "torch": _info_equals("backend", "gloo")},
+    "bytes_per_pack": {"tf": ("probe", "tf_workers"), "torch": _info_equals("ddp_bucket_bytes", 65536)},
+    "collective_timeout": {"tf": ("probe", "tf_workers"), "torch": _info_equals("collective_timeout_seconds", 60.0)},
+    "gradient_compression": _both(_info_equals("gradient_dtype", "float16")),
+    "accumulate_steps": _both(_honoured(lambda r, run: check_accumulate(run))),
+    "loader_workers": {"tf": _refused("tf", "--loader-workers 2 is not supported with --framework tf",
+                                      "--loader-workers", "2"),
+                       "torch": _info_equals("loader_workers", 2)},
+    "output_dir": _both(_honoured(lambda r, run: (run.dir / "summary.json").is_file())),
+    "checkpoint_every": _both(_honoured(lambda r, run: check_checkpoints(run))),
+    "keep_checkpoints": _both(_honoured(lambda r, run: check_checkpoints(run))),
+    "resume": _both(("probe", "resume")),
+    "audit": _both(_honoured(lambda r, run: main(["audit", str(run.dir)]) == 0)),
+    "deterministic": {"tf": _info_equals("op_determinism", True), "torch": _info_equals("deterministic_algorithms", True)},
+    "skip_nonfinite": _both(("probe", "nan")),
+    "restore_after": _both(("probe", "nan")),
+    "restore_lr_factor": _both(("probe", "nan")),
+    "max_restores": _both(("probe", "nan")),
+    "rebalance": _both(_honoured(lambda r, run: check_rebalance(run))),
+    "rebalance_threshold": _both(_honoured(lambda r, run: check_rebalance(run))),
+    "telemetry": _both(("probe", "telemetry")),
+    "simulate_slow": _both(_honoured(lambda r, run: check_simulation(run))),
+    "simulate_sample_ms": _both(_honoured(lambda r, run: check_simulation(run))),
+    "config": _both(("probe", "nan")),
+    "verbose": {"tf": _honoured(lambda r, run: check_verbose("tf", run)),
+                "torch": _honoured(lambda r, run: check_verbose("torch", run))},
+}
+
+
+def test_the_table_has_a_row_for_every_option():
+    assert set(TABLE) == set(KEYS) | {"config", "verbose"}
+
+
+def _probe(name: str, framework: str, r) -> None:
+    root = r["root"]
+    if name == "nan":  # --config, the anomaly options, and (tf) a between-workers option on one worker: noted
+        run = r[f"{framework}_nan"]
+        assert run.summary["dataset"].startswith(str(root / "nan.npz")) and run.summary["epochs"] == 1
+        run.labels = r["labels"]
+        check_anomaly_policy(run)
+        check_applied_nan(r[f"{framework}_apply_nan"])
+        if framework == "tf":
+            assert "note: --communication sets the collectives between TensorFlow workers" in run.out
+    elif name == "telemetry":
+        assert (r[framework].dir / "telemetry.jsonl").is_file() and r[framework].summary["telemetry"]["updates"] > 0
+        assert not (r[f"{framework}_nan"].dir / "telemetry.jsonl").exists()  # --no-telemetry
+    elif name == "resume":
+        if framework == "tf":
+            resumed = r["tf_resume"].summary
+            assert resumed["resumed_from"] == {"epoch": 2, "step": 0} and len(resumed["history"]) == 3
+        else:
+            fresh = r["torch_fresh"].summary  # --no-resume: started over, one epoch
+            assert fresh["resumed_from"] is None and [h["epoch"] for h in fresh["history"]] == [0]
+    elif name == "tf_workers":
+        comm = r["tf_workers"].info["communication"]
+        assert comm == {"implementation": "ring", "bytes_per_pack": 65536, "timeout_seconds": 60.0}, comm
+    elif name == "skip_corrupt":
+        _check_skip_corrupt(framework, root)
+    elif name == "pad_lengths":
+        from evenflow.data import load_dataset
+        from evenflow.run.config import load_config
+        data = load_dataset(load_config(overrides={"dataset": "builtin:stdlib-docs", "pad_lengths": "64,512"}).data)
+        widths = {data.train.batch(np.arange(i, i + 8))["features"].shape[1] for i in range(0, 400, 8)}
+        assert widths <= {64, 512} and widths
+    else:
+        raise AssertionError(f"unknown probe {name}")
+
+
+def _check_skip_corrupt(framework: str, root: Path) -> None:
+    from evenflow.data import convert
+    rec = root / f"rec-{framework}"
+    from evenflow.records import RecordDataset
+    convert("builtin:digits", rec, shards=1)
+    _, offset, _ = RecordDataset(rec).locate([100])
+    shard = sorted(rec.glob("*.tfrecord"))[0]
+    raw = bytearray(shard.read_bytes())
+    raw[int(offset[0]) + 12 + 5] ^= 0xFF  # a payload byte of record 100 (after its 12-byte header)
+    shard.write_bytes(bytes(raw))
+    runner = _tf if framework == "tf" else _torch
+    extra = {} if framework == "tf" else {"world": 1}
+    run = runner(root, f"skip-{framework}", "--dataset", str(rec), "--skip-corrupt", "--epochs", "1", "--replicas",
+                 "1", **extra)
+    assert run.code == 0, run.err[-2000:]
+    assert len(run.summary["skipped_records"]) == 1
+
+
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+@pytest.mark.parametrize("key", sorted(TABLE))
+def test_each_option_is_honoured_or_refused(runs, capsys, tmp_path, key, framework):
+    kind, what = TABLE[key][framework]
+    if kind == "honoured":
+        assert what(runs, runs[framework]) is not False, key
+    elif kind == "probe":
+        _probe(what, framework, runs)
+    else:
+        fragment = kind.split(":", 1)[1]
+        fw, argv = what
+        out = tmp_path / "out"
+        code = main(["train", "--framework", fw, "--dataset", str(runs["data"]), "--feature-key", "feat",
+                     "--label-key", "lab", "--replicas", "1", *argv, "--output-dir", str(out)])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and fragment in err and len(err.splitlines()) == 1, err
+        assert not out.exists()
