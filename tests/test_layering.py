@@ -144,6 +144,16 @@ def test_data_imports_no_framework():
     assert _violations("evenflow.data", inner, None, FRAMEWORKS) == []
 
 
+def test_run_imports_no_framework_and_no_adapter():
+    inner = ("evenflow.run", "evenflow.data", "evenflow.plan", "evenflow.records", "evenflow.report", "evenflow.util")
+    assert _violations("evenflow.run", inner, None, FRAMEWORKS) == []
+
+
+def test_report_imports_the_plan_only():
+    assert _violations("evenflow.report", ("evenflow.report", "evenflow.plan", "evenflow.util"), None,
+                       FRAMEWORKS) == []
+
+
 def test_util_imports_no_evenflow_package():
     assert _violations("evenflow.util", ("evenflow.util",), None) == []
 

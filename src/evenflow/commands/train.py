@@ -21,14 +21,17 @@ EXAMPLES = """examples:
   export TF_CONFIG='{"cluster": {"worker": ["hostA:12345", "hostB:12345"]}, "task": {"type": "worker", "index": 0}}'
   evenflow train --config run.toml                              # on hostA; the same with "index": 1 on hostB
 
-PyTorch (DDP; the same plan, one process per rank; rerun the same command to resume from its checkpoint):
+PyTorch (DDP, one process per rank; the same options, checkpoints, audit and telemetry; rerun the same
+command to resume from its checkpoint):
   evenflow train --framework torch --dataset builtin:digits --epochs 5 --output-dir runs/torch
-  torchrun --nproc_per_node=2 -m evenflow train --framework torch --dataset data/digits --output-dir runs/ddp
+  torchrun --nproc_per_node=2 -m evenflow train --framework torch --dataset data/digits --audit --output-dir runs/ddp
 
 run.toml (flat keys; each one is also a flag, e.g. learning_rate -> --learning-rate):
+  framework = "tf"               # tf | torch
   dataset = "builtin:digits"     # or "path/to/data.npz" with feature_key / label_key, or a records directory
   augment = "crop,rotate"        # training batches only: crop, rotate, flip, brightness, contrast
-  model = "cnn"                  # mlp | cnn
+  model = "cnn"                  # mlp | cnn | text_cnn (tf)
+  dropout = 0.2                  # before the logits
   optimizer = "adam"             # adam | sgd
   learning_rate = 0.003
   epochs = 20
@@ -38,11 +41,13 @@ run.toml (flat keys; each one is also a flag, e.g. learning_rate -> --learning-r
   precision = "float32"          # float32 | mixed_float16 | mixed_bfloat16
   gradient_compression = "none"  # none | fp16: dtype of the gradient all-reduce
   accumulate_steps = 1           # plan steps per optimizer update (one all-reduce each)
-  collective_timeout = 300       # seconds a collective waits for a dead or stuck worker
+  collective_timeout = 300       # seconds a collective waits for a dead or stuck worker or rank
   output_dir = "runs/digits-cnn" # gets summary.json and tensorboard/
 
-The run directory is created only after the config, dataset, model, plan and devices
-all passed their checks; bad input exits 2 with a one-line reason and writes nothing.
+Every option is honoured by both frameworks or refused, with exit 2 and one line naming it, by
+the one that cannot honour it. The run directory is created only after the config, dataset,
+model, plan and devices all passed their checks; bad input exits 2 with a one-line reason and
+writes nothing.
 """
 
 
