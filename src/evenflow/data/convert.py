@@ -186,32 +186,50 @@ def convert(src: str, out_dir, *, shards: int = 1, label_key: str | None = None,
     if shards > source.num_samples:
         raise ValueError(f"--shards must be at most the number of samples, {source.num_samples}, got {shards}; "
                          f"an empty shard helps no one")
+    staging = _staging_dir(out_dir)
+    try:
+        with _progress(source.num_samples, f"convert {os.path.basename(out_dir)}", progress) as advance:
+            entries, total = _write_shards(source, staging, int(shards), advance)
+        manifest = _write_manifest(staging, source, entries)
+        _move_into_place(staging, out_dir, existed)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ConvertResult(out_dir, manifest, total, time.perf_counter() - t0, tuple(source.notes))
+
+
+def _staging_dir(out_dir: str) -> str:
+    """A fresh hidden directory next to ``out_dir`` (an absolute path) to write the dataset into."""
     parent, base = os.path.split(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = os.path.join(parent, f".{base}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     os.mkdir(staging)
-    try:
-        with _progress(source.num_samples, f"convert {base}", progress) as advance:
-            entries, total = _write_shards(source, staging, int(shards), advance)
-        manifest = Manifest(features=source.specs, shards=entries, label_key=source.label_key,
-                            cost_key=source.cost_key, class_names=source.class_names, source=source.description,
-                            image=source.image)
-        write_manifest(staging, manifest)  # last: a directory with a manifest is complete
-        fsync_dir(staging)
-        if existed:
-            old = os.path.join(parent, f".{base}.old-{os.getpid()}")
-            os.rename(out_dir, old)
-            try:
-                os.rename(staging, out_dir)
-            except BaseException:
-                os.rename(old, out_dir)  # put the previous dataset back
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
+    return staging
+
+
+def _write_manifest(staging: str, source: ConvertSource, entries: list[ShardEntry]) -> Manifest:
+    """Write ``dataset.json`` into ``staging``, last: a directory with a manifest is complete."""
+    manifest = Manifest(features=source.specs, shards=entries, label_key=source.label_key,
+                        cost_key=source.cost_key, class_names=source.class_names, source=source.description,
+                        image=source.image)
+    write_manifest(staging, manifest)
+    fsync_dir(staging)
+    return manifest
+
+
+def _move_into_place(staging: str, out_dir: str, existed: bool) -> None:
+    """Rename ``staging`` onto ``out_dir``; a dataset already there is put back if that fails."""
+    parent, base = os.path.split(out_dir)
+    if existed:
+        old = os.path.join(parent, f".{base}.old-{os.getpid()}")
+        os.rename(out_dir, old)
+        try:
             os.rename(staging, out_dir)
-        fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return ConvertResult(out_dir, manifest, total, time.perf_counter() - t0, tuple(source.notes))
+        except BaseException:
+            os.rename(old, out_dir)  # put the previous dataset back
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(staging, out_dir)
+    fsync_dir(parent)

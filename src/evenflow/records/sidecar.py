@@ -15,9 +15,7 @@ Two files sit next to each shard ``<shard>``:
     ``[n]``) when known, and ``skipped_record`` / ``skipped_offset`` for records that
     ``evenflow index --skip-corrupt`` left out.
 
-The text index is parsed by numpy's C parser after a vectorised check that it holds
-only digits, spaces and newlines, two numbers a line; a million lines load in about a
-tenth of a second, so no binary copy is kept (it could go stale against the text).
+The ``.idx`` text itself is read and written by :mod:`evenflow.records.idx_text`.
 """
 from __future__ import annotations
 
@@ -28,6 +26,7 @@ import numpy as np
 
 from evenflow.records.errors import RecordError
 from evenflow.records.frame import FRAME_BYTES
+from evenflow.records.idx_text import format_idx, parse_idx
 
 __all__ = ["ShardIndex", "idx_path", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
 
@@ -40,66 +39,6 @@ def idx_path(shard) -> str:
 
 def meta_path(shard) -> str:
     return os.fspath(shard) + ".meta.npz"
-
-
-def format_idx(offsets: np.ndarray, lengths: np.ndarray) -> bytes:
-    """DALI ``tfrecord2idx`` text for the given records."""
-    n = len(offsets)
-    if n == 0:
-        return b""
-    pairs = np.empty(2 * n, dtype=np.int64)
-    pairs[0::2] = offsets
-    pairs[1::2] = lengths
-    # One %-format over all lines is about twice as fast as joining per-line strings.
-    return (("%d %d\n" * n) % tuple(pairs.tolist())).encode("ascii")
-
-
-def parse_idx(data: bytes, path="<idx>") -> tuple[np.ndarray, np.ndarray]:
-    """Parse DALI index text into ``(offsets, lengths)``, both int64 ``[n]``.
-
-    Accepts what ``tfrecord2idx`` writes: two non-negative decimal integers a line,
-    separated by spaces or tabs, ``\\n`` or ``\\r\\n`` line ends, blank lines ignored.
-
-    Raises:
-        RecordError: naming ``path`` and the first bad line.
-    """
-    a = np.frombuffer(data, dtype=np.uint8)
-    if a.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    cls = _CHAR_CLASS[a]  # 0 bad, 1 digit, 2 blank, 3 newline: one pass over the text
-    if not cls.all():
-        pos = int(np.flatnonzero(cls == 0)[0])
-        line = int(np.count_nonzero(a[:pos] == 10)) + 1
-        raise RecordError(path, f"line {line}: unexpected character {bytes(a[pos:pos + 1])!r}; an index line is "
-                          f"'<offset> <length>'; rebuild it with `evenflow index <shard>`", kind="index")
-    digit = cls == 1
-    starts = np.flatnonzero(digit[1:] & ~digit[:-1]) + 1
-    if digit[0]:
-        starts = np.concatenate([[0], starts])
-    ends = np.flatnonzero(digit[:-1] & ~digit[1:])
-    if digit[-1]:
-        ends = np.append(ends, a.size - 1)
-    # Numbers per line (every non-blank line must hold two), from where the newlines fall.
-    newlines = np.flatnonzero(cls == 3)
-    before = np.searchsorted(starts, np.append(newlines, a.size))
-    per_line = np.diff(before, prepend=0)
-    wrong = np.flatnonzero((per_line != 0) & (per_line != 2))
-    if wrong.size:
-        line = int(wrong[0]) + 1
-        raise RecordError(path, f"line {line}: expected 2 numbers '<offset> <length>', found {per_line[wrong[0]]}; "
-                          f"rebuild it with `evenflow index <shard>`", kind="index")
-    if np.any(ends - starts >= 18):
-        raise RecordError(path, "a number has more than 18 digits; that is not a byte offset", kind="index")
-    values = np.fromstring(data.decode("ascii"), dtype=np.int64, sep=" ")  # C speed; checked above
-    if values.size != starts.size:  # pragma: no cover - guarded by the checks above
-        raise RecordError(path, "could not parse the index; rebuild it with `evenflow index <shard>`", kind="index")
-    return values[0::2].copy(), values[1::2].copy()
-
-
-_CHAR_CLASS = np.zeros(256, dtype=np.uint8)
-_CHAR_CLASS[ord("0"):ord("9") + 1] = 1
-_CHAR_CLASS[[ord(" "), ord("\t"), ord("\r")]] = 2
-_CHAR_CLASS[ord("\n")] = 3
 
 
 def _atomic_write(path: str, write) -> None:
@@ -195,7 +134,53 @@ def load_shard_index(shard) -> ShardIndex:
         RecordError: missing index, unreadable index, or an index that does not match its
             file; the message names the file and what differs.
     """
-    shard = os.fspath(shard)
+    found = _read_sidecars(os.fspath(shard))
+    if found.meta:
+        _check_meta(found)
+    skipped = int(found.meta["skipped_record"].shape[0]) if "skipped_record" in found.meta else 0
+    if found.offsets.shape[0]:
+        _check_lengths(found)
+        if skipped == 0:
+            _check_contiguous(found)
+        else:
+            _check_no_overlap(found)
+    elif skipped == 0 and found.file_size != 0:
+        raise found.mismatch(f"the index lists no records but the file has {found.file_size} bytes")
+    labels = found.meta.get("label")
+    costs = found.meta.get("cost")
+    return ShardIndex(found.shard, found.offsets, found.lengths, found.file_size,
+                      labels=None if labels is None else labels.astype(np.int64, copy=False),
+                      costs=None if costs is None else costs.astype(np.float64, copy=False),
+                      skipped=skipped)
+
+
+@dataclass
+class _Sidecars:
+    """The sidecars of one shard as read, and the size of the shard they describe."""
+
+    shard: str
+    ipath: str
+    file_size: int
+    offsets: np.ndarray
+    lengths: np.ndarray
+    meta: dict
+
+    def mismatch(self, what: str, record=None, offset=None, kind="index") -> RecordError:
+        return RecordError(self.shard, f"index {self.ipath} does not match the file: {what}; rebuild it with "
+                           f"`evenflow index {self.shard}`", record=record, offset=offset, kind=kind)
+
+    def cut_short(self, expected: int) -> RecordError:
+        """The error for a file smaller than the ``expected`` bytes the index describes."""
+        offsets, lengths, file_size, n = self.offsets, self.lengths, self.file_size, self.offsets.shape[0]
+        over = np.flatnonzero(offsets + lengths > file_size)
+        i = int(over[0]) if over.size else max(n - 1, 0)
+        return self.mismatch(f"the file has {file_size} bytes but its index expects {expected}, so record {i} "
+                             f"(ends at byte {int(offsets[i] + lengths[i]) if n else 0}) is cut short: the file "
+                             f"was truncated", record=i, offset=int(offsets[i]) if n else 0, kind="truncated")
+
+
+def _read_sidecars(shard: str) -> _Sidecars:
+    """Read ``<shard>.idx`` and, when present, ``<shard>.meta.npz``; nothing is checked against the file yet."""
     ipath = idx_path(shard)
     try:
         file_size = os.stat(shard).st_size
@@ -208,64 +193,61 @@ def load_shard_index(shard) -> ShardIndex:
         raise RecordError(shard, f"missing index {ipath}; build it with `evenflow index {shard}`",
                           kind="index") from e
     offsets, lengths = parse_idx(text, ipath)
-    n = offsets.shape[0]
     meta = _load_meta(meta_path(shard)) if os.path.exists(meta_path(shard)) else {}
+    return _Sidecars(shard, ipath, file_size, offsets, lengths, meta)
 
-    def mismatch(what: str, record=None, offset=None, kind="index"):
-        return RecordError(shard, f"index {ipath} does not match the file: {what}; rebuild it with "
-                           f"`evenflow index {shard}`", record=record, offset=offset, kind=kind)
 
-    def shorter(expected: int):
-        over = np.flatnonzero(offsets + lengths > file_size)
-        i = int(over[0]) if over.size else max(n - 1, 0)
-        return mismatch(f"the file has {file_size} bytes but its index expects {expected}, so record {i} "
-                        f"(ends at byte {int(offsets[i] + lengths[i]) if n else 0}) is cut short: the file was "
-                        f"truncated", record=i, offset=int(offsets[i]) if n else 0, kind="truncated")
+def _check_meta(found: _Sidecars) -> None:
+    """The metadata's record count and file size agree with the index and the file."""
+    n, file_size = found.offsets.shape[0], found.file_size
+    if int(found.meta["num_records"]) != n:
+        raise found.mismatch(f"{meta_path(found.shard)} says {int(found.meta['num_records'])} records, "
+                             f"the index has {n}")
+    built_for = int(found.meta["file_size"])
+    if built_for > file_size:
+        raise found.cut_short(built_for)
+    if built_for != file_size:
+        raise found.mismatch(f"the index was built for a file of {built_for} bytes, the file has {file_size} "
+                             f"bytes; it was appended to or rewritten", offset=built_for)
 
-    if meta:
-        if int(meta["num_records"]) != n:
-            raise mismatch(f"{meta_path(shard)} says {int(meta['num_records'])} records, the index has {n}")
-        built_for = int(meta["file_size"])
-        if built_for > file_size:
-            raise shorter(built_for)
-        if built_for != file_size:
-            raise mismatch(f"the index was built for a file of {built_for} bytes, the file has {file_size} "
-                           f"bytes; it was appended to or rewritten", offset=built_for)
-    skipped = int(meta["skipped_record"].shape[0]) if "skipped_record" in meta else 0
-    if n:
-        short = np.flatnonzero(lengths < FRAME_BYTES)
-        if short.size:
-            i = int(short[0])
-            raise mismatch(f"line {i + 1} gives length {lengths[i]}, less than the 16 bytes of framing",
-                           record=i, offset=offsets[i])
-        ends = offsets + lengths
-        if ends[-1] > file_size:
-            raise shorter(int(ends[-1]))
-        if skipped == 0:
-            if offsets[0] != 0:
-                raise mismatch(f"first record starts at byte {offsets[0]}, not 0", record=0, offset=offsets[0])
-            gaps = np.flatnonzero(offsets[1:] != ends[:-1])
-            if gaps.size:
-                i = int(gaps[0]) + 1
-                raise mismatch(f"record {i} starts at byte {offsets[i]} but record {i - 1} ends at byte "
-                               f"{ends[i - 1]}", record=i, offset=offsets[i])
-            if ends[-1] != file_size:
-                raise mismatch(f"index ends at byte {ends[-1]} (offset {offsets[-1]} + length {lengths[-1]}) "
-                               f"but the file has {file_size} bytes")
-        else:
-            overlap = np.flatnonzero(offsets[1:] < ends[:-1])
-            if overlap.size:
-                i = int(overlap[0]) + 1
-                raise mismatch(f"record {i} at byte {offsets[i]} overlaps record {i - 1}", record=i,
-                               offset=offsets[i])
-    elif skipped == 0 and file_size != 0:
-        raise mismatch(f"the index lists no records but the file has {file_size} bytes")
-    labels = meta.get("label")
-    costs = meta.get("cost")
-    return ShardIndex(shard, offsets, lengths, file_size,
-                      labels=None if labels is None else labels.astype(np.int64, copy=False),
-                      costs=None if costs is None else costs.astype(np.float64, copy=False),
-                      skipped=skipped)
+
+def _check_lengths(found: _Sidecars) -> None:
+    """Every record holds at least its framing, and the last one ends inside the file."""
+    offsets, lengths = found.offsets, found.lengths
+    short = np.flatnonzero(lengths < FRAME_BYTES)
+    if short.size:
+        i = int(short[0])
+        raise found.mismatch(f"line {i + 1} gives length {lengths[i]}, less than the 16 bytes of framing",
+                             record=i, offset=offsets[i])
+    end = offsets[-1] + lengths[-1]
+    if end > found.file_size:
+        raise found.cut_short(int(end))
+
+
+def _check_contiguous(found: _Sidecars) -> None:
+    """An index without skipped records tiles the file: from byte 0, no gaps, to its last byte."""
+    offsets, lengths, file_size = found.offsets, found.lengths, found.file_size
+    ends = offsets + lengths
+    if offsets[0] != 0:
+        raise found.mismatch(f"first record starts at byte {offsets[0]}, not 0", record=0, offset=offsets[0])
+    gaps = np.flatnonzero(offsets[1:] != ends[:-1])
+    if gaps.size:
+        i = int(gaps[0]) + 1
+        raise found.mismatch(f"record {i} starts at byte {offsets[i]} but record {i - 1} ends at byte "
+                             f"{ends[i - 1]}", record=i, offset=offsets[i])
+    if ends[-1] != file_size:
+        raise found.mismatch(f"index ends at byte {ends[-1]} (offset {offsets[-1]} + length {lengths[-1]}) "
+                             f"but the file has {file_size} bytes")
+
+
+def _check_no_overlap(found: _Sidecars) -> None:
+    """An index that leaves corrupt records out may have gaps, but no record overlaps the next."""
+    offsets, ends = found.offsets, found.offsets + found.lengths
+    overlap = np.flatnonzero(offsets[1:] < ends[:-1])
+    if overlap.size:
+        i = int(overlap[0]) + 1
+        raise found.mismatch(f"record {i} at byte {offsets[i]} overlaps record {i - 1}", record=i,
+                             offset=offsets[i])
 
 
 def write_meta_columns(shard, index: ShardIndex, *, labels=None, costs=None) -> None:

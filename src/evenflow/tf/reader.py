@@ -29,6 +29,9 @@ each replica still receives exactly its row.
 Padding slots load a valid dummy row (another sample of the same batch) so every
 op sees well-formed data; the mask removes them from loss and metrics.
 
+The rows come from :class:`~evenflow.tf.epoch_rows.EpochRows`, which plans each epoch
+once for all replicas; :func:`~evenflow.tf.pipeline.load_batches` turns them into batches.
+
 Sources follow a three-member protocol: ``num_samples``, ``index()``, ``batch(ids)``. The
 reader takes a TensorFlow source (:class:`~evenflow.tf.sources.Source`, e.g.
 :class:`~evenflow.tf.sources.ArraySource` or ``evenflow.tf.records_source.RecordSource``)
@@ -37,74 +40,21 @@ or any numpy :class:`evenflow.data.Source`, which it turns into TensorFlow ops i
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.pyfunc import numpy_function, wall_clock
+from evenflow.tf.epoch_rows import EpochRows
+from evenflow.tf.pipeline import MapFn, load_batches
+from evenflow.tf.pyfunc import numpy_function
 from evenflow.tf.source_adapter import reader_source
 # Re-exported: the source protocol is part of the reader's interface.
 from evenflow.tf.sources import RESERVED_KEYS, ArraySource, Source
 from evenflow.tf.strategy import on_cpu
 
 __all__ = ["Source", "ArraySource", "PlanReader", "RESERVED_KEYS"]
-
-MapFn = Callable[[dict], dict]
-
-
-class _EpochRows:
-    """Plans epochs for the pipelines of all replicas, each epoch once.
-
-    Every replica's pipeline asks for its own row of the same epoch; planning once
-    and slicing R times keeps a stratified plan of a large dataset from being
-    computed R times.
-    """
-
-    def __init__(self, plan: Plan, start: Cursor, keep: int = 3):
-        self._plan, self._start, self._keep = plan, start, max(keep, 1)
-        self._lock = threading.Lock()
-        self._cache: OrderedDict[int, EpochPlan] = OrderedDict()
-
-    def epoch_plan(self, epoch: int) -> EpochPlan:
-        with self._lock:
-            ep = self._cache.get(epoch)
-            if ep is None:
-                start = self._start if epoch == self._start.epoch else None
-                ep = self._cache[epoch] = self._plan.epoch(epoch, start=start)
-                while len(self._cache) > self._keep:
-                    self._cache.popitem(last=False)
-            return ep
-
-    def rows(self, epoch, replica: int | range | None):
-        """int64 ids ``[rows, width]`` and global real counts ``[rows]`` of one epoch.
-
-        ``replica`` None: one row of all replicas' slots per step; an int: that
-        replica's row per step; a range (a worker's replicas): one row per step and
-        replica of the range, step-major, so consecutive rows go to consecutive replicas.
-        """
-        ep = self.epoch_plan(int(epoch))
-        counts = ep.global_real_counts.astype(np.int64)
-        if replica is None:
-            ids = ep.ids.reshape(ep.num_steps, -1)
-        elif isinstance(replica, range):
-            ids = ep.ids[:, replica.start:replica.stop, :].reshape(-1, ep.ids.shape[2])
-            counts = np.repeat(counts, len(replica))
-        else:
-            ids = ep.ids[:, replica, :]
-        return np.ascontiguousarray(ids, dtype=np.int64), counts
-
-    def columns(self, epochs: range, replica: int | range | None) -> dict:
-        """The rows of several epochs back to back, with an ``epoch`` column."""
-        parts = [(e, *self.rows(e, replica)) for e in epochs]
-        width = self._plan.slots * (self._plan.topology.replicas if replica is None else 1)
-        return {"id": np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, width), np.int64),
-                "global_real_count": np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64),
-                "epoch": np.concatenate([np.full(len(p[2]), p[0], np.int64) for p in parts]) if parts
-                else np.zeros(0, np.int64)}
 
 
 class PlanReader:
@@ -129,9 +79,10 @@ class PlanReader:
             ``num_parallel_calls=AUTOTUNE``. They see all batch keys, including
             ``id`` and ``epoch``, and must keep the reserved keys.
         prefetch: batches to prefetch per replica, >= 1. The default, 4, is deeper than
-            usual because tf.data's autotuner is off in these pipelines (see ``_load``):
-            on the 2-core reference machine 4 replica pipelines of 32x32 JPEGs delivered
-            18.8k records/s with 2 and 25.4k with 8 while other work shared the cores.
+            usual because tf.data's autotuner is off in these pipelines (see
+            :func:`~evenflow.tf.pipeline.load_batches`): on the 2-core reference machine
+            4 replica pipelines of 32x32 JPEGs delivered 18.8k records/s with 2 and 25.4k
+            with 8 while other work shared the cores.
         trim_padding: drop the padding slots of each replica's batch, so its leading
             axis is the replica's real count in that step (at least 1: a step with no
             real sample keeps one masked dummy row). Padding then costs no compute,
@@ -167,7 +118,7 @@ class PlanReader:
                              f"{self.source.num_samples}; plan with source.index()")
 
     def replica_dataset(self, plan: Plan, replica: int | None, start: Cursor | None = None,
-                        epochs: int | None = None, rows: _EpochRows | None = None):
+                        epochs: int | None = None, rows: EpochRows | None = None):
         """The ``tf.data.Dataset`` that replica ``replica`` trains on.
 
         Args:
@@ -197,11 +148,11 @@ class PlanReader:
         if start.step > plan.num_steps:
             raise ValueError(f"start cursor step must be at most the epoch's {plan.num_steps} steps, got {start.step}")
         if epochs is not None:
-            rows = _EpochRows(plan, start, keep=epochs) if rows is None else rows
+            rows = EpochRows(plan, start, keep=epochs) if rows is None else rows
             columns = rows.columns(range(start.epoch, start.epoch + epochs), replica)
             return self._load(tf.data.Dataset.from_tensor_slices(columns))
 
-        rows = _EpochRows(plan, start) if rows is None else rows
+        rows = EpochRows(plan, start) if rows is None else rows
         width = plan.slots * (r_count if replica is None else 1)
 
         def epoch_rows(epoch):
@@ -215,7 +166,7 @@ class PlanReader:
         return self._load(tf.data.Dataset.counter(start.epoch, dtype=tf.int64).flat_map(epoch_rows))
 
     def worker_dataset(self, plan: Plan, replicas: range, start: Cursor | None = None, epochs: int = 1,
-                       rows: _EpochRows | None = None):
+                       rows: EpochRows | None = None):
         """The ``tf.data.Dataset`` of one worker of a multi-worker run: the rows of its replicas.
 
         Element ``k`` is the batch of replica ``replicas[k % len(replicas)]`` at step
@@ -247,7 +198,7 @@ class PlanReader:
             raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
         if start.step > plan.num_steps:
             raise ValueError(f"start cursor step must be at most the epoch's {plan.num_steps} steps, got {start.step}")
-        rows = _EpochRows(plan, start, keep=epochs) if rows is None else rows
+        rows = EpochRows(plan, start, keep=epochs) if rows is None else rows
         columns = rows.columns(range(start.epoch, start.epoch + epochs), replicas)
         return self._load(tf.data.Dataset.from_tensor_slices(columns), prefetch=self.prefetch * len(replicas))
 
@@ -264,51 +215,8 @@ class PlanReader:
             "epoch": np.full(counts.shape, ep.epoch, dtype=np.int64)}))
 
     def _load(self, rows_ds, prefetch: int | None = None):
-        tf = _tf()
-        source = self.source
-
-        trim = self.trim_padding
-
-        def load(row):
-            ids = row["id"]
-            if trim:
-                # Real slots first (stable, so their order is the plan's), then cut to max(real, 1).
-                keep = tf.maximum(tf.reduce_sum(tf.cast(ids >= 0, tf.int32)), 1)
-                ids = tf.gather(ids, tf.argsort(tf.cast(ids < 0, tf.int32), stable=True)[:keep])
-            real = ids >= 0
-            # A padding slot repeats the largest id of its own batch: a real neighbour, so a
-            # cost-bucketed batch is not padded with an unusually long sample (0 if all padding).
-            dummy = tf.maximum(tf.reduce_max(ids), 0)
-            batch = dict(source.batch(tf.where(real, ids, dummy)))
-            clash = [k for k in RESERVED_KEYS if k in batch]
-            # 'features' may also come from a map function (e.g. images decoded in a stage of their own).
-            missing = [k for k in ("features", "label") if k not in batch and (k == "label" or not self.map_fns)]
-            if clash or missing:
-                raise ValueError(f"source.batch must return 'features' (or leave it to a map function) and 'label' "
-                                 f"and none of the reserved keys {RESERVED_KEYS}; missing {missing}, reserved keys "
-                                 f"returned {clash}")
-            batch.update(id=ids, mask=tf.cast(real, tf.float32), global_real_count=row["global_real_count"],
-                         epoch=row["epoch"])
-            return batch
-
-        ds = rows_ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        for fn in self.map_fns:
-            ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if self.stamp:
-            def stamp(batch):
-                now = numpy_function(wall_clock, [], tf.float64, stateful=True)
-                return {**batch, "produced": tf.ensure_shape(now, [])}
-
-            ds = ds.map(stamp)
-        ds = ds.prefetch(self.prefetch if prefetch is None else prefetch)
-        # tf.data's autotuner runs a model thread per iterator that sleeps on a growing timer
-        # (up to a minute); deleting the iterator waits for it while holding the GIL. With R
-        # replica pipelines that froze the end of a training run for 15 s to over 3 minutes
-        # on the 2-core reference machine. Without it, AUTOTUNE map parallelism falls back to
-        # the size of tf.data's thread pool, and prefetching uses the fixed buffer above.
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        return ds.with_options(options)
+        return load_batches(rows_ds, self.source, self.map_fns, trim_padding=self.trim_padding, stamp=self.stamp,
+                            prefetch=self.prefetch if prefetch is None else prefetch)
 
     def distribute(self, strategy, plan: Plan, start: Cursor | None = None, epochs: int | None = None):
         """A distributed dataset that feeds replica r exactly row ``ids[:, r, :]`` of the plan.
@@ -329,7 +237,7 @@ class PlanReader:
             raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the strategy has "
                              f"{strategy.num_replicas_in_sync}; plan with evenflow.tf.topology_of(strategy)")
         start = Cursor(0, 0) if start is None else start
-        rows = _EpochRows(plan, start, keep=epochs if epochs is not None else 3)
+        rows = EpochRows(plan, start, keep=epochs if epochs is not None else 3)
         local = len(strategy.extended.worker_devices)
         multi_worker = strategy.num_replicas_in_sync > local
 

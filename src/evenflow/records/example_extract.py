@@ -1,0 +1,84 @@
+"""Gathering the values of every feature of a batch of Examples from where they lie.
+
+Given the spans :mod:`evenflow.records.example_layout` located, float payloads are
+gathered with one fancy index and viewed as float32, int64 varints are decoded in bulk,
+and bytes items are sliced out. Anything unexpected (a payload of another size, a varint
+that runs past its record) raises :class:`~evenflow.records.example_layout.Irregular`.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from evenflow.records.example_layout import Irregular
+from evenflow.records.spec import FeatureSpec
+
+__all__ = ["extract"]
+
+
+def extract(buf, spans: dict, specs: Mapping[str, FeatureSpec], b: int) -> dict[str, np.ndarray]:
+    """Gather every feature's values for the whole batch from the located spans."""
+    out = {}
+    for key, spec in specs.items():
+        span = spans[key]
+        if spec.dtype == "float32":
+            pstart, plen = span
+            if not (plen == 4 * spec.size).all():
+                raise Irregular
+            raw = buf[pstart[:, None] + np.arange(4 * spec.size)] if spec.size else np.zeros((b, 0), np.uint8)
+            out[key] = raw.view("<f4").astype(np.float32, copy=False).reshape((b,) + spec.shape)
+        elif spec.dtype == "int64":
+            pstart, plen = span
+            if spec.size == 0:
+                out[key] = np.zeros((b,) + spec.shape, np.int64)
+                continue
+            if (plen == spec.size).all():  # every value is one byte: the common small-label case
+                vals = buf[pstart[:, None] + np.arange(spec.size)]
+                if (vals >= 0x80).any():
+                    raise Irregular
+                out[key] = vals.astype(np.int64).reshape((b,) + spec.shape)
+                continue
+            data = _gather(buf, pstart, plen)
+            # Each record's payload must end on a varint boundary and hold spec.size values.
+            ends = np.cumsum(plen) - 1
+            if (data[ends] >= 0x80).any():
+                raise Irregular
+            counts = np.add.reduceat((data < 0x80).astype(np.int64), np.cumsum(plen) - plen)
+            if not (counts == spec.size).all():
+                raise Irregular
+            vals = _decode_varints(data, b * spec.size)
+            out[key] = vals.reshape((b,) + spec.shape)
+        else:
+            raw = buf.tobytes()
+            arr = np.empty((b, spec.size), dtype=object)
+            for j, (s, n) in enumerate(span):
+                arr[:, j] = [raw[x:x + m] for x, m in zip(s.tolist(), n.tolist())]
+            out[key] = arr.reshape((b,) + spec.shape)
+    return out
+
+
+def _gather(buf, starts, lengths) -> np.ndarray:
+    """Concatenate ``buf[starts[i]:starts[i]+lengths[i]]`` for all i in one fancy index."""
+    total = int(lengths.sum())
+    out_starts = np.cumsum(lengths) - lengths
+    src = np.arange(total, dtype=np.int64) + np.repeat(starts - out_starts, lengths)
+    return buf[src]
+
+
+def _decode_varints(data: np.ndarray, total_values: int) -> np.ndarray:
+    """Decode ``total_values`` concatenated varints."""
+    if data.size == 0:
+        return np.zeros(0, np.int64)
+    last = data < 0x80
+    if int(last.sum()) != total_values or not last[-1]:
+        raise Irregular
+    first = np.empty_like(last)
+    first[0] = True
+    first[1:] = last[:-1]
+    group_starts = np.flatnonzero(first)
+    pos = np.arange(data.size) - np.repeat(group_starts, np.diff(np.append(group_starts, data.size)))
+    if pos.max() > 9:
+        raise Irregular
+    parts = (data & 0x7F).astype(np.uint64) << (7 * pos).astype(np.uint64)
+    return np.add.reduceat(parts, group_starts).view(np.int64)

@@ -1,0 +1,68 @@
+"""The rows of the plan each replica's pipeline reads, epoch by epoch.
+
+A replica's pipeline reads row ``ids[:, r, :]`` of each epoch's plan, one step per
+element, with the step's global real count and the epoch alongside. :class:`EpochRows`
+plans each epoch once for the pipelines of all replicas and slices it per replica (or per
+worker, or whole global steps).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from evenflow.plan import Cursor, EpochPlan, Plan
+
+__all__ = ["EpochRows"]
+
+
+class EpochRows:
+    """Plans epochs for the pipelines of all replicas, each epoch once.
+
+    Every replica's pipeline asks for its own row of the same epoch; planning once
+    and slicing R times keeps a stratified plan of a large dataset from being
+    computed R times.
+    """
+
+    def __init__(self, plan: Plan, start: Cursor, keep: int = 3):
+        self._plan, self._start, self._keep = plan, start, max(keep, 1)
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[int, EpochPlan] = OrderedDict()
+
+    def epoch_plan(self, epoch: int) -> EpochPlan:
+        with self._lock:
+            ep = self._cache.get(epoch)
+            if ep is None:
+                start = self._start if epoch == self._start.epoch else None
+                ep = self._cache[epoch] = self._plan.epoch(epoch, start=start)
+                while len(self._cache) > self._keep:
+                    self._cache.popitem(last=False)
+            return ep
+
+    def rows(self, epoch, replica: int | range | None):
+        """int64 ids ``[rows, width]`` and global real counts ``[rows]`` of one epoch.
+
+        ``replica`` None: one row of all replicas' slots per step; an int: that
+        replica's row per step; a range (a worker's replicas): one row per step and
+        replica of the range, step-major, so consecutive rows go to consecutive replicas.
+        """
+        ep = self.epoch_plan(int(epoch))
+        counts = ep.global_real_counts.astype(np.int64)
+        if replica is None:
+            ids = ep.ids.reshape(ep.num_steps, -1)
+        elif isinstance(replica, range):
+            ids = ep.ids[:, replica.start:replica.stop, :].reshape(-1, ep.ids.shape[2])
+            counts = np.repeat(counts, len(replica))
+        else:
+            ids = ep.ids[:, replica, :]
+        return np.ascontiguousarray(ids, dtype=np.int64), counts
+
+    def columns(self, epochs: range, replica: int | range | None) -> dict:
+        """The rows of several epochs back to back, with an ``epoch`` column."""
+        parts = [(e, *self.rows(e, replica)) for e in epochs]
+        width = self._plan.slots * (self._plan.topology.replicas if replica is None else 1)
+        return {"id": np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, width), np.int64),
+                "global_real_count": np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64),
+                "epoch": np.concatenate([np.full(len(p[2]), p[0], np.int64) for p in parts]) if parts
+                else np.zeros(0, np.int64)}
