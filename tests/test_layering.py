@@ -176,3 +176,16 @@ def test_submodules_never_import_their_own_package():
         owners = {package} | {p for p in inner if p != ROOT and _in(module, p) and p != module}
         bad += [f"{module} imports its package {p}" for p in sorted(owners & inner)]
     assert bad == []
+
+
+def test_modules_and_functions_stay_small():
+    """One concept per module (at most ~300 lines) and functions that fit on a screen (at most ~60)."""
+    long_modules, long_functions = [], []
+    for module, path in sorted(MODULES.items()):
+        text = path.read_text()
+        if len(text.splitlines()) > 310:
+            long_modules.append(f"{module}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 62:
+                long_functions.append(f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert long_modules == [] and long_functions == []
