@@ -118,9 +118,10 @@ def test_two_workers_train_like_one_worker_and_each_replica_reads_its_row(tmp_pa
 
 def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(tmp_path):
     # The real CLI, two workers with TF_CONFIG set by hand; fp16 compression and accumulation on, so
-    # their collectives run between workers before the kill. Worker 1 gets SIGKILL after its first epoch;
-    # then both are relaunched with the same command, resume from the checkpoint and finish, and the
-    # audit trail shows every sample exactly once per epoch.
+    # their collectives run between workers before the kill, and worker 1 emulated 2x slow, so the run
+    # re-plans with measured weights before its first checkpoint. Worker 1 gets SIGKILL after its first
+    # epoch; then both are relaunched with the same command, resume from the checkpoint with its
+    # measured weights and finish, and the audit trail shows every sample exactly once per epoch.
     timeout = 20
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "data.npz", x=rng.normal(size=(256, 8)).astype(np.float32),
@@ -128,7 +129,7 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
     addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
     cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "data.npz"), "--epochs", "40",
            "--replicas", "1", "--collective-timeout", str(timeout), "--gradient-compression", "fp16",
-           "--accumulate-steps", "2", "--audit", "--output-dir", str(tmp_path / "run")]
+           "--accumulate-steps", "2", "--audit", "--simulate-slow", "1:2", "--output-dir", str(tmp_path / "run")]
     logs = [tmp_path / f"w{i}.err" for i in (0, 1)]
     procs = []
     try:
@@ -167,9 +168,9 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
     procs = []
     try:
         for i in (0, 1):
-            with open(tmp_path / f"r{i}.err", "w") as fh:
+            with open(tmp_path / f"r{i}.err", "w") as fh, open(tmp_path / f"r{i}.out", "w") as out:
                 procs.append(subprocess.Popen(cmd, env=dict(ENV, TF_CONFIG=tf_config(addresses, i)),
-                                              stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True))
+                                              stdout=out, stderr=fh, start_new_session=True))
         for i, p in enumerate(procs):
             try:
                 p.wait(timeout=180)
@@ -186,6 +187,9 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
     resumed = (tmp_path / "r0.err").read_text()
     # It started from the checkpoint, not from epoch 1, and ran to the end.
     assert not re.search(r"epoch +1/40", resumed) and re.search(r"epoch +40/40", resumed), resumed[-3000:]
+    # ... with the weights measured before the kill, on every worker (the global replica count).
+    for i in (0, 1):
+        assert "resuming with the measured replica weights 1, 0." in (tmp_path / f"r{i}.out").read_text()
     audit = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(tmp_path / "run")], env=ENV,
                            capture_output=True, text=True, timeout=120)
     assert audit.returncode == 0, audit.stdout + audit.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from evenflow.plan.cursor import Cursor
 from evenflow.report.balance import balance_table
 from evenflow.run.anomaly import ANOMALY_LOG
 
@@ -72,7 +73,8 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
         "skipped_records": list(p.data.skipped), "split": p.data.split, "config": cfg.to_dict(), "plan": p.train_plan.epoch(0).summary(),
         "history": [{k: h[k] for k in ("epoch", "loss", "accuracy", "samples", "seconds", "replica_samples",
                                        "skipped_steps")} for h in history],
-        "resumed_from": None if p.resume_from is None else p.resume_from.to_dict(),
+        # The checkpoint actually restored: an older one than the newest when that one was damaged.
+        "resumed_from": None if trained.start == Cursor(0, 0) else trained.start.to_dict(),
         "checkpoint": str(guard.saved.path) if guard.saved is not None else None,
         "learning_rate": session.state.learning_rate,
         "anomalies": {"nonfinite_steps": policy.anomalies, "restores": policy.restores,

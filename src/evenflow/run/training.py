@@ -27,6 +27,7 @@ class Trained:
     test: EvalResult
     monitor: ReplicaMonitor | None
     steps: int
+    start: Cursor = Cursor(0, 0)
 
 
 def make_monitor(p, session, log, resumed: bool) -> ReplicaMonitor | None:
@@ -113,4 +114,4 @@ def train_and_evaluate(p, session, train_plan: Plan, start: Cursor, guard, log, 
     if test.count != p.data.test.num_samples:  # the exactly-once promise, checked on every run
         raise RuntimeError(f"evaluation counted {test.count} samples but the test set has "
                            f"{p.data.test.num_samples}; please report this as a bug")
-    return Trained(test=test, monitor=monitor, steps=steps_done)
+    return Trained(test=test, monitor=monitor, steps=steps_done, start=start)
