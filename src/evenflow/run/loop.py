@@ -202,6 +202,10 @@ class TrainLoop:
         self._settle(pending, tally, epoch, 0 if due else self.engine.lag, hooks)
         if monitor is not None:
             self._check_speeds(monitor, end)
+        if guard is not None and end and self._decided is not None:
+            # Decided at the epoch's end: the next epoch runs with these weights, so the checkpoint that
+            # resumes there carries them (a resumed run starts from them instead of measuring again).
+            guard.weights = tuple(float(w) for w in self._decided.weights)
         if guard is not None:
             rewind = guard.after_step(self, self.cursor, tally, self._result(epoch, tally) if end else None)
             if rewind is not None:

@@ -30,7 +30,12 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 class PeerLostError(RuntimeError):
-    """Another rank died or stopped answering; this rank cannot go on."""
+    """Another rank died or stopped answering; this rank cannot go on.
+
+    The process group is broken then: end the process with ``os._exit`` after reporting the
+    error (``evenflow train`` exits 1 that way). A normal interpreter exit destroys the group,
+    and gloo can abort the process (SIGABRT) on the dead peer's connection while it does.
+    """
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
