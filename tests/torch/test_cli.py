@@ -51,6 +51,8 @@ def test_torchrun_trains_two_ranks_and_a_single_process_rerun_resumes(digits, ca
 @pytest.mark.parametrize("flags,message", [
     (["--replicas", "3"], "replicas is 3 but this run has 1 process(es)"),
     (["--precision", "mixed_float16"], "not supported with --framework torch"),
+    (["--model", "text_cnn"], "--model text_cnn is not supported with --framework torch: text_cnn is a TensorFlow"),
+    (["--dataset", "builtin:stdlib-docs"], "is variable-length text, and text trains on TensorFlow only"),
     (["--loader-workers", "-1"], "loader_workers must be at least 0"),
     (["--model", "cnn", "--dataset", "FLAT"], "model 'cnn' needs image-shaped features"),
 ])
