@@ -8,7 +8,7 @@ tf = pytest.importorskip("tensorflow")
 
 from evenflow.cli import main as cli_main  # noqa: E402
 from evenflow.plan import Index, Plan, Topology  # noqa: E402
-from evenflow.tf.reader import PlanReader, Source  # noqa: E402
+from evenflow.tf.reader import PlanReader, TensorSource  # noqa: E402
 from evenflow.tf.records_source import RecordSource, decode_images  # noqa: E402
 from tests.records.records_helpers import break_image, flip_payload_byte  # noqa: E402
 
@@ -30,7 +30,7 @@ def digits_arrays():
 def test_batch_equals_source_arrays(digits_dir, digits_arrays):
     x, y = digits_arrays
     src = RecordSource(digits_dir, feature_key="x")
-    assert isinstance(src, Source) and src.num_samples == len(y)
+    assert isinstance(src, TensorSource) and src.num_samples == len(y)
     ids = np.array([5, 0, 1796, 5, 42], np.int64)
     b = src.batch(tf.constant(ids))
     np.testing.assert_array_equal(b["features"].numpy(), x[ids])

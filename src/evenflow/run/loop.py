@@ -31,7 +31,7 @@ from evenflow.plan.topology import Topology
 from evenflow.run.engine import Engine
 from evenflow.run.results import EpochResult, EvalResult, Tally
 
-__all__ = ["Engine", "TrainLoop", "CHUNK_SLOTS", "MAX_ACCUMULATE_STEPS"]
+__all__ = ["Engine", "TrainLoop", "LoopFront", "CHUNK_SLOTS", "MAX_ACCUMULATE_STEPS"]
 
 # Most plan slots (ids) one training stream holds: 2**23 int64 ids = 64 MiB of host memory.
 CHUNK_SLOTS = 2**23
@@ -256,6 +256,27 @@ class TrainLoop:
         """
         local = self.engine.evaluate(reader, plan, epoch)
         return EvalResult.from_sums(self.all_gather(local).sum(axis=0))
+
+
+class LoopFront:
+    """What both frameworks' ``Trainer`` show of their :class:`TrainLoop` (``self.loop``)."""
+
+    loop: TrainLoop
+
+    @property
+    def plan(self) -> Plan | None:
+        """The plan ``fit`` runs now: the one passed in, or a re-plan with measured weights."""
+        return self.loop.plan
+
+    @property
+    def replans(self) -> list:
+        """``(cursor, weights)`` of every re-plan."""
+        return self.loop.replans
+
+    @property
+    def cursor(self) -> Cursor | None:
+        """How far training got."""
+        return self.loop.cursor
 
 
 @dataclass(frozen=True)

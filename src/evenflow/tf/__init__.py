@@ -24,7 +24,7 @@ from evenflow.tf.models import MODELS, build_model
 from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
 from evenflow.tf.reader import PlanReader
 from evenflow.tf.source_adapter import tf_source
-from evenflow.tf.sources import ArraySource, Source
+from evenflow.tf.sources import ArraySource, TensorSource
 from evenflow.tf.state import TFState
 from evenflow.tf.strategy import Communication, make_strategy, mirrored_strategy, topology_of
 from evenflow.tf.trainer import EpochResult, EvalResult, Trainer
@@ -38,9 +38,9 @@ __all__ = [
     "MODELS",
     "OPTIMIZERS",
     "PlanReader",
-    "Source",
     "TFState",
     "TensorFlow",
+    "TensorSource",
     "Trainer",
     "build_model",
     "cluster_from_env",

@@ -11,21 +11,21 @@ from typing import Callable, Sequence
 
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import numpy_function, wall_clock
-from evenflow.tf.sources import RESERVED_KEYS, Source
+from evenflow.tf.sources import RESERVED_KEYS, TensorSource
 
 __all__ = ["MapFn", "load_batches"]
 
 MapFn = Callable[[dict], dict]
 
 
-def load_batches(rows_ds, source: Source, map_fns: Sequence[MapFn], *, trim_padding: bool, stamp: bool,
+def load_batches(rows_ds, source: TensorSource, map_fns: Sequence[MapFn], *, trim_padding: bool, stamp: bool,
                  prefetch: int):
     """The batches of a dataset of plan rows.
 
     Args:
         rows_ds: a ``tf.data.Dataset`` of row dicts: ``id`` int64 ``[slots]`` (-1 for
             padding), ``global_real_count`` and ``epoch`` int64 scalars.
-        source: a TensorFlow :class:`~evenflow.tf.sources.Source`.
+        source: a TensorFlow :class:`~evenflow.tf.sources.TensorSource`.
         map_fns: functions ``batch -> batch`` applied in order, each with
             ``num_parallel_calls=AUTOTUNE``.
         trim_padding: drop the padding slots of each row (keeping at least one).
@@ -53,7 +53,7 @@ def load_batches(rows_ds, source: Source, map_fns: Sequence[MapFn], *, trim_padd
     return ds.with_options(options)
 
 
-def _row_loader(source: Source, trim: bool, has_map_fns: bool) -> MapFn:
+def _row_loader(source: TensorSource, trim: bool, has_map_fns: bool) -> MapFn:
     """The map function that loads one row's samples from ``source`` and adds the reserved keys."""
     tf = _tf()
 

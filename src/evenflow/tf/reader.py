@@ -33,7 +33,7 @@ The rows come from :class:`~evenflow.tf.epoch_rows.EpochRows`, which plans each 
 once for all replicas; :func:`~evenflow.tf.pipeline.load_batches` turns them into batches.
 
 Sources follow a three-member protocol: ``num_samples``, ``index()``, ``batch(ids)``. The
-reader takes a TensorFlow source (:class:`~evenflow.tf.sources.Source`, e.g.
+reader takes a TensorFlow source (:class:`~evenflow.tf.sources.TensorSource`, e.g.
 :class:`~evenflow.tf.sources.ArraySource` or ``evenflow.tf.records_source.RecordSource``)
 or any numpy :class:`evenflow.data.Source`, which it turns into TensorFlow ops itself
 (:func:`~evenflow.tf.source_adapter.tf_source`).
@@ -51,10 +51,10 @@ from evenflow.tf.pipeline import MapFn, load_batches
 from evenflow.tf.pyfunc import numpy_function
 from evenflow.tf.source_adapter import reader_source
 # Re-exported: the source protocol is part of the reader's interface.
-from evenflow.tf.sources import RESERVED_KEYS, ArraySource, Source
+from evenflow.tf.sources import RESERVED_KEYS, ArraySource, TensorSource
 from evenflow.tf.strategy import on_cpu
 
-__all__ = ["Source", "ArraySource", "PlanReader", "RESERVED_KEYS"]
+__all__ = ["TensorSource", "ArraySource", "PlanReader", "RESERVED_KEYS"]
 
 
 class PlanReader:
@@ -71,7 +71,7 @@ class PlanReader:
     2-core reference machine, against 0.15 s for an epoch of digits.
 
     Args:
-        source: a TensorFlow :class:`Source`, or an :class:`evenflow.data.Source` (numpy), which
+        source: a TensorFlow :class:`TensorSource`, or an :class:`evenflow.data.Source` (numpy), which
             is read through :func:`~evenflow.tf.source_adapter.tf_source`; see
             :func:`~evenflow.tf.source_adapter.reader_source` for how the two are told apart.
         map_fns: functions ``fn(batch: dict) -> dict`` applied in order to every
@@ -95,7 +95,7 @@ class PlanReader:
             ``timing`` measures how long each step waited for its input.
     """
 
-    def __init__(self, source: Source, map_fns: Sequence[MapFn] = (), prefetch: int = 4,
+    def __init__(self, source: TensorSource, map_fns: Sequence[MapFn] = (), prefetch: int = 4,
                  trim_padding: bool = False, stamp: bool = False):
         source = reader_source(source)
         map_fns = tuple(map_fns)

@@ -1,4 +1,4 @@
-"""A TensorFlow :class:`~evenflow.tf.sources.Source` over evenflow records (TFRecord shards + sidecar index).
+"""A TensorFlow :class:`~evenflow.tf.sources.TensorSource` over evenflow records (TFRecord shards + sidecar index).
 
 ``batch(ids)`` reads the serialized ``tf.train.Example`` payloads of a whole per-replica
 batch with one call to :meth:`RecordDataset.read_batch_bytes` (one ``bytes.join`` of slices

@@ -176,14 +176,6 @@ def bad_input(data, error: BaseException):
 
     if getattr(data, "diagnose", None) is None:
         return None
-    diagnose = data.diagnose
-    if data.kind == "records":  # TensorFlow's own reading and image decoding, on the records both splits read
-        from evenflow.tf.source_adapter import tf_source
-
-        reader, good = tf_source(data.records), np.sort(np.concatenate([data.train.ids, data.test.ids]))
-
-        def diagnose(error):
-            return reader.find_bad_record(good)
     chain, e = [], error
     while e is not None and len(chain) < 16:
         chain.append(e)
@@ -193,7 +185,12 @@ def bad_input(data, error: BaseException):
     if not any(isinstance(e, (_tf().errors.OpError, PipelineClosed, RecordError)) for e in chain) and \
             "RecordError" not in str(error):
         return None
-    return diagnose(error)
+    if data.kind == "records":  # TensorFlow's own reading and image decoding, on the records both splits read
+        from evenflow.tf.source_adapter import tf_source
+
+        good = np.sort(np.concatenate([data.train.ids, data.test.ids]))
+        return tf_source(data.records).find_bad_record(good)
+    return data.diagnose(error)
 
 
 def replicas_text(cluster, comp, devices: list[str]) -> str:

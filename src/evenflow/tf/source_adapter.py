@@ -35,7 +35,7 @@ from evenflow.data.text import TextSource as NumpyTextSource
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.numpy_source import NumpySource
 from evenflow.tf.records_source import RecordSource, decode_images
-from evenflow.tf.sources import ArraySource, Source, SubsetSource
+from evenflow.tf.sources import ArraySource, TensorSource, SubsetSource
 from evenflow.tf.text import TextSource, decode_text
 
 __all__ = ["reader_source", "tf_source"]
@@ -132,8 +132,8 @@ def reader_source(source):
         TypeError: ``source`` follows neither protocol, or its ``batch`` fails for id 0
             both as a numpy array and as a tensor.
     """
-    if not isinstance(source, Source):
-        raise TypeError(f"source must follow the evenflow.tf.Source protocol (num_samples, index(), "
+    if not isinstance(source, TensorSource):
+        raise TypeError(f"source must follow the evenflow.tf.TensorSource protocol (num_samples, index(), "
                         f"batch(ids)), got {type(source).__name__}")
     if isinstance(source, _TF_CLASSES):
         return source

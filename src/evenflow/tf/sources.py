@@ -1,4 +1,4 @@
-"""Sources as TensorFlow ops: the :class:`Source` protocol of the reader, arrays and subsets in memory.
+"""Sources as TensorFlow ops: the reader's :class:`TensorSource` protocol, arrays and subsets in memory.
 
 A TensorFlow source is random access by sample id, one whole batch at a time, like an
 :class:`evenflow.data.Source`, but its ``batch(ids)`` takes an int64 tensor and returns
@@ -19,11 +19,11 @@ from evenflow.data.source import RESERVED_KEYS
 from evenflow.plan.index import Index
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["Source", "ArraySource", "SubsetSource", "RESERVED_KEYS"]
+__all__ = ["TensorSource", "ArraySource", "SubsetSource", "RESERVED_KEYS"]
 
 
 @runtime_checkable
-class Source(Protocol):
+class TensorSource(Protocol):
     """Random access to a dataset by sample id, the reader's only view of the data.
 
     Attributes:
@@ -47,7 +47,7 @@ class Source(Protocol):
 
 
 class ArraySource:
-    """A TensorFlow :class:`Source` over numpy arrays held in memory.
+    """A TensorFlow :class:`TensorSource` over numpy arrays held in memory.
 
     The arrays become tensors on first use (not in the constructor), so a source
     can be built and validated before TensorFlow's devices are configured.
@@ -107,20 +107,20 @@ class ArraySource:
 
 
 class SubsetSource:
-    """The samples ``ids`` of another TensorFlow :class:`Source`, renumbered ``0..len(ids)-1``.
+    """The samples ``ids`` of another TensorFlow :class:`TensorSource`, renumbered ``0..len(ids)-1``.
 
     How a train/test split of one records dataset becomes two sources that share the
     files (and, with ``RecordSource(cache=True)``, one in-memory copy): sample ``i`` of
     the subset is sample ``ids[i]`` of ``source``.
 
     Args:
-        source: the full :class:`Source`.
+        source: the full :class:`TensorSource`.
         ids: int array ``[n]`` of distinct sample ids of ``source``, n >= 1.
     """
 
-    def __init__(self, source: Source, ids):
-        if not isinstance(source, Source):
-            raise TypeError(f"source must follow the evenflow.tf.Source protocol, got {type(source).__name__}")
+    def __init__(self, source: TensorSource, ids):
+        if not isinstance(source, TensorSource):
+            raise TypeError(f"source must follow the evenflow.tf.TensorSource protocol, got {type(source).__name__}")
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size < 1 or ids.dtype.kind not in "iu":
             raise ValueError(f"ids must be a non-empty 1-D integer array, got {ids.dtype} of shape {ids.shape}")

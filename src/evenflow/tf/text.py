@@ -29,8 +29,6 @@ import numpy as np
 
 from evenflow.data.text import PAD, VOCAB_SIZE, TextData
 from evenflow.data.text import TextSource as NumpyTextSource
-# compatibility: the job layer moves to evenflow.data (these numpy helpers live in evenflow.data.text).
-from evenflow.data.text import check_pad_lengths, pad_lengths_of, parse_pad_lengths  # noqa: F401
 from evenflow.plan.index import Index
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
@@ -39,22 +37,11 @@ __all__ = ["TextSource", "blank_padding_rows", "decode_text", "text_cnn"]
 
 
 class TextSource:
-    """A TensorFlow :class:`~evenflow.tf.sources.Source` of token sequences, padded per batch.
+    """A TensorFlow :class:`~evenflow.tf.sources.TensorSource` of token sequences, padded per batch.
 
-    The TensorFlow reader of an :class:`evenflow.data.TextSource` (same arguments, same
-    batches): the sequences live in one ragged tensor and ``batch(ids)`` gathers one
-    replica's rows and pads them to the batch's longest sequence, or to the next of
-    ``pad_lengths``.
-
-    Args:
-        data: the sequences and labels.
-        pad_lengths: optional increasing lengths; a batch is padded to the smallest
-            one that holds its longest sequence, so at most ``len(pad_lengths)``
-            shapes occur. Must reach the longest sequence. None pads to the longest
-            sequence of each batch.
-
-    ``batch(ids)`` returns ``features`` int32 ``[slots, L]`` (0 after each sequence),
-    ``label`` int64 ``[slots]`` and ``length`` int64 ``[slots]``.
+    The TensorFlow reader of an :class:`evenflow.data.TextSource`: the same arguments and the
+    same batches (see there), with the sequences in one ragged tensor, so ``batch(ids)`` gathers
+    one replica's rows and pads them inside the pipeline.
     """
 
     def __init__(self, data: TextData, pad_lengths: tuple[int, ...] | None = None):
@@ -124,7 +111,7 @@ def decode_text(pad_lengths: tuple[int, ...] | None = None, key: str = "image"):
     the same samples.
 
     Args:
-        pad_lengths: checked increasing lengths (:func:`check_pad_lengths`), or None.
+        pad_lengths: checked increasing lengths (:func:`evenflow.data.text.check_pad_lengths`), or None.
         key: the batch key holding the bytes; it is removed from the batch.
 
     Returns:

@@ -24,7 +24,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
-from evenflow.run.loop import MAX_ACCUMULATE_STEPS, TrainLoop
+from evenflow.run.loop import MAX_ACCUMULATE_STEPS, LoopFront, TrainLoop
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.tf.engine import TFEngine
 from evenflow.tf.losses import per_sample_cross_entropy
@@ -35,7 +35,7 @@ __all__ = ["Trainer", "EpochResult", "EvalResult", "OPTIMIZERS", "COMPRESSIONS",
            "MAX_ACCUMULATE_STEPS"]
 
 
-class Trainer:
+class Trainer(LoopFront):
     """Trains ``model`` data-parallel under ``strategy`` from epoch plans.
 
     Build the model and optimizer inside ``strategy.scope()`` before creating the trainer.
@@ -85,18 +85,6 @@ class Trainer:
         self.skip_nonfinite, self.accumulate_steps, self.compression = bool(skip_nonfinite), accumulate_steps, \
             compression
         self.timing, self.simulate = bool(timing), simulate
-
-    @property
-    def plan(self) -> Plan | None:
-        return self.loop.plan
-
-    @property
-    def replans(self) -> list:
-        return self.loop.replans
-
-    @property
-    def cursor(self) -> Cursor | None:
-        return self.loop.cursor
 
     def gather_rows(self, local_rows: np.ndarray) -> np.ndarray:
         """All workers' float64 rows: ``[local replicas, k]`` -> ``[all replicas, k]`` (a collective)."""

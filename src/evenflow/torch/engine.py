@@ -146,7 +146,6 @@ class TorchEngine:
         return contextlib.nullcontext()
 
     def _train(self, batches: list, global_step: int) -> tuple[list, list]:
-        torch = _torch()
         self.ddp.train()
         total = float(sum(int(b["global_real_count"]) for b in batches))
         self.optimizer.zero_grad(set_to_none=True)

@@ -63,7 +63,6 @@ def start_session(p):
     """A :class:`~evenflow.torch.adapter.TorchSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
     from evenflow.torch._lazy import torch as _torch
     from evenflow.torch.distributed import init_distributed
-    from evenflow.torch.engine import TorchReader
     from evenflow.torch.models import build_model, make_optimizer
     from evenflow.torch.state import TorchState
     from evenflow.torch.trainer import Trainer

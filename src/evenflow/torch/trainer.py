@@ -18,7 +18,7 @@ from typing import Callable
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
-from evenflow.run.loop import TrainLoop
+from evenflow.run.loop import LoopFront, TrainLoop
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.torch.distributed import PeerLostError, is_peer_failure
 from evenflow.torch.engine import GRADIENT_SUMS, TorchEngine, TorchReader
@@ -27,7 +27,7 @@ from evenflow.torch.losses import per_sample_cross_entropy
 __all__ = ["Trainer", "EpochResult", "EvalResult", "GRADIENT_SUMS"]
 
 
-class Trainer:
+class Trainer(LoopFront):
     """Trains ``model`` data-parallel with DDP from epoch plans (one process per rank).
 
     Call after the process group is initialised (:func:`~evenflow.torch.distributed.init_distributed`);
@@ -65,18 +65,6 @@ class Trainer:
         self.loop = TrainLoop(self.engine, accumulate_steps)
         self.model, self.optimizer = self.engine.model, optimizer
         self.rank, self.world_size, self.device = self.engine.rank, self.engine.world, self.engine.device
-
-    @property
-    def plan(self) -> Plan | None:
-        return self.loop.plan
-
-    @property
-    def replans(self) -> list:
-        return self.loop.replans
-
-    @property
-    def cursor(self) -> Cursor | None:
-        return self.loop.cursor
 
     def fit(self, source, plan: Plan, epochs: int, start: Cursor | None = None, *, num_workers: int = 0,
             transform: Callable | None = None, on_step: Callable | None = None, on_epoch: Callable | None = None,
