@@ -160,3 +160,24 @@ def test_a_run_directory_of_another_plan_is_refused_before_training(tmp_path, ca
     assert code == 2 and len(err.splitlines()) == 1
     assert "holds checkpoints of another plan" in err and "--no-resume" in err
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints"]  # nothing written
+
+
+def test_no_resume_deletes_only_what_evenflow_wrote(tmp_path, capsys):
+    from evenflow.run.job import start_over
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(50, 3)).astype(np.float32), y=np.arange(50) % 2)
+    run = tmp_path / "run"
+    (run / "checkpoints" / "ckpt-00001-000000").mkdir(parents=True)
+    (run / "checkpoints" / "my-notes.txt").write_text("keep me")
+    code = main(["train", "--dataset", str(tmp_path / "d.npz"), "--no-resume", "--output-dir", str(run)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "'my-notes.txt', which evenflow did not write" in err
+    assert (run / "checkpoints" / "my-notes.txt").read_text() == "keep me"
+    assert (run / "checkpoints" / "ckpt-00001-000000").is_dir()  # nothing deleted
+    (run / "checkpoints" / "my-notes.txt").unlink()
+    (run / "audit").mkdir()
+    (run / "audit" / "e00000-s000000-000003-w000.npz").write_bytes(b"")
+    start_over(run)
+    assert list((run / "checkpoints").iterdir()) == [] and list((run / "audit").iterdir()) == []

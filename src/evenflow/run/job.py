@@ -13,6 +13,7 @@ the plan re-splits the rest of the epoch (``Plan.with_topology``).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -86,6 +87,8 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {run_dir} exists and is not a directory; choose another --output-dir")
     resume_from = _check_resume(config, train_plan, run_dir) if config.checkpoint.resume else None
+    if not config.checkpoint.resume:
+        check_start_over(run_dir)
     notes = tuple(framework.notes(config, processes))
     return Prepared(config, data, train_plan, test_plan, run_dir, processes, resume_from, notes)
 
@@ -121,10 +124,27 @@ def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path) -> Cursor | No
     return latest.cursor
 
 
+_OURS = {CHECKPOINT_DIR: re.compile(r"^(ckpt-\d{5}-\d{6}|\.(tmp|trash)-ckpt-.*)$"),
+         AUDIT_DIR: re.compile(r"^(e\d{5}-s\d{6}-\d{6}-w\d{3}\.npz|\..*\.tmp-\d+)$")}
+
+
+def check_start_over(run_dir: Path) -> None:
+    """Refuse ``--no-resume`` on a run directory whose checkpoints/ or audit/ hold files evenflow did not write."""
+    for name, ours in _OURS.items():
+        folder = run_dir / name
+        foreign = sorted(p.name for p in folder.iterdir() if not ours.match(p.name)) if folder.is_dir() else []
+        if foreign:
+            raise ValueError(f"--no-resume deletes {folder}, but it holds {foreign[0]!r}, which evenflow did not "
+                             f"write; move it away, or use another --output-dir")
+
+
 def start_over(run_dir: Path) -> None:
-    """Delete what a previous run left for resuming: checkpoints, audit trail, anomaly log."""
-    for name in (CHECKPOINT_DIR, AUDIT_DIR):
-        shutil.rmtree(run_dir / name, ignore_errors=True)
+    """Delete what a previous run left for resuming: its checkpoints, audit segments and anomaly log."""
+    for name, ours in _OURS.items():
+        folder = run_dir / name
+        for path in (folder.iterdir() if folder.is_dir() else ()):
+            if ours.match(path.name):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
     (run_dir / ANOMALY_LOG).unlink(missing_ok=True)
 
 
