@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from evenflow.data.identity import data_identity, digest
 from evenflow.data.arrays import (check_features, check_labels, digits_arrays, read_npz, split_facts, split_indices,
                                   split_or_explain)
 from evenflow.data.load_records import load_records
@@ -48,12 +49,13 @@ def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData
     num_classes = check_labels(y, x.shape[0], what)
     train, test = split_or_explain(y, options.test_fraction, options.split_seed, what)
     x = x.astype(np.float32, copy=False)
+    split = split_facts(train, test, options.test_fraction, options.split_seed)
     return LoadedData(
         train=ArraySource(x[train], y[train]), test=ArraySource(x[test], y[test]), num_classes=num_classes,
         feature_shape=tuple(int(d) for d in x.shape[1:]),
         description=f"{what}: {len(train)} train / {len(test)} test samples, {num_classes} classes, "
                     f"features {tuple(x.shape[1:])}",
-        split=split_facts(train, test, options.test_fraction, options.split_seed))
+        split=split, identity=data_identity(digest(x, y), x.shape[1:], split))
 
 
 def _digits(options) -> LoadedData:
@@ -65,10 +67,12 @@ def _text(name: str) -> Callable:
         data = BUILTIN_TEXT[name]()
         train, test = split_indices(data.labels, options.test_fraction, options.split_seed)
         lengths, pad_lengths = data.lengths, pad_lengths_of(options)
+        split = split_facts(train, test, options.test_fraction, options.split_seed)
+        content = digest(data.tokens, data.offsets, data.labels)
         return LoadedData(
             train=TextSource(data.subset(train), pad_lengths), test=TextSource(data.subset(test), pad_lengths),
             num_classes=len(data.class_names), feature_shape=(None,), kind="text",
-            split=split_facts(train, test, options.test_fraction, options.split_seed),
+            split=split, identity=data_identity(content, (None,), split, (pad_lengths,)),
             description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
                         f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")
 

@@ -47,6 +47,8 @@ import os
 import numpy as np
 
 from evenflow.data.arrays import split_facts, split_indices
+from evenflow.data.identity import data_identity, digest
+from evenflow.records.digest import content_digest
 from evenflow.data.images import DecodeImages, first_image_layout, skip_undecodable, skipped_note
 from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import open_for_training
@@ -169,6 +171,8 @@ def load_records(options) -> LoadedData:
         return source.find_bad_record(ids)
 
     reading = "cached in memory" if cache else "read by offset"
+    split = split_facts(ids[train], ids[test], options.test_fraction, options.split_seed)
+    identity = data_identity(digest(content_digest(ds), ids), shape, split, (feature_key, label_key))
     return LoadedData(
         train=SubsetSource(source, ids[train]), test=SubsetSource(source, ids[test]), num_classes=num_classes,
         feature_shape=shape,
@@ -177,4 +181,4 @@ def load_records(options) -> LoadedData:
                     f"{len(train)} train / {len(test)} test samples, {num_classes} classes, feature "
                     f"{feature_key!r} {shape}{kind}",
         notes=skipped_note(skipped), diagnose=diagnose, skipped=tuple(skipped), kind="records", records=source,
-        split=split_facts(ids[train], ids[test], options.test_fraction, options.split_seed))
+        split=split, identity=identity)

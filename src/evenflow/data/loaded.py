@@ -29,6 +29,8 @@ class LoadedData:
             ``"text"`` (:class:`~evenflow.data.text.TextSource`) or ``"records"`` (two
             :class:`~evenflow.data.source.SubsetSource` of :attr:`records`).
         split: how the test set was held out (:func:`~evenflow.data.arrays.split_facts`), or None.
+        identity: the digest that names this data for a resumed run
+            (:func:`~evenflow.data.identity.data_identity`), or None.
         records: for ``"records"``, the one :class:`~evenflow.data.records_source.RecordSource`
             both splits read: its ``dataset``, ``feature_key``, ``label_key``, ``cache`` and
             ``decode`` (image layout or text padding) are what a framework adapter builds
@@ -46,6 +48,7 @@ class LoadedData:
     kind: Literal["arrays", "text", "records"] = "arrays"
     records: object = None
     split: dict | None = None
+    identity: str | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

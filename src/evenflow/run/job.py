@@ -86,7 +86,7 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     run_dir = Path(config.output.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {run_dir} exists and is not a directory; choose another --output-dir")
-    resume_from = _check_resume(config, train_plan, run_dir) if config.checkpoint.resume else None
+    resume_from = _check_resume(config, train_plan, run_dir, data.identity) if config.checkpoint.resume else None
     if not config.checkpoint.resume:
         check_start_over(run_dir)
     notes = tuple(framework.notes(config, processes))
@@ -102,12 +102,18 @@ def _load(config: TrainConfig, framework: Framework):
     return data
 
 
-def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path) -> Cursor | None:
-    """The cursor of the run directory's newest checkpoint, if it continues this plan (numpy only)."""
+def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str | None) -> Cursor | None:
+    """The cursor of the run directory's newest checkpoint, if it continues this plan on this data (numpy only)."""
     found = list_checkpoints(run_dir)
     if not found:
         return None
     latest = found[-1]
+    theirs = latest.meta.get("data")
+    if identity is not None and theirs is not None and theirs != identity:
+        raise ValueError(f"output_dir {run_dir} holds checkpoints trained on other data (data digest {theirs[:12]}, "
+                         f"this run's {identity[:12]}: the dataset's content, its feature or label key, the "
+                         f"per-sample shape or the held-out split differ); use another --output-dir, or "
+                         f"--no-resume to start over there")
     theirs = latest.meta.get("plan")
     if theirs != plan.fingerprint():
         raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({theirs}, this run plans "
@@ -226,5 +232,5 @@ def _guard(p: Prepared, session) -> TrainingGuard:
                            lr_factor=anomaly.restore_lr_factor, max_restores=anomaly.max_restores)
     guard = TrainingGuard(p.train_plan, checkpointer, every=ckpt.checkpoint_every, audit=audit, anomalies=policy,
                           is_chief=procs.is_chief)
-    guard.meta = {"framework": cfg.compute.framework}
+    guard.meta = {"framework": cfg.compute.framework, "data": p.data.identity}
     return guard

@@ -70,7 +70,7 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
         "devices": list(session.devices), "framework_info": dict(session.summary),
         "global_batch_size": sched.global_batch_size, "slots_per_replica": p.train_plan.slots, "seed": sched.seed,
         "epochs": sched.epochs, "steps": trained.steps, "dataset": p.data.description, "augment": cfg.data.augment,
-        "skipped_records": list(p.data.skipped), "split": p.data.split, "config": cfg.to_dict(), "plan": p.train_plan.epoch(0).summary(),
+        "skipped_records": list(p.data.skipped), "split": p.data.split, "data_identity": p.data.identity, "config": cfg.to_dict(), "plan": p.train_plan.epoch(0).summary(),
         "history": [{k: h[k] for k in ("epoch", "loss", "accuracy", "samples", "seconds", "replica_samples",
                                        "skipped_steps")} for h in history],
         # The checkpoint actually restored: an older one than the newest when that one was damaged.
