@@ -90,3 +90,19 @@ def test_text_records_and_pad_lengths_are_refused_with_the_tf_hint(tmp_path, cap
     assert "is variable-length text, and text trains on TensorFlow only" in err, err
     code, out, err, summary = _train(tmp_path, capsys, "builtin:digits", "--pad-lengths", "64,512")
     assert code == 2 and "--pad-lengths 64,512 is not supported with --framework torch" in err, err
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_flipped_payload_byte_is_refused_naming_the_record(tmp_path, capfd, workers):
+    # A record whose payload no longer matches its CRC (raw features: it would still decode) is never
+    # trained on: the torch path checks every record's CRC the first time it reads it, like TensorFlow's.
+    root = tmp_path / "raw"
+    convert("builtin:digits", root, shards=2)
+    shard = sorted(str(p) for p in root.glob("*.tfrecord"))[1]
+    offset = flip_payload_byte(root, 1, 5)
+    capfd.readouterr()
+    code, out, err, summary = _train(tmp_path, capfd, root, "--loader-workers", workers)
+    assert code == 2 and summary is None, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"evenflow train: error: {shard} (record 5, offset {offset})"), err
+    assert "--skip-corrupt" in err and "CRC" in err

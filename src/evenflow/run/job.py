@@ -22,6 +22,7 @@ from pathlib import Path
 
 from evenflow.data.load import load_dataset
 from evenflow.plan.cursor import Cursor
+from evenflow.records.errors import RecordError
 from evenflow.data.augment_policy import check_fits
 from evenflow.plan.options import PlanOptions
 from evenflow.plan.plan import Plan
@@ -95,7 +96,10 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
 
 def _load(config: TrainConfig, framework: Framework):
     """The dataset as numpy sources, if the framework can train on it."""
-    data = load_dataset(config.data)
+    try:
+        data = load_dataset(config.data)
+    except RecordError as e:
+        raise with_fix(e) from None
     refused = framework.refuses_data(data, config)
     if refused:
         raise ValueError(refused)
@@ -175,12 +179,24 @@ def run_training(config: TrainConfig, framework: Framework, out=None, err=None,
         ok = True
         return summary
     except Exception as e:
-        failure = session.failure(e)
-        if failure is not None:
+        failure = with_fix(session.failure(e) or e)
+        if failure is not e:
             raise failure from None
         raise
     finally:
         session.close(ok)
+
+
+_DAMAGE = ("data_crc", "length_crc", "truncated")
+
+
+def with_fix(error: BaseException) -> BaseException:
+    """A damaged record's error with what a training run can do about it appended (else ``error`` itself)."""
+    if isinstance(error, RecordError) and error.kind in _DAMAGE and "--skip-corrupt" not in str(error):
+        return RecordError(error.path, f"{error.reason}; the file is damaged: restore it (or convert the data "
+                                       f"again), or leave such records out with --skip-corrupt",
+                           record=error.record, offset=error.offset, kind=error.kind)
+    return error
 
 
 def _run(p: Prepared, session, out, err, title: str, began: float) -> dict:
