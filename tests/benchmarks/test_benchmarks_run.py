@@ -80,3 +80,12 @@ def test_plan_speed_json_has_every_size_method_and_column(tmp_path):
         # The permutation allocates exactly its int64 result; a plan at least its ids array.
         assert r["peak_extra_bytes"] >= 8 * r["num_samples"]
     assert set(result["targets"]) == {"count_ratio_max", "cost_ratio_max", "peak_extra_bytes_per_sample_max"}
+
+
+def test_resync_benchmark_finds_the_same_header_both_ways(tmp_path):
+    bench = _load("resync")
+    out = tmp_path / "resync.json"
+    bench.main(bench.parse_args(["--megabytes", "0.05", "--reference-kilobytes", "5", "--json-out", str(out)]))
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["stretch"] for r in rows] == ["zeroed", "random"]
+    assert all(r["evenflow_ns_per_byte"] > 0 and r["per_byte_loop_ns_per_byte"] > 0 for r in rows)

@@ -113,12 +113,33 @@ def skip_undecodable(ds, key: str, layout: tuple[int, int, int], skipped: list) 
 
 
 def skipped_note(skipped: list) -> tuple[str, ...]:
-    """The one-line note a training run prints about the records ``--skip-corrupt`` left out (none: ())."""
+    """The note a training run prints about the records ``--skip-corrupt`` left out (none: ()).
+
+    One line in all, then one line per file: how many records and bytes it lost, by kind, and
+    the first of them (``summary.json`` lists every one).
+    """
     if not skipped:
         return ()
-    listed = "; ".join(f"{b['path']} (record {b['record']}, offset {b['offset']}): {b['kind']}" for b in skipped[:5])
-    more = f"; and {len(skipped) - 5} more (summary.json lists them)" if len(skipped) > 5 else ""
-    return (f"skipped {len(skipped)} bad records: {listed}{more}",)
+    by_file: dict[str, list] = {}
+    for b in skipped:
+        by_file.setdefault(b["path"], []).append(b)
+    total = sum(b.get("length") or 0 for b in skipped)
+    lines = [f"skipped {len(skipped):,} bad records ({_bytes(total)}) in {len(by_file)} file(s); summary.json "
+             f"lists each one"]
+    for path, bad in by_file.items():
+        kinds: dict[str, int] = {}
+        for b in bad:
+            kinds[b["kind"]] = kinds.get(b["kind"], 0) + 1
+        lost = sum(b.get("length") or 0 for b in bad)
+        first = bad[0]
+        lines.append(f"  {path}: {len(bad):,} records, {_bytes(lost)} ("
+                     f"{', '.join(f'{n:,} {k}' for k, n in sorted(kinds.items()))}); the first at record "
+                     f"{first['record']}, offset {first['offset']}")
+    return tuple(lines)
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} bytes" if n < 10_000 else f"{n / 1e6:,.1f} MB"
 
 
 def decode_batch(encoded, layout: tuple[int, int, int]) -> np.ndarray:

@@ -134,7 +134,28 @@ def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadR
     return ShardIndex(s.path, s.offsets[keep], s.lengths[keep], s.file_size,
                       labels=None if s.labels is None else s.labels[keep],
                       costs=None if s.costs is None else s.costs[keep],
-                      skipped=s.skipped + int((~keep).sum())), list(res.bad)
+                      skipped=s.skipped + int((~keep).sum())), _indexed_losses(s, keep, res.bad)
+
+
+def _indexed_losses(s: ShardIndex, keep: np.ndarray, found: list[BadRecord]) -> list[BadRecord]:
+    """Every record the index lists that the scan could not keep, numbered and sized by the index.
+
+    The scan names the records whose CRC failed; after a bad header it skips to the next
+    readable one, and every record the index places in between is lost with it (kind
+    ``"lost"``): a damaged stretch of a file costs all the records it held, and says so.
+    """
+    by_offset = {b.offset: b for b in found}
+    out = []
+    for j in np.flatnonzero(~keep).tolist():
+        off, length = int(s.offsets[j]), int(s.lengths[j])
+        seen = by_offset.get(off)
+        if seen is not None:
+            out.append(BadRecord(s.path, j, off, seen.reason, seen.kind, length))
+        else:
+            out.append(BadRecord(s.path, j, off, f"lost: it lies in a damaged stretch of the file (bytes "
+                                                 f"{off}..{off + length}) whose record headers do not read",
+                                 "lost", length))
+    return out
 
 
 class SampleColumns(NamedTuple):

@@ -55,6 +55,10 @@ class BadRecord:
         record: number of the record in that file, counting the bad ones (0-based).
         offset: byte offset of the record's start.
         reason: what is wrong with it.
+        kind: ``"data_crc"``, ``"length_crc"``, ``"truncated"``, ``"image"``, or ``"lost"`` (the
+            index lists the record, but it lies in a damaged stretch of the file whose headers
+            could not be read).
+        length: the record's framed size in bytes, when known (the bytes lost with it).
     """
 
     path: str
@@ -62,10 +66,11 @@ class BadRecord:
     offset: int
     reason: str
     kind: str = "input"
+    length: int | None = None
 
     def __str__(self) -> str:
         return f"{self.path} (record {self.record}, offset {self.offset}): {self.reason}"
 
     def to_json(self) -> dict:
         return {"path": self.path, "record": self.record, "offset": self.offset,
-                "kind": self.kind, "reason": self.reason}
+                "kind": self.kind, "reason": self.reason, "length": self.length}

@@ -139,7 +139,7 @@ def _drop_bad_data(buf, path: str, offsets: np.ndarray, lengths: np.ndarray,
             try:
                 check_data(buf, path, i, int(offsets[i]), int(lengths[i]) - FRAME_BYTES)
             except RecordError as e:
-                bad.append(BadRecord(path, i, int(offsets[i]), e.reason, e.kind))
+                bad.append(BadRecord(path, i, int(offsets[i]), e.reason, e.kind, int(lengths[i])))
         keep = np.ones(offsets.size, bool)
         keep[wrong] = False
         offsets, lengths = offsets[keep], lengths[keep]
