@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
 from _common import ROOT, machine, write_result  # noqa: E402
 
 from evenflow.records.crc import masked_crc32c  # noqa: E402
