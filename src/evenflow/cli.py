@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    _one_line_warnings(args.command)
     if getattr(args, "verbose", False):
         os.environ["EVENFLOW_VERBOSE"] = "1"  # read where TensorFlow is imported (and by child processes)
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO")  # PyTorch's c10d and DDP info lines
@@ -81,6 +82,21 @@ def main(argv: list[str] | None = None) -> int:
             msg = f"{e.filename}: {msg}"
         print(f"evenflow {args.command}: error: {msg}", file=sys.stderr)
         return 2
+
+
+def _one_line_warnings(command: str) -> None:
+    """Show evenflow's warnings as ``evenflow <command>: warning: <message>``, without a source line."""
+    import warnings
+
+    ours = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not os.path.abspath(str(filename)).startswith(ours):
+            return shown(message, category, filename, lineno, file, line)
+        print(f"evenflow {command}: warning: {message}", file=file or sys.stderr)
+
+    shown = warnings.showwarning
+    warnings.showwarning = show
 
 
 if __name__ == "__main__":

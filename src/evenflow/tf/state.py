@@ -66,7 +66,7 @@ class TFState:
         try:
             self._ckpt.write(str(Path(directory) / "state"))
         except tf.errors.OpError as e:  # e.g. a full disk: an OSError the run reports in one line
-            raise OSError(f"{directory}: the checkpoint's variables could not be written "
+            raise OSError(f"{Path(directory).parent}: the checkpoint's variables could not be written "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); free disk space or choose "
                           f"another --output-dir, then run the same command again") from None
 

@@ -122,7 +122,6 @@ class TorchState:
     def write(self, directory: Path) -> None:
         from evenflow.torch.distributed import all_gather_rows
 
-        torch = _torch()
         mine = rng_vector(self.device)
         if self.world > 1:  # every rank's state (equal lengths on equal devices), gathered to all
             rows = all_gather_rows(mine.view(np.float64), None).view(np.int64)
@@ -130,8 +129,16 @@ class TorchState:
             rows = mine[None, :]
         if self.rank != 0:
             return
+        try:
+            self._write_files(Path(directory), rows)
+        except Exception as e:  # safetensors reports a full disk as its own error type
+            first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            raise OSError(f"{Path(directory).parent}: the checkpoint could not be written ({first}); free disk space or choose "
+                          f"another --output-dir, then run the same command again") from None
+
+    def _write_files(self, directory: Path, rows: np.ndarray) -> None:
+        torch = _torch()
         save_file, _ = _safetensors()
-        directory = Path(directory)
         save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()},
                   str(directory / "model.safetensors"))
         tensors, rest = _split_optimizer(self.optimizer.state_dict())
@@ -150,7 +157,7 @@ class TorchState:
             tensors = load_file(str(directory / "optimizer.safetensors"), device=location)
             self.optimizer.load_state_dict(_join_optimizer(tensors, rest))
             rng = load_file(str(directory / "rng.safetensors"))
-        except (RuntimeError, KeyError, json.JSONDecodeError) as e:  # safetensors raises these on damage
+        except Exception as e:  # a damaged file: safetensors' own error, a torch shape error, bad JSON, ...
             raise ValueError(f"{directory}: the model state does not load ({type(e).__name__}: "
                              f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
         if len(rng) == self.world and f"rank{self.rank}" in rng:
