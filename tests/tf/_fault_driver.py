@@ -137,7 +137,8 @@ def crash(work: Path, rng: random.Random, common: list[str]) -> dict:
         if how == "exit":
             break  # the run finished before this kill: fewer kills (the test checks the count)
     run_to_end(argv, work / "crash-final.log")
-    return {"kills": kills, "final_log": (work / "crash-final.log").read_text()[-2000:]}
+    final = (work / "crash-final.log").read_text()
+    return {"kills": kills, "final_resumed": "resuming from" in final, "final_log": final[-2000:]}
 
 
 def elastic(work: Path, rng: random.Random, common: list[str], steps_per_epoch: int) -> dict:
