@@ -52,5 +52,9 @@ class TensorFlow:
 
     def start(self, prepared):
         from evenflow.tf.session import start_session
+        from evenflow.tf.startup import meeting_the_others
 
-        return start_session(prepared, cluster_from_env())
+        cluster = cluster_from_env()
+        # Several workers wait for each other while the strategy is built: within the collective timeout.
+        with meeting_the_others(cluster, prepared.config.compute.collective_timeout):
+            return start_session(prepared, cluster)
