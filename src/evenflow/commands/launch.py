@@ -16,6 +16,12 @@ others get SIGTERM and, after --grace seconds, SIGKILL (MultiWorkerMirroredStrat
 catches SIGTERM); the launcher then exits with the first failure's code (128 + S for
 a worker killed by signal S).
 
+The workers run in a network namespace of their own (Linux, as root or with user
+namespaces): they reach each other on 127.0.0.1 and nothing outside can reach their
+TensorFlow ports, which TensorFlow opens on every interface without authentication.
+--share-network keeps them on the machine's network (a line says so, as it does where
+no namespace can be made).
+
 Several machines: set TF_CONFIG on each one yourself and run the command there
 (see the README's multi-worker section); launch is for one machine.
 """
@@ -34,6 +40,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "--replicas")
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="seconds between SIGTERM and SIGKILL when stopping workers (default 10)")
+    parser.add_argument("--share-network", action="store_true", default=False,
+                        help="run the workers on this machine's network instead of a private one (for commands "
+                             "that must reach other hosts); their TensorFlow ports then listen on every interface")
     parser.add_argument("worker_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the command every worker runs")
     parser.set_defaults(run=run)
@@ -47,5 +56,5 @@ def run(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     options = LaunchOptions(workers=args.workers, replicas_per_worker=args.replicas_per_worker,
-                            grace_seconds=args.grace)
+                            grace_seconds=args.grace, private_network=not args.share_network)
     return launch(command, options)

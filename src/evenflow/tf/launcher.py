@@ -56,12 +56,17 @@ class LaunchOptions:
             its ``replicas``); None leaves it to the command.
         grace_seconds: how long stopped workers get between SIGTERM and SIGKILL, >= 0.
         host: the address the workers listen on.
+        private_network: run the workers in a network namespace of their own (Linux; see
+            :mod:`evenflow.tf.private_network`), so their TensorFlow ports are not reachable from
+            the machine's network; where the machine allows none, they run on its network and a
+            line says so.
     """
 
     workers: int
     replicas_per_worker: int | None = None
     grace_seconds: float = 10.0
     host: str = "127.0.0.1"
+    private_network: bool = False
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int):
@@ -132,11 +137,24 @@ def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, e
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     command = _checked_command(command)
+    if options.private_network:
+        from evenflow.tf.private_network import run_in_private_network
+
+        code, why_not = run_in_private_network(lambda: _run(command, options, out, err, env, "a private network"))
+        if why_not is None:
+            return code
+        err.write(f"evenflow launch: note: the workers run on this machine's network, where TensorFlow's ports listen "
+                  f"on every interface without authentication ({why_not}); keep the machine on a private network\n")
+    return _run(command, options, out, err, env, "this machine's network")
+
+
+def _run(command: list[str], options: LaunchOptions, out, err, env, network: str) -> int:
+    """Start, supervise and stop the workers; the launch's exit code."""
     addresses = [f"{options.host}:{p}" for p in free_ports(options.workers, options.host)]
     base = _worker_env(options, env)
     lock = threading.Lock()
     say = functools.partial(_say, err, lock)
-    say(f"{options.workers} worker(s) on {', '.join(addresses)}: {shlex.join(command)}")
+    say(f"{options.workers} worker(s) on {', '.join(addresses)} ({network}): {shlex.join(command)}")
     procs, pumps = _start_workers(command, addresses, base, out, err, lock)
     interrupted = Interrupts()
     try:
