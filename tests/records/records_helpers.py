@@ -27,6 +27,12 @@ def write_shard(path, rows: dict[str, np.ndarray], start: int = 0, stop: int | N
 def break_image(root, shard: int, record: int) -> int:
     """Rewrite one shard of a converted image dataset so that one record's image is cut to 100 bytes
     (valid CRCs); returns the record's offset."""
+    return replace_image(root, shard, record, lambda data: bytes(data)[:100])
+
+
+def replace_image(root, shard: int, record: int, change) -> int:
+    """Rewrite one shard of a converted image dataset with ``change(bytes) -> bytes`` applied to one record's
+    image (valid CRCs and index); returns the record's offset."""
     import os
 
     from evenflow.records import ExampleEncoder, RecordDataset, decode_examples, iter_records
@@ -35,7 +41,7 @@ def break_image(root, shard: int, record: int) -> int:
     path = os.path.join(root, m.shards[shard].file)
     recs = list(iter_records(path))
     cols = {k: list(v) for k, v in decode_examples(recs, m.features).items()}
-    cols["image"][record] = bytes(cols["image"][record])[:100]
+    cols["image"][record] = change(cols["image"][record])
     enc = ExampleEncoder(m.features)
     w = RecordWriter(path)
     for j in range(len(recs)):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["check_features", "check_labels", "digits_arrays", "read_npz", "split_indices", "split_or_explain",
+__all__ = ["check_dense_labels", "check_features", "check_labels", "digits_arrays", "read_npz", "split_indices", "split_or_explain",
            "split_facts"]
 
 
@@ -66,7 +66,23 @@ def check_labels(y: np.ndarray, n: int, what: str) -> int:
     k = int(y.max()) + 1 if n else 0
     if k < 2:
         raise ValueError(f"{what}: a classifier needs at least 2 classes, but every label is {k - 1}")
+    check_dense_labels(y, k, what)
     return k
+
+
+def check_dense_labels(labels: np.ndarray, num_classes: int, what: str, named: int = 0) -> None:
+    """Refuse labels that leave most of ``0..K-1`` empty: a model with one output per class would be mostly empty.
+
+    The rule: at most ``2 * distinct + 10`` classes for ``distinct`` labels that occur (or the
+    ``named`` classes a manifest lists), so a missing class or a few are fine, and a stray label
+    of 10**5 among 0..9 (a 100,001-way model) or 10**9 (memory for a billion outputs) is not.
+    """
+    distinct = int(np.unique(labels).size)
+    if num_classes > max(2 * distinct + 10, named):
+        raise ValueError(f"{what}: labels must be integers 0..K-1, but the largest is {num_classes - 1} while only "
+                         f"{distinct} distinct labels occur (a model would get {num_classes:,} outputs, nearly all "
+                         f"for classes without a sample); map the classes to 0..{distinct - 1}, e.g. "
+                         f"numpy.unique(y, return_inverse=True)")
 
 
 def read_npz(path, feature_key: str, label_key: str) -> tuple[np.ndarray, np.ndarray]:

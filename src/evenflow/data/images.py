@@ -56,14 +56,10 @@ def image_layout(ds, key: str, record: int) -> tuple[int, int, int]:
     return h, w, 1 if mode in GREY_MODES else 3
 
 
-def undecodable_images(ds, key: str, layout: tuple[int, int, int]) -> np.ndarray:
-    """bool ``[N]``: samples whose image Pillow cannot fully decode.
-
-    Raises:
-        RecordError: an image that decodes but has another size than ``layout``.
-    """
+def undecodable_images(ds, key: str, layout: tuple[int, int, int]) -> dict[int, str]:
+    """Samples whose image Pillow cannot fully decode or whose size differs from ``layout``: id -> reason."""
     Image = _pil()
-    bad = np.zeros(len(ds), bool)
+    bad: dict[int, str] = {}
     for lo in range(0, len(ds), _CHUNK):
         ids = np.arange(lo, min(lo + _CHUNK, len(ds)))
         for i, data in zip(ids.tolist(), ds.decode_batch(ids, keys=[key])[key]):
@@ -71,14 +67,11 @@ def undecodable_images(ds, key: str, layout: tuple[int, int, int]) -> np.ndarray
                 with Image.open(io.BytesIO(bytes(data))) as im:
                     im.load()
                     w, h = im.size
-            except Exception:
-                bad[i] = True
+            except Exception as e:
+                bad[i] = f"image {key!r} does not decode (Pillow: {type(e).__name__})"
                 continue
             if (h, w) != tuple(layout[:2]):
-                path, rec, off = ds._where(i)
-                raise RecordError(path, f"image {key!r} is {h}x{w} but the dataset's first image is "
-                                  f"{layout[0]}x{layout[1]}; every image must have the same size: resize them "
-                                  f"before converting", record=rec, offset=off, kind="image")
+                bad[i] = f"image {key!r} is {h}x{w}, not {layout[0]}x{layout[1]} like the first image"
     return bad
 
 
@@ -104,12 +97,14 @@ def skip_undecodable(ds, key: str, layout: tuple[int, int, int], skipped: list) 
     The entries are the JSON form of a skipped record (path, record, offset, kind, reason),
     as ``summary.json`` lists them.
     """
-    bad = undecodable_images(ds, key, layout)
-    for i in np.flatnonzero(bad).tolist():
+    keep = np.ones(len(ds), bool)
+    for i, reason in sorted(undecodable_images(ds, key, layout).items()):
         path, rec, off = ds._where(i)
-        skipped.append({"path": path, "record": rec, "offset": off, "kind": "image",
-                        "reason": f"image {key!r} does not decode (Pillow)"})
-    return ~bad
+        _, _, length = ds.locate([i])
+        skipped.append({"path": path, "record": rec, "offset": off, "length": int(length[0]),
+                        "kind": "image_size" if " is " in reason else "image", "reason": reason})
+        keep[i] = False
+    return keep
 
 
 def skipped_note(skipped: list) -> tuple[str, ...]:

@@ -83,6 +83,9 @@ BUILTINS: dict[str, Callable] = {"digits": _digits, "stdlib-docs": _text("stdlib
 
 
 def _npz(options) -> LoadedData:
+    if options.skip_corrupt:
+        raise ValueError(f"--skip-corrupt checks the records of a records dataset, and {options.dataset} is a .npz "
+                         f"file; drop --skip-corrupt")
     x, y = read_npz(options.dataset, options.feature_key, options.label_key)
     return _from_arrays(x, y, options, str(Path(options.dataset)))
 
@@ -123,6 +126,13 @@ def load_dataset(options) -> LoadedData:
         key = name.split(":", 1)[1]
         if key not in BUILTINS:
             raise ValueError(f"dataset {name!r} is not a builtin dataset; builtins are {_valid_builtins()}")
+        for flag, value in (("feature_key", options.feature_key), ("label_key", options.label_key)):
+            if value != {"feature_key": "x", "label_key": "y"}[flag]:
+                raise ValueError(f"--{flag.replace('_', '-')} {value} names an array of a .npz file or a feature of "
+                                 f"records, and {name} has neither; drop --{flag.replace('_', '-')}")
+        if options.skip_corrupt:
+            raise ValueError(f"--skip-corrupt checks the records of a records dataset, and {name} is a builtin one; "
+                             f"drop --skip-corrupt")
         return BUILTINS[key](options)
     for _kind, matches, load in _LOADERS:
         if matches(name):

@@ -46,7 +46,7 @@ import os
 
 import numpy as np
 
-from evenflow.data.arrays import split_facts, split_indices
+from evenflow.data.arrays import check_dense_labels, split_facts, split_indices
 from evenflow.data.identity import data_identity, digest
 from evenflow.records.digest import content_digest
 from evenflow.data.images import DecodeImages, first_image_layout, skip_undecodable, skipped_note
@@ -160,6 +160,7 @@ def load_records(options) -> LoadedData:
     if labels.min() < 0:
         raise ValueError(f"{where}: labels must be integers 0..K-1, but the index holds a label {int(labels.min())}")
     num_classes = max(int(labels.max()) + 1, len(ds.class_names or []))
+    check_dense_labels(labels, num_classes, where, named=len(ds.class_names or []))
     if num_classes < 2:
         raise ValueError(f"{where}: a classifier needs at least 2 classes, but every label is {int(labels.max())}")
     train, test = split_indices(labels, options.test_fraction, options.split_seed)

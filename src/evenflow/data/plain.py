@@ -35,8 +35,11 @@ _CHUNK = 4096  # records decoded per batch when reading a label column
 
 
 def is_tfrecord_files(name: str) -> bool:
-    """Whether ``name`` is meant as plain TFRecord files (see the module docstring); no file is read."""
-    if any(c in name for c in _GLOB_CHARS):
+    """Whether ``name`` is meant as plain TFRecord files (see the module docstring); no file is read.
+
+    A path that exists is taken as it is, even when it holds glob characters (``data[1]/``).
+    """
+    if any(c in name for c in _GLOB_CHARS) and not os.path.exists(name):
         return True
     if os.path.isdir(name):
         return not os.path.exists(os.path.join(name, MANIFEST_NAME)) and any(
@@ -50,7 +53,7 @@ def tfrecord_files(name: str) -> list[str]:
     Raises:
         RecordError: a pattern that matches no TFRecord file, or a file that does not exist.
     """
-    if any(c in name for c in _GLOB_CHARS):
+    if any(c in name for c in _GLOB_CHARS) and not os.path.exists(name):
         files = sorted(f for f in glob.glob(name) if os.path.isfile(f) and not f.endswith(_SIDECARS))
         if not files:
             raise RecordError(name, "the pattern matches no TFRecord file; check the path (quote the pattern "

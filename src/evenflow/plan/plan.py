@@ -22,6 +22,7 @@ from evenflow.plan.assign_cost import assign_cost, cost_slots
 from evenflow.plan.assign_count import assign_contiguous
 from evenflow.plan.assign_stratified import assign_stratified
 from evenflow.plan.cursor import Cursor
+from evenflow.plan.memory import check_epoch_fits
 from evenflow.plan.index import Index
 from evenflow.plan.metrics import summarize
 from evenflow.plan.options import PlanOptions
@@ -120,6 +121,7 @@ class Plan:
                                   balance=balance, bucket=bucket, drop_remainder=drop_remainder,
                                   bucket_window=bucket_window)
         options.check_against(index, topology)
+        check_epoch_fits(index.num_samples)
         self.index, self.topology, self.options = index, topology, options
         bounds = step_bounds(index.num_samples, options.global_batch_size, options.drop_remainder)
         self._sizes = np.diff(bounds)
@@ -193,6 +195,7 @@ class Plan:
                                  f"got step {start.step}; the last valid cursor is Cursor({epoch}, {self.num_steps})")
             first = start.step
         o, idx = self.options, self.index
+        check_epoch_fits(idx.num_samples)
         order, bounds = epoch_order(idx, o, int(epoch))
         counts = replica_counts(self._sizes, self.topology.shares)
         if o.stratify and o.balance == "count":

@@ -20,6 +20,7 @@ The ``.idx`` text itself is read and written by :mod:`evenflow.records.idx_text`
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,9 +118,11 @@ def _load_meta(path: str) -> dict:
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError) as e:
-        raise RecordError(path, f"cannot read the index metadata ({e}); delete it and rebuild with "
-                          f"`evenflow index <shard>`", kind="index") from e
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as e:  # a truncated .npz is a bad zip
+        shard = path[:-len(".meta.npz")] if path.endswith(".meta.npz") else "<shard>"
+        raise RecordError(path, f"cannot read the index metadata ({type(e).__name__}: {e}); rebuild it with "
+                          f"`evenflow index {shard} --label-key KEY [--cost-key KEY]` (the keys of the label and cost "
+                          f"features, to store their columns again)", kind="index") from None
 
 
 def load_shard_index(shard) -> ShardIndex:

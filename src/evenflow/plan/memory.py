@@ -1,0 +1,31 @@
+"""Whether an epoch plan fits in this machine's memory, before a permutation of N samples is allocated.
+
+Planning an epoch materialises its ids: about :data:`BYTES_PER_SAMPLE` bytes per sample at
+the peak (the permutation, the step layout and the output, measured by
+``benchmarks/plan_speed.py``: 18 to 24). A plan that cannot fit fails with one line saying
+how much it needs, instead of growing until the operating system kills the process.
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["BYTES_PER_SAMPLE", "check_epoch_fits"]
+
+BYTES_PER_SAMPLE = 24
+
+
+def _physical_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):  # not POSIX: no limit known
+        return None
+
+
+def check_epoch_fits(num_samples: int, fraction: float = 0.8) -> None:
+    """Raise ``ValueError`` when an epoch of ``num_samples`` needs more than ``fraction`` of the memory."""
+    total = _physical_bytes()
+    need = int(num_samples) * BYTES_PER_SAMPLE
+    if total is not None and need > fraction * total:
+        raise ValueError(f"planning an epoch of {num_samples:,} samples needs about {need / 2**30:,.1f} GiB "
+                         f"({BYTES_PER_SAMPLE} bytes per sample) and this machine has {total / 2**30:,.1f} GiB; "
+                         f"plan fewer samples (or split the dataset into parts planned one at a time)")
