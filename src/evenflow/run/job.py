@@ -33,6 +33,7 @@ from evenflow.run.audit import AUDIT_DIR, AuditLog
 from evenflow.run.checkpoints import CHECKPOINT_DIR, Checkpointer, list_checkpoints
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
+from evenflow.run.lock import RunDirectory
 from evenflow.run.models import check_model_input
 from evenflow.run.preflight import check_plan, check_workers_agree
 from evenflow.run.runlog import NoLog, RunLog, clear_events
@@ -172,19 +173,20 @@ def run_training(config: TrainConfig, framework: Framework, out=None, err=None,
     out = sys.stdout if out is None else out
     began = time.perf_counter()
     p = prepare(config, framework)
-    session = framework.start(p)
-    ok = False
-    try:
-        summary = _run(p, session, out, err, title, began)
-        ok = True
-        return summary
-    except Exception as e:
-        failure = with_fix(session.failure(e) or e)
-        if failure is not e:
-            raise failure from None
-        raise
-    finally:
-        session.close(ok)
+    with RunDirectory(p.run_dir, p.processes.is_chief).held() as run_dir:
+        session = framework.start(p)
+        ok = False
+        try:
+            summary = _run(p, session, run_dir, out, err, title, began)
+            ok = True
+            return summary
+        except Exception as e:
+            failure = with_fix(session.failure(e) or e)
+            if failure is not e:
+                raise failure from None
+            raise
+        finally:
+            session.close(ok)
 
 
 _DAMAGE = ("data_crc", "length_crc", "truncated")
@@ -199,13 +201,11 @@ def with_fix(error: BaseException) -> BaseException:
     return error
 
 
-def _run(p: Prepared, session, out, err, title: str, began: float) -> dict:
+def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> dict:
     cfg, procs = p.config, session.processes
     check_workers_agree(session.loop.all_gather, p.train_plan, procs.local_replicas, procs.count)
-    if procs.is_chief:
-        p.run_dir.mkdir(parents=True, exist_ok=True)
-        if not cfg.checkpoint.resume:
-            start_over(p.run_dir)
+    if procs.is_chief and not cfg.checkpoint.resume:
+        start_over(p.run_dir)
     guard = _guard(p, session)
     start = guard.resume() if cfg.checkpoint.resume else None
     if start is None:
@@ -223,6 +223,7 @@ def _run(p: Prepared, session, out, err, title: str, began: float) -> dict:
     resumed = start != Cursor(0, 0)
     log = RunLog(session.writer(_events_dir(p.run_dir, resumed)), p.run_dir / "tensorboard") if procs.is_chief \
         else NoLog()
+    run_dir.started = True  # training begins: whatever happens now, the run directory is kept
     trained = train_and_evaluate(p, session, train_plan, start, guard, log, out, err)
     summary = run_summary(p, session, trained, guard, began)
     if procs.is_chief:
