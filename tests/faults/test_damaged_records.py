@@ -66,3 +66,35 @@ def test_without_skip_corrupt_a_damaged_file_is_one_line_naming_it(records, tmp_
     assert err.startswith(f"evenflow train: error: {shards[0]}") and "Traceback" not in err
     assert "--skip-corrupt" in err or "evenflow index" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("damage", ["idx_garbage", "idx_offset", "idx_missing", "manifest_json", "manifest_count",
+                                    "length_crc"])
+def test_a_damaged_sidecar_or_header_is_one_line_naming_the_file(records, tmp_path, capsys, damage):
+    out, shards = _fresh(records, tmp_path)
+    idx = shards[0].with_name(shards[0].name + ".idx")
+    manifest = out / "dataset.json"
+    if damage == "idx_garbage":
+        idx.write_text(idx.read_text().replace("\n", "\nnot numbers\n", 1))
+    elif damage == "idx_offset":
+        lines = idx.read_text().splitlines()
+        lines[3] = f"{int(lines[3].split()[0]) + 1} {lines[3].split()[1]}"
+        idx.write_text("\n".join(lines) + "\n")
+    elif damage == "idx_missing":
+        idx.unlink()
+    elif damage == "manifest_json":
+        manifest.write_text(manifest.read_text()[:40])
+    elif damage == "manifest_count":
+        manifest.write_text(manifest.read_text().replace('"num_records": ', '"num_records": 1', 1))
+    else:
+        raw = bytearray(shards[0].read_bytes())
+        raw[9] ^= 0x01  # the first record's length CRC
+        shards[0].write_bytes(bytes(raw))
+    code = main(["train", "--framework", "torch", "--dataset", str(out), "--epochs", "1", "--loader-workers", "0",
+                 "--output-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and err.startswith("evenflow train: error: ")
+    named = {"manifest_json": str(manifest), "manifest_count": str(manifest)}.get(damage, str(shards[0]))
+    assert named in err, err
+    assert not (tmp_path / "run").exists()
