@@ -56,6 +56,7 @@ class Prepared:
     processes: Processes
     resume_from: Cursor | None = None
     notes: tuple[str, ...] = ()
+    directory: RunDirectory | None = None  # how this run holds its run directory (the chief creates and locks it)
 
 
 def prepare(config: TrainConfig, framework: Framework) -> Prepared:
@@ -92,7 +93,8 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     if not config.checkpoint.resume:
         check_start_over(run_dir)
     notes = tuple(framework.notes(config, processes))
-    return Prepared(config, data, train_plan, test_plan, run_dir, processes, resume_from, notes)
+    return Prepared(config, data, train_plan, test_plan, run_dir, processes, resume_from, notes,
+                    RunDirectory(run_dir, processes.is_chief))
 
 
 def _load(config: TrainConfig, framework: Framework):
@@ -173,7 +175,7 @@ def run_training(config: TrainConfig, framework: Framework, out=None, err=None,
     out = sys.stdout if out is None else out
     began = time.perf_counter()
     p = prepare(config, framework)
-    with RunDirectory(p.run_dir, p.processes.is_chief).held() as run_dir:
+    with p.directory.held() as run_dir:
         session = framework.start(p)
         ok = False
         try:

@@ -83,3 +83,9 @@ class RunDirectory:
     def _discard(self) -> None:
         if self.created:
             shutil.rmtree(self.path, ignore_errors=True)
+
+    def discard_unstarted(self) -> None:
+        """Remove the directory if this run created it and training has not begun (for a process about to be
+        ended from outside, e.g. by the multi-worker start-up watcher)."""
+        if not self.started:
+            self._discard()

@@ -29,11 +29,11 @@ def _import(name: str):
     if module is not None:
         return module
     # TensorFlow prints C++ start-up chatter (absl, oneDNN and CPU feature notices) at the
-    # default level 0; evenflow runs it at level 2 (errors only) unless the user set a level or
-    # asked for --verbose. Some of those lines ignore the level, so the import's native
+    # default level 0; evenflow runs it at level 2 (errors only) unless the user set a level, and
+    # at level 0 when asked for --verbose. Some of those lines ignore the level, so the import's native
     # output is filtered by it too (see evenflow.util.native_log).
     if os.environ.get("EVENFLOW_VERBOSE"):
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"  # asked for on the command line: it wins over the environment
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         with quiet_native_startup(os.environ["TF_CPP_MIN_LOG_LEVEL"]):

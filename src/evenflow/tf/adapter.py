@@ -56,5 +56,6 @@ class TensorFlow:
 
         cluster = cluster_from_env()
         # Several workers wait for each other while the strategy is built: within the collective timeout.
-        with meeting_the_others(cluster, prepared.config.compute.collective_timeout):
+        on_stop = prepared.directory.discard_unstarted if prepared.directory is not None else None
+        with meeting_the_others(cluster, prepared.config.compute.collective_timeout, on_stop=on_stop):
             return start_session(prepared, cluster)

@@ -35,7 +35,7 @@ def _sigterm_pending(pid: int) -> bool:
     return False
 
 
-def _watch(done_fd: int, worker: int, timeout: float, late: str, command: str) -> None:
+def _watch(done_fd: int, worker: int, timeout: float, late: str, command: str, on_stop) -> None:
     """The watcher process: ends ``worker`` on a pending SIGTERM or after ``timeout`` s; leaves on EOF."""
     deadline = time.monotonic() + timeout
     while True:
@@ -46,12 +46,17 @@ def _watch(done_fd: int, worker: int, timeout: float, late: str, command: str) -
             text = (f"evenflow {command}: terminated (SIGTERM) while waiting for the other workers" if term else late)
             os.write(2, (text + "\n").encode())
             os.kill(worker, signal.SIGKILL)
+            if on_stop is not None:
+                on_stop()
             os._exit(0)
 
 
 @contextlib.contextmanager
-def meeting_the_others(cluster, timeout: float, command: str = "train"):
-    """Run the block (the strategy's construction) within ``timeout`` seconds, or end the process with one line."""
+def meeting_the_others(cluster, timeout: float, command: str = "train", on_stop=None):
+    """Run the block (the strategy's construction) within ``timeout`` seconds, or end the process with one line.
+
+    ``on_stop``: what the watcher does after ending the process (e.g. remove the run directory it had created).
+    """
     if not cluster.is_multi_worker or not hasattr(os, "fork"):
         yield
         return
@@ -69,7 +74,7 @@ def meeting_the_others(cluster, timeout: float, command: str = "train"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         os.close(done_write)
-        _watch(done_read, os.getppid(), timeout, late, command)
+        _watch(done_read, os.getppid(), timeout, late, command, on_stop)
     os.close(done_read)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
