@@ -5,7 +5,7 @@ replica count needs a fresh process. The tests call::
 
     python _worker.py SPEC.json OUT.npz
 
-SPEC keys: mode ("train" | "onestep" | "keras" | "overflow" | "endless"), replicas, n, classes, batch (global
+SPEC keys: mode ("train" | "onestep" | "overflow" | "endless"), replicas, n, classes, batch (global
 batch size), epochs, seed, optimizer, lr, features (per-sample shape), eval_n,
 resume ([epoch, step] or null), stratify. The worker writes its findings to OUT.npz
 (no pickle) and prints nothing on success.
@@ -108,41 +108,6 @@ def run_onestep(spec, out):
     np.savez(out, **found)
 
 
-def run_keras(spec, out):
-    """Train the same steps with Trainer and with model.fit on keras_dataset; save both weights."""
-    import keras
-    from evenflow.tf import build_model, keras_dataset, keras_loss, make_optimizer
-
-    import evenflow as ef
-    from evenflow.tf import ArraySource, PlanReader
-
-    strategy, source, plan, model, _, reader, trainer, _ = setup(spec)
-    shape = tuple(spec.get("features", [6]))
-    test = ArraySource(*synthetic(spec["eval_n"], spec["classes"], shape, 8))
-    test_plan = ef.Plan(test.index(), plan.topology, global_batch_size=spec["batch"], seed=0)
-    init = [v.numpy() for v in model.trainable_variables]
-    trainer.fit(reader, plan, spec["epochs"])
-    found = {f"trainer{i}": v.numpy() for i, v in enumerate(model.trainable_variables)}
-    exact = trainer.evaluate(PlanReader(test), test_plan)
-    found.update(trainer_accuracy=exact.accuracy, eval_count=exact.count)
-    for name, loss in (("fit", keras_loss()),
-                       ("naive", keras.losses.SparseCategoricalCrossentropy(from_logits=True))):
-        with strategy.scope():
-            m = build_model("mlp", shape, spec["classes"])
-            m.set_weights(init)
-            m.compile(optimizer=make_optimizer(spec["optimizer"], spec["lr"]), loss=loss,
-                      weighted_metrics=["accuracy"])
-        weighting = "mean" if name == "fit" else "mask"
-        m.fit(keras_dataset(reader, plan, epochs=spec["epochs"], weighting=weighting),
-              epochs=spec["epochs"], steps_per_epoch=plan.num_steps, verbose=0)
-        found.update({f"{name}{i}": v.numpy() for i, v in enumerate(m.trainable_variables)})
-        if name == "fit":
-            metrics = m.evaluate(keras_dataset(PlanReader(test), test_plan, weighting="mask"),
-                                 steps=test_plan.num_steps, return_dict=True, verbose=0)
-            found["fit_accuracy"] = metrics["accuracy"]
-    np.savez(out, **found)
-
-
 def run_overflow(spec, out):
     """mixed_float16, 2 replicas; only replica 1's samples overflow float16. Save weights before/after."""
     import evenflow as ef
@@ -187,6 +152,6 @@ def run_endless(spec, out):
 
 if __name__ == "__main__":
     spec = json.loads(open(sys.argv[1]).read())
-    modes = {"train": run_train, "onestep": run_onestep, "keras": run_keras, "overflow": run_overflow,
+    modes = {"train": run_train, "onestep": run_onestep, "overflow": run_overflow,
              "endless": run_endless}
     modes[spec["mode"]](spec, sys.argv[2])

@@ -9,7 +9,9 @@
 * :func:`mirrored_strategy` builds a MirroredStrategy over GPUs or logical CPUs;
   :func:`make_strategy` picks it, or MultiWorkerMirroredStrategy for the
   :class:`Cluster` of ``TF_CONFIG`` (:func:`cluster_from_env`), with :class:`Communication` options;
-* :func:`keras_dataset` / :func:`keras_loss` feed ``model.fit`` exactly;
+* :func:`fit` is ``model.fit`` on a plan with the user's own compiled loss and metrics, exact on
+  any number of replicas, with checkpoints, exact resume, the audit and rebalancing;
+  :func:`exact_steps` and :func:`keras_dataset` are its parts, for your own ``model.fit`` calls;
 * :class:`TFState` is what :class:`evenflow.run.Checkpointer` saves: model and optimizer variables;
 * :class:`TensorFlow` is the adapter ``evenflow train --framework tf`` runs.
 
@@ -18,7 +20,9 @@ its functions, and says ``pip install 'evenflow[tf]'`` when it is missing.
 """
 from evenflow.tf.adapter import TensorFlow
 from evenflow.tf.cluster import Cluster, cluster_from_env
-from evenflow.tf.keras_path import keras_dataset, keras_loss
+from evenflow.tf.keras_data import keras_dataset
+from evenflow.tf.keras_fit import fit
+from evenflow.tf.keras_steps import StepRecorder, exact_steps
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.models import MODELS, build_model
 from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
@@ -35,6 +39,7 @@ __all__ = [
     "Communication",
     "EpochResult",
     "EvalResult",
+    "StepRecorder",
     "MODELS",
     "OPTIMIZERS",
     "PlanReader",
@@ -44,8 +49,9 @@ __all__ = [
     "Trainer",
     "build_model",
     "cluster_from_env",
+    "exact_steps",
+    "fit",
     "keras_dataset",
-    "keras_loss",
     "make_optimizer",
     "make_strategy",
     "masked_loss",

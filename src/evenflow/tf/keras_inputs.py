@@ -1,0 +1,115 @@
+"""What ``evenflow.tf.fit`` trains on: arrays like ``model.fit``'s, or any evenflow source; and the validation split.
+
+:class:`ArrayPair` is a TensorFlow source over ``x`` and ``y`` as ``model.fit`` takes them:
+arrays, or dicts/lists of arrays for models with several inputs or outputs, labels of any
+dtype (class ids, one-hot rows, regression targets). Integer class ids ``[N]`` become the
+index's labels, which ``stratify=True`` needs.
+
+:func:`split_validation` follows ``model.fit(validation_split=f)``: the *last* ``f`` of the
+samples, before any shuffling, are held out (``floor(N * (1 - f))`` samples train), so a
+program that moves from ``model.fit`` to ``evenflow.tf.fit`` validates on the same samples.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from evenflow.data.source import Source
+from evenflow.plan.index import Index
+from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.sources import SubsetSource, TensorSource
+
+__all__ = ["ArrayPair", "as_source", "split_validation"]
+
+
+def _leaves(structure, what: str) -> list:
+    tf = _tf()
+    leaves = tf.nest.flatten(structure)
+    if not leaves:
+        raise ValueError(f"{what} holds no arrays")
+    return leaves
+
+
+class ArrayPair:
+    """A :class:`~evenflow.tf.sources.TensorSource` over ``x`` and ``y`` (see the module docstring).
+
+    Raises:
+        ValueError: the arrays do not all have the same first dimension N >= 1.
+    """
+
+    def __init__(self, x, y):
+        tf = _tf()
+        self._x = tf.nest.map_structure(_as_array, x)
+        self._y = tf.nest.map_structure(_as_array, y)
+        counts = sorted({len(a) if a.ndim else 0 for a in _leaves(self._x, "x") + _leaves(self._y, "y")})
+        if len(counts) != 1 or counts[0] == 0:
+            raise ValueError(f"x and y must be arrays with the same number of samples N >= 1 in their first "
+                             f"dimension, got first dimensions {counts}; pass one row per sample")
+        self.num_samples = counts[0]
+        y_leaves = _leaves(self._y, "y")
+        single = y_leaves[0] if len(y_leaves) == 1 else None
+        self._labels = single.astype(np.int64) if single is not None and single.ndim == 1 \
+            and single.dtype.kind in "iub" else None
+        self._tensors = None
+
+    @property
+    def feature_shape(self):
+        leaves = _leaves(self._x, "x")
+        return tuple(leaves[0].shape[1:]) if len(leaves) == 1 else None
+
+    def index(self) -> Index:
+        return Index(self.num_samples, labels=self._labels)
+
+    def batch(self, ids) -> dict:
+        tf = _tf()
+        if self._tensors is None:
+            with tf.init_scope(), tf.device("/cpu:0"):
+                self._tensors = tf.nest.map_structure(tf.convert_to_tensor, (self._x, self._y))
+        x, y = tf.nest.map_structure(lambda t: tf.gather(t, ids), self._tensors)
+        return {"features": x, "label": y}
+
+    def __repr__(self):
+        return f"ArrayPair(num_samples={self.num_samples})"
+
+
+def _as_array(a) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype == np.float64:
+        a = a.astype(np.float32)
+    if a.dtype.kind not in "iufb":
+        raise TypeError(f"model inputs and targets must be numeric arrays, got dtype {a.dtype}")
+    return a
+
+
+def as_source(x, y, what: str):
+    """A TensorFlow source from ``x, y`` arrays, or ``x`` itself when it is an evenflow source (``y`` None)."""
+    if isinstance(x, (Source, TensorSource)) and hasattr(x, "batch") and not isinstance(x, np.ndarray):
+        if y is not None:
+            raise ValueError(f"{what}: y must be None when x is an evenflow source (it holds the labels), "
+                             f"got {type(y).__name__}")
+        return x
+    if x is None or y is None:
+        raise ValueError(f"{what}: pass arrays x and y, or an evenflow source as x")
+    return ArrayPair(x, y)
+
+
+def split_validation(source, fraction: float):
+    """``(train, validation)`` sources: the last ``fraction`` of the samples validate, as in ``model.fit``."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction < 1.0:
+        raise ValueError(f"validation_split must be a float in [0, 1), got {fraction!r}")
+    n = source.num_samples
+    split_at = int(math.floor(n * (1.0 - fraction)))
+    if fraction == 0:
+        return source, None
+    if split_at < 1 or split_at >= n:
+        raise ValueError(f"validation_split={fraction} of {n} samples leaves {split_at} to train and {n - split_at} "
+                         f"to validate; both need at least 1: use more samples or another fraction")
+    return _subset(source, np.arange(split_at)), _subset(source, np.arange(split_at, n))
+
+
+def _subset(source, ids: np.ndarray):
+    if isinstance(source, TensorSource):
+        return SubsetSource(source, ids)
+    from evenflow.data.source import SubsetSource as NumpySubset
+    return NumpySubset(source, ids)

@@ -1,0 +1,88 @@
+"""``evenflow.tf.fit`` and ``exact_steps`` refuse what they cannot make exact, with one line that says what to do."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+import keras  # noqa: E402
+
+from evenflow.tf import Trainer, exact_steps, fit, make_optimizer  # noqa: E402
+
+X = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+Y = np.arange(40) % 3
+
+
+def compiled(loss=None, model=None):
+    model = model or keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+
+
+class Subclassed(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+def test_an_uncompiled_model_is_refused():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match=r"compile the model first: model.compile\(optimizer=..., loss=..."):
+        fit(model, X, Y)
+    with pytest.raises(ValueError, match="compile the model before evenflow.tf.exact_steps"):
+        exact_steps(model)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean_with_sample_weight"])
+def test_a_loss_reduction_that_cannot_be_made_exact_is_refused(reduction):
+    model = compiled(keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction))
+    with pytest.raises(ValueError, match=rf"reduction must be one of sum_over_batch_size, mean, sum .*got {reduction}"):
+        exact_steps(model)
+
+
+def test_a_model_with_its_own_train_step_is_told_to_use_the_masked_loss():
+    class Own(keras.Sequential):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    model = compiled(model=Own([keras.Input((3,)), keras.layers.Dense(3)]))
+    with pytest.raises(ValueError, match=r"Own overrides train_step; .*evenflow.tf.masked_loss"):
+        exact_steps(model)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"validation_split": 0.2, "validation_data": (X, Y)}, "pass validation_data or validation_split, not both"),
+    ({"shuffle": False}, "shuffle must be True: evenflow plans shuffle every epoch"),
+    ({"audit": True}, "audit and checkpoint_every write into a run directory: pass output_dir= too"),
+    ({"validation_data": (X, Y, np.ones(40))}, r"validation_data must be \(x_val, y_val\) .*sample weights"),
+    ({"validation_split": 1.0}, r"validation_split must be a float in \[0, 1\), got 1.0"),
+    ({"epochs": 0}, "epochs must be an int >= 1, got 0"),
+    ({"checkpoint_every": -1}, "checkpoint_every must be an int >= 0"),
+])
+def test_bad_arguments_are_refused_with_the_fix(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        fit(compiled(), X, Y, **kwargs)
+
+
+def test_arrays_of_different_lengths_are_refused():
+    with pytest.raises(ValueError, match=r"same number of samples N >= 1 .*got first dimensions \[39, 40\]"):
+        fit(compiled(), X, Y[:39])
+
+
+def test_an_unbuilt_subclassed_model_is_built_from_the_data_and_trains(tmp_path):
+    model = compiled(model=Subclassed())
+    assert not model.built
+    history = fit(model, X, Y, batch_size=16, epochs=2, verbose=0, output_dir=tmp_path / "run")
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+    # The same directory with other data is not resumed.
+    with pytest.raises(ValueError, match=r"holds checkpoints trained on other data .*use another output_dir"):
+        fit(compiled(model=Subclassed()), X + 1, Y, batch_size=16, epochs=3, verbose=0, output_dir=tmp_path / "run")
+
+
+def test_the_trainer_refuses_an_unbuilt_model_with_the_fix():
+    with pytest.raises(ValueError, match=r"has no variables yet; build it before creating the Trainer"):
+        Trainer(tf.distribute.get_strategy(), Subclassed(), make_optimizer("sgd", 0.1))
