@@ -52,7 +52,7 @@ def _vector(name: str, values, n: int, where: str) -> np.ndarray:
     if arr.shape != (n,) or arr.dtype.kind not in "iufb":
         raise ValueError(f"{where} must hold one number per sample, shape ({n},), got {arr.dtype} of shape "
                          f"{arr.shape}; pass {name}=[...] with one value for each of the {n} samples")
-    return arr
+    return arr.copy()  # the Index freezes its arrays; the user's own stay writable
 
 
 def dataset_labels(dataset, label: Field = None) -> np.ndarray | None:
