@@ -161,7 +161,7 @@ def test_plan_loader_passes_plan_and_loader_options_and_takes_an_evenflow_source
 def test_forked_loader_workers_read_a_dataset_defined_by_the_user():
     dataset = Items([(torch.from_numpy(X[i]), int(Y[i])) for i in range(N)])
     loader = plan_loader(dataset, 30, seed=1, epochs=2, num_workers=2, rank=0, world_size=2)
-    assert loader.multiprocessing_context in ("fork", None)
+    assert loader.multiprocessing_context == "fork"  # the platform can fork: no pickling of the dataset
     seen = []
     for batch in loader:
         real = batch["mask"] > 0
