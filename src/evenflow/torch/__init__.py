@@ -10,6 +10,11 @@
   :class:`evenflow.run.ReplicaMonitor`), with exact evaluation;
 * :class:`TorchState` is what :class:`evenflow.run.Checkpointer` saves: model, optimizer and
   every rank's random state, in safetensors (no pickle);
+* :func:`plan_loader` turns a user's own map-style ``Dataset`` (``TensorDataset``, a class
+  with ``__getitem__`` or ``__getitems__``) into that loader in one call, through
+  :class:`DatasetSource`; :func:`exact_ddp` (DDP with summed gradients) and
+  :func:`masked_mean` give the user's own DDP loop the exact mean loss over each step's
+  real samples on any number of ranks, with no rescaling by hand;
 * :func:`init_distributed` joins the process group ``torchrun`` describes (gloo on
   CPU, nccl on GPU); :class:`Torch` is the adapter ``evenflow train --framework torch`` runs.
 
@@ -21,9 +26,12 @@ from evenflow.data.records_source import RecordSource
 from evenflow.data.source import ArraySource, Source
 from evenflow.torch._lazy import INSTALL_HINT, MissingFrameworkError
 from evenflow.torch.adapter import Torch
+from evenflow.torch.dataset_loader import plan_loader
+from evenflow.torch.dataset_source import DatasetSource
 from evenflow.torch.distributed import (PeerLostError, finish_distributed, init_distributed, ordered_sum_hook,
                                         sum_gradients_hook)
 from evenflow.torch.engine import GRADIENT_SUMS, TorchReader
+from evenflow.torch.exact import exact_ddp, masked_mean
 from evenflow.torch.loader import PlanLoader, PlanSteps, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.models import MODELS, OPTIMIZERS, build_model, make_optimizer
@@ -31,8 +39,9 @@ from evenflow.torch.state import TorchState
 from evenflow.torch.trainer import EpochResult, EvalResult, Trainer
 
 __all__ = [
-    "ArraySource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "MODELS", "MissingFrameworkError",
-    "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource", "Source", "Torch", "TorchReader",
-    "TorchState", "Trainer", "build_model", "finish_distributed", "init_distributed", "make_optimizer",
-    "masked_loss", "ordered_sum_hook", "per_sample_cross_entropy", "rank_and_world_size", "sum_gradients_hook",
+    "ArraySource", "DatasetSource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "MODELS",
+    "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource", "Source",
+    "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp", "finish_distributed",
+    "init_distributed", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook", "per_sample_cross_entropy",
+    "plan_loader", "rank_and_world_size", "sum_gradients_hook",
 ]
