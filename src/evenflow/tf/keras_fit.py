@@ -41,7 +41,7 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.keras_data import keras_dataset
 from evenflow.tf.keras_inputs import ArrayPair, as_source, split_validation
 from evenflow.tf.keras_run import PlanCallback
-from evenflow.tf.keras_steps import StepRecorder, exact_steps
+from evenflow.tf.keras_steps import exact_steps, recorder_of
 from evenflow.tf.reader import PlanReader
 from evenflow.tf.source_adapter import reader_source
 from evenflow.tf.state import TFState
@@ -96,7 +96,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
     _build(model, strategy, train)
     if simulate is not None:
         simulate.check(topology.replicas)
-    recorder = StepRecorder(simulate) if output_dir is not None or rebalance or simulate is not None else None
+    recorder = recorder_of(model, simulate) if output_dir is not None or rebalance or simulate is not None else None
     exact_steps(model, recorder)
     with contextlib.ExitStack() as stack:
         run = _Run(model, base, recorder, epochs, rebalance)

@@ -32,7 +32,7 @@ import numpy as np
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import wall_clock
 
-__all__ = ["exact_steps", "loss_reduction", "StepRecorder", "REDUCTIONS"]
+__all__ = ["exact_steps", "loss_reduction", "recorder_of", "StepRecorder", "REDUCTIONS"]
 
 # Reductions whose per-replica scaling the weights can undo exactly ("mean" is Keras's alias).
 REDUCTIONS = ("sum_over_batch_size", "mean", "sum")
@@ -214,6 +214,20 @@ def _after(grads, done):
         return [None if g is None else tf.identity(g) for g in grads]
 
 
+def recorder_of(model, simulate=None) -> StepRecorder:
+    """The recorder the model's exact steps write to, if it emulates ``simulate``; else a new one.
+
+    Reusing it keeps Keras's traced step functions (a new recorder means tracing them again).
+    """
+    current = getattr(model, "_evenflow_exact", None)
+    recorder = current.recorder if current is not None else None
+    wanted = simulate if simulate is not None and simulate.active else None
+    if recorder is None or recorder.simulate != wanted:
+        return StepRecorder(simulate)
+    recorder.drain()
+    return recorder
+
+
 def exact_steps(model, recorder: StepRecorder | None = None):
     """Give a compiled model evenflow's exact ``train_step``/``test_step`` (see the module docstring).
 
@@ -240,12 +254,14 @@ def exact_steps(model, recorder: StepRecorder | None = None):
         current = _Exact(model, reduction, recorder)
         current._compute_metrics, current._compute_loss = model.compute_metrics, model.compute_loss
         object.__setattr__(model, "_evenflow_exact", current)
+    changed = current.reduction != reduction or current.recorder is not recorder or \
+        getattr(model, "train_step", None) != current.train_step
     current.reduction, current.recorder = reduction, recorder
     for name in ("train_step", "test_step", "compute_metrics", "compute_loss"):
         object.__setattr__(model, name, getattr(current, name))
-    # Functions traced before would keep the previous steps.
-    for name in ("train_function", "test_function"):
-        object.__setattr__(model, name, None)
+    if changed:  # functions traced before would keep the previous steps
+        for name in ("train_function", "test_function"):
+            object.__setattr__(model, name, None)
     return model
 
 
