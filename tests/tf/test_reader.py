@@ -59,6 +59,17 @@ def test_streams_epochs_from_a_cursor(data, plan):
     assert [int(b["epoch"]) for b in got] == [1] * (plan.num_steps - 2) + [2] * plan.num_steps
 
 
+@pytest.mark.parametrize("replica", [1, None])
+def test_a_stream_from_the_end_of_an_epoch_starts_with_the_next(data, plan, replica):
+    # Cursor(e, num_steps) is where a finished epoch leaves a cursor: nothing is left of epoch e.
+    got = _collect(PlanReader(ArraySource(*data)).replica_dataset(plan, replica, start=ef.Cursor(0, plan.num_steps),
+                                                                  epochs=2))
+    ep = plan.epoch(1)
+    want = ep.ids.reshape(ep.num_steps, -1) if replica is None else ep.ids[:, replica]
+    np.testing.assert_array_equal(np.stack([b["id"] for b in got]), want)
+    assert {int(b["epoch"]) for b in got} == {1}
+
+
 def test_an_endless_stream_plans_each_epoch_when_it_gets_there(run_worker):
     # In a subprocess: an endless pipeline runs Python (the planner) inside tf.data, and deleting
     # it while it plans can deadlock (see PlanReader), so the worker leaves with os._exit.

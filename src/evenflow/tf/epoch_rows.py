@@ -50,7 +50,7 @@ class EpochRows:
         ep = self.epoch_plan(int(epoch))
         counts = ep.global_real_counts.astype(np.int64)
         if replica is None:
-            ids = ep.ids.reshape(ep.num_steps, -1)
+            ids = ep.ids.reshape(ep.num_steps, ep.ids.shape[1] * ep.ids.shape[2])
         elif isinstance(replica, range):
             ids = ep.ids[:, replica.start:replica.stop, :].reshape(-1, ep.ids.shape[2])
             counts = np.repeat(counts, len(replica))
