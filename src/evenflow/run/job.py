@@ -30,6 +30,7 @@ from evenflow.plan.topology import Topology
 from evenflow.run.adapter import Framework, Processes
 from evenflow.run.anomaly import ANOMALY_LOG, AnomalyPolicy
 from evenflow.run.audit import AUDIT_DIR, AuditLog
+from evenflow.run.audit_ids import write_id_map
 from evenflow.run.checkpoints import CHECKPOINT_DIR, Checkpointer, list_checkpoints
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
@@ -139,7 +140,7 @@ def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str 
 
 
 _OURS = {CHECKPOINT_DIR: re.compile(r"^(ckpt-\d{5}-\d{6}|\.(tmp|trash)-ckpt-.*)$"),
-         AUDIT_DIR: re.compile(r"^(e\d{5}-s\d{6}-\d{6}-w\d{3}\.npz|\..*\.tmp-\d+)$")}
+         AUDIT_DIR: re.compile(r"^(e\d{5}-s\d{6}-\d{6}-w\d{3}\.npz|ids\.npz|\..*\.tmp-\d+)$")}
 
 
 def check_start_over(run_dir: Path) -> None:
@@ -210,6 +211,8 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
     if procs.is_chief and not cfg.checkpoint.resume:
         start_over(p.run_dir)
     guard = _guard(p, session)
+    if procs.is_chief and cfg.checkpoint.audit:
+        write_id_map(p.run_dir, p.data, cfg.data.dataset)  # audit ids -> dataset index -> file and record
     start = guard.resume() if cfg.checkpoint.resume else None
     if start is None:
         start = Cursor(0, 0)
