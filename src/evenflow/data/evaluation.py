@@ -25,7 +25,7 @@ from evenflow.data.identity import digest
 from evenflow.data.loaded import LoadedData
 from evenflow.records.errors import RecordError
 
-__all__ = ["EVAL_OPTION", "eval_options", "with_evaluation", "check_fits"]
+__all__ = ["EVAL_OPTION", "eval_options", "with_evaluation", "check_eval_fits"]
 
 EVAL_OPTION = "evaluation dataset (--eval-dataset)"
 # Defaults of feature_key / label_key: what a builtin evaluation dataset is read with.
@@ -68,7 +68,7 @@ def with_evaluation(train: LoadedData, load_eval: Callable[[], LoadedData], opti
                           kind=e.kind) from None
     except (ValueError, TypeError) as e:
         raise (TypeError if isinstance(e, TypeError) else ValueError)(f"{EVAL_OPTION}: {e}") from None
-    check_fits(train, ev, options.dataset, options.eval_dataset)
+    check_eval_fits(train, ev, options.dataset, options.eval_dataset)
     source = ev.train
     labels = source.index().labels
     described = f"{options.eval_dataset}: {source.num_samples} samples, labels " \
@@ -82,7 +82,7 @@ def with_evaluation(train: LoadedData, load_eval: Callable[[], LoadedData], opti
         diagnose=_either(train.diagnose, ev.diagnose))
 
 
-def check_fits(train: LoadedData, ev: LoadedData, train_name: str, eval_name: str) -> None:
+def check_eval_fits(train: LoadedData, ev: LoadedData, train_name: str, eval_name: str) -> None:
     """Refuse an evaluation dataset of another feature shape, or with labels the model has no output for."""
     if tuple(ev.feature_shape) != tuple(train.feature_shape):
         raise ValueError(f"{EVAL_OPTION} {eval_name} has per-sample features of shape {tuple(ev.feature_shape)}, "

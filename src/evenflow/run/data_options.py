@@ -92,8 +92,3 @@ class DataOptions:
         if self.test_fraction == 0 and self.split_seed != 0:
             raise ValueError(f"split_seed {self.split_seed} chooses the held-out test samples, and test_fraction 0 "
                              f"holds out none; drop --split-seed, or set --test-fraction above 0")
-
-    @property
-    def evaluates(self) -> bool:
-        """Whether the run evaluates at all: on a held-out split or on ``eval_dataset``."""
-        return self.test_fraction > 0 or bool(self.eval_dataset)
