@@ -33,7 +33,7 @@ pytest.importorskip("torch")
 from tests.torch.conftest import run_ranks  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-N, G, SEED, SPLIT_SEED, FRACTION = 240, 30, 5, 1, 0.25
+N, G, SEED, SPLIT_SEED, FRACTION, EVAL_N = 240, 30, 5, 1, 0.25, 37
 # Options set away from their defaults in both frameworks' main runs.
 COMMON = ["--feature-key", "feat", "--label-key", "lab", "--test-fraction", str(FRACTION), "--split-seed",
           str(SPLIT_SEED), "--augment", "flip", "--model", "cnn", "--dropout", "0.2", "--optimizer", "sgd",
@@ -109,6 +109,9 @@ def _data(root: Path) -> tuple[Path, np.ndarray, np.ndarray]:
     bad = x.copy()
     bad[[3, 50, 51]] = np.nan
     np.savez(root / "nan.npz", x=bad, y=y)
+    np.savez(root / "eval.npz", feat=x[:EVAL_N] * 0.9, lab=y[:EVAL_N])  # read with the records' keys feat / lab
+    digits_x = np.random.default_rng(1).random((EVAL_N, 8, 8, 1)).astype(np.float32)
+    np.savez(root / "digits_eval.npz", x=digits_x, y=np.arange(EVAL_N) % 10)  # builtin:digits' shape
     return root / "rec", y, cost
 
 
@@ -125,12 +128,14 @@ def runs(tmp_path_factory):
                       "--restore-lr-factor", "0.25", "--max-restores", "5", "--communication", "ring")
     r["tf_apply_nan"] = _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite")
     r["tf_workers"] = _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1", "--communication",
-                          "ring", "--bytes-per-pack", "65536", "--collective-timeout", "60", launch=True)
+                          "ring", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--eval-dataset",
+                          str(root / "digits_eval.npz"), launch=True)
     r["torch"] = _torch(root, "torch", "--dataset", str(data), *COMMON, "--backend", "gloo", "--loader-workers",
                         "2", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--verbose")
     shutil.copytree(root / "torch", root / "torch_fresh")
     r["torch_fresh"] = _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
-                              "--no-resume", "--epochs", "1")
+                              "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
+                              "--eval-dataset", str(root / "eval.npz"))
     r["torch_nan"] = _torch(root, "torch_nan", "--config", str(root / "run.toml"), "--no-telemetry",
                             "--restore-after", "2", "--restore-lr-factor", "0.25", "--max-restores", "5", world=1)
     r["torch_apply_nan"] = _torch(root, "torch_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite",
@@ -282,6 +287,7 @@ TABLE = {
     "label_key": _both(_honoured(lambda r, run: run.summary["config"]["label_key"] == "lab")),
     "test_fraction": _both(_honoured(check_split)),
     "split_seed": _both(_honoured(check_split)),
+    "eval_dataset": _both(("probe", "eval_dataset")),
     "augment": _both(_honoured(lambda r, run: run.summary["augment"] == "flip" and "augmenting" in run.out)),
     "skip_corrupt": _both(("probe", "skip_corrupt")),
     "pad_lengths": {"tf": ("probe", "pad_lengths"),
@@ -362,6 +368,12 @@ def _probe(name: str, framework: str, r) -> None:
     elif name == "tf_workers":
         comm = r["tf_workers"].info["communication"]
         assert comm == {"implementation": "ring", "bytes_per_pack": 65536, "timeout_seconds": 60.0}, comm
+    elif name == "eval_dataset":  # tf: 2 workers on builtin:digits; torch: 2 ranks on the records
+        run, path, train = (r["tf_workers"], "digits_eval.npz", 1797) if framework == "tf" else \
+            (r["torch_fresh"], "eval.npz", N)
+        summary = run.summary
+        assert summary["evaluation"] == {"on": "eval_dataset", "dataset": str(root / path), "samples": EVAL_N}
+        assert summary["test_samples"] == EVAL_N and summary["split"]["train"] == train  # every sample trained
     elif name == "skip_corrupt":
         _check_skip_corrupt(framework, root)
     elif name == "pad_lengths":

@@ -152,3 +152,29 @@ def test_unknown_datasets_are_explained(dataset, fragment):
 def test_a_key_the_records_do_not_hold_names_the_manifest(digits_dir):
     with pytest.raises(RecordError, match=r"dataset.json: feature key 'pixels' is not in the records; they hold"):
         load_dataset(Options(str(digits_dir), feature_key="pixels"))
+
+
+@dataclass(frozen=True)
+class EvalOptions(Options):
+    eval_dataset: str = ""
+
+
+def test_test_fraction_0_holds_nothing_out_and_an_eval_dataset_becomes_the_test_source(digits_dir, digits, tmp_path):
+    x, y = digits
+    for name, keys in (("builtin:digits", (None, None)), (str(digits_dir), ("x", "label")),
+                       ("builtin:stdlib-docs", (None, None))):
+        data = load_dataset(Options(name, test_fraction=0.0))
+        n = data.train.num_samples
+        assert data.test is None and data.split["test"] == 0 and data.keys == keys, name
+        np.testing.assert_array_equal(data.dataset_ids, np.arange(n))
+        assert f"{n} train " in data.description and "(none held out)" in data.description
+    np.savez(tmp_path / "val.npz", x=x[:100], y=y[:100])
+    np.savez(tmp_path / "other.npz", x=x[100:200], y=y[100:200])
+    with_val = load_dataset(EvalOptions("builtin:digits", test_fraction=0.0, eval_dataset=str(tmp_path / "val.npz")))
+    assert with_val.train.num_samples == 1797 and with_val.test.num_samples == 100
+    np.testing.assert_array_equal(_all(with_val.test)["features"], x[:100])
+    assert with_val.evaluation["dataset"] == str(tmp_path / "val.npz") and with_val.evaluation["samples"] == 100
+    with_other = load_dataset(EvalOptions("builtin:digits", test_fraction=0.0,
+                                          eval_dataset=str(tmp_path / "other.npz")))
+    alone = load_dataset(Options("builtin:digits", test_fraction=0.0))
+    assert len({with_val.identity, with_other.identity, alone.identity}) == 3  # a resume tells them apart

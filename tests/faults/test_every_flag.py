@@ -16,8 +16,9 @@ BAD = {
     "dataset": ("nowhere.npz", "does not exist"),
     "feature_key": ("", "feature_key must be a non-empty string"),
     "label_key": ("", "label_key must be a non-empty string"),
-    "test_fraction": ("1.5", "test_fraction must be in (0, 1)"),
+    "test_fraction": ("1.5", "test_fraction must be in [0, 1)"),
     "split_seed": ("-1", "split_seed must be at least 0"),
+    "eval_dataset": ("nowhere.npz", "nowhere.npz does not exist"),
     "augment": ("warp", "augment must be 'none' or a comma list"),
     "pad_lengths": ("64,32", "pad_lengths"),
     "model": ("resnet", "model must be one of"),
@@ -76,14 +77,16 @@ def test_a_bad_flag_value_names_the_flag(tmp_path, capsys, key):
     else:
         err = _one_line(capsys, argv, tmp_path / "out")
     assert rule in err, err
-    if key not in ("dataset", "pad_lengths"):
+    if key == "eval_dataset":  # found when the data loads: named as the evaluation dataset (--eval-dataset)
+        assert f"({flag}): " in err, err
+    elif key not in ("dataset", "pad_lengths"):
         assert f"{flag}: " in err, err  # which flag
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("key", sorted(BOOLEANS) + ["epochs", "learning_rate", "model"])
+@pytest.mark.parametrize("key", sorted(BOOLEANS) + ["epochs", "learning_rate", "model", "eval_dataset"])
 def test_a_bad_toml_value_names_the_file(tmp_path, capsys, key):
-    bad = {"epochs": '"ten"', "learning_rate": '"fast"', "model": "3"}.get(key, '"yes"')
+    bad = {"epochs": '"ten"', "learning_rate": '"fast"', "model": "3", "eval_dataset": "3"}.get(key, '"yes"')
     (tmp_path / "run.toml").write_text(f'dataset = "builtin:digits"\n{key} = {bad}\n')
     err = _one_line(capsys, ["train", "--config", str(tmp_path / "run.toml")], tmp_path / "out")
     assert str(tmp_path / "run.toml") in err and key in err, err

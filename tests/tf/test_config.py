@@ -56,7 +56,7 @@ def test_every_key_is_a_flag():
     ('dataset = "builtin:digits"\nmodel = "resnet"\n', {}, ValueError, "model must be one of cnn, mlp"),
     ('dataset = "builtin:digits"\noptimizer = "rmsprop"\n', {}, ValueError, "optimizer must be one of adam, sgd"),
     ('dataset = "builtin:digits"\nprecision = "float16"\n', {}, ValueError, "precision must be one of"),
-    ('dataset = "builtin:digits"\ntest_fraction = 1.0\n', {}, ValueError, "test_fraction must be in (0, 1)"),
+    ('dataset = "builtin:digits"\ntest_fraction = 1.0\n', {}, ValueError, "test_fraction must be in [0, 1)"),
     ('dataset = "builtin:digits"\nreplicas = 0\n', {}, ValueError, "replicas must be at least 1"),
 ])
 def test_bad_configs_say_what_and_where(tmp_path, text, overrides, error, fragment):

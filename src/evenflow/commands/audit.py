@@ -1,4 +1,4 @@
-"""``evenflow audit RUN_DIR``: check that a run trained every sample exactly once per epoch."""
+"""``evenflow audit RUN_DIR``: check that a run trained every sample exactly once per epoch; locate sample ids."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ EXAMPLES = """examples:
   evenflow train --dataset builtin:digits --epochs 3 --audit --output-dir runs/a
   evenflow audit runs/a                 # one line per epoch; exit 0 when every epoch is exactly-once
   evenflow audit runs/a --json          # the same as JSON (duplicates and misses listed, up to --limit)
+  evenflow audit runs/a --locate 17,240 # where training samples 17 and 240 come from: file and record
 
 What is checked, per epoch: every step was recorded once for every replica, and the real
 sample ids of all its steps are exactly 0..N-1 (N = training samples). The ids are the ones
@@ -17,6 +18,12 @@ trimmed back to the checkpoint a restarted run resumed from, so the trail is tha
 final weights. Steps skipped as non-finite are listed but are not errors (see
 RUN_DIR/anomalies.jsonl). Exit status: 0 clean, 1 duplicates, misses or an incomplete
 epoch, 2 no audit trail.
+
+Sample ids (in the audit, in this command's output and in RUN_DIR/anomalies.jsonl) are
+positions in the training set, 0..N-1. --locate maps each one back to the data, from the
+map RUN_DIR/audit/ids.npz that --audit writes (checksummed): for records, the shard file,
+the record's number in it (0-based) and its byte offset; for a .npz file or a builtin
+dataset, the row of its arrays.
 """
 
 
@@ -28,8 +35,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by evenflow train --audit")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--limit", type=int, default=20, metavar="N",
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
                         help="ids listed per kind of problem and epoch (default 20)")
+    parser.add_argument("--locate", metavar="ID[,ID...]", default=None,
+                        help="instead of the check: print where these training sample ids come from (records: "
+                             "file, record number and offset; otherwise the dataset row)")
     parser.set_defaults(run=run)
     return parser
 
@@ -42,6 +52,12 @@ def _ids(values: list[int], total: int) -> str:
 def run(args) -> int:
     from evenflow.run.audit import check_audit
 
+    if args.locate is not None:
+        if args.limit is not None:
+            raise ValueError(f"--limit {args.limit} sets how many ids the check lists, and --locate prints every id "
+                             f"it is given; drop --limit")
+        return _locate(args)
+    args.limit = 20 if args.limit is None else args.limit
     if args.limit < 0:
         raise ValueError(f"--limit must be >= 0, got {args.limit}")
     epochs = check_audit(args.run_dir)
@@ -84,3 +100,28 @@ def run(args) -> int:
         print(f"NOT clean: epoch{'s' * (len(bad) != 1)} {', '.join(bad)} of {n} failed the exactly-once check",
               file=out)
     return 0 if clean else 1
+
+
+def _parse_ids(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"--locate takes sample ids >= 0, comma-separated, e.g. 17,240; got {text!r}")
+    return [int(p) for p in parts]
+
+
+def _locate(args) -> int:
+    from evenflow.report.table import format_table
+    from evenflow.run.audit_ids import locate
+
+    facts, rows = locate(args.run_dir, _parse_ids(args.locate))
+    if args.json:
+        print(json.dumps({"run_dir": str(args.run_dir), **facts, "locations": rows}, indent=1))
+        return 0
+    if facts["kind"] == "records":
+        table = [[r["id"], r["dataset_id"], r["file"], r["record"], r["offset"]] for r in rows]
+        print(format_table(["id", "dataset id", "file", "record", "offset"], table, align="rrlrr"))
+    else:
+        table = [[r["id"], r["dataset_id"]] for r in rows]
+        print(format_table(["id", "dataset index"], table, align="rr"))
+    print(f"ids: positions in the training set of {facts['dataset']} ({facts['num_samples']} samples)")
+    return 0

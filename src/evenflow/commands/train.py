@@ -14,6 +14,8 @@ EXAMPLES = """examples:
   evenflow train --dataset data.npz --feature-key x --label-key y --model cnn --output-dir runs/cnn
   evenflow train --dataset data/digits-jpeg --augment crop=4,rotate=10   # records from `evenflow convert`
   evenflow train --dataset data/digits --skip-corrupt                    # leave out (and list) bad records
+  evenflow train --dataset data/train --test-fraction 0                  # train on every sample, no evaluation
+  evenflow train --dataset data/train --eval-dataset data/val            # train on all of it, evaluate on data/val
   evenflow train --dataset 'data/train-*.tfrecord' --label-key label    # plain TFRecords after `evenflow index`
   evenflow train --dataset builtin:stdlib-docs --model text_cnn --balance cost --bucket   # variable-length text
   evenflow train --dataset data/docs --model text_cnn --balance cost --bucket --pad-lengths 64,128,256,512
@@ -29,6 +31,8 @@ command to resume from its checkpoint):
 run.toml (flat keys; each one is also a flag, e.g. learning_rate -> --learning-rate):
   framework = "tf"               # tf | torch
   dataset = "builtin:digits"     # or "path/to/data.npz" with feature_key / label_key, or a records directory
+  test_fraction = 0.2            # held out for testing; 0: train on every sample
+  eval_dataset = "data/val"      # evaluate on this instead of a split (test_fraction is then 0)
   augment = "crop,rotate"        # training batches only: crop, rotate, flip, brightness, contrast
   model = "cnn"                  # mlp | cnn | text_cnn (tf)
   dropout = 0.2                  # before the logits
@@ -44,10 +48,13 @@ run.toml (flat keys; each one is also a flag, e.g. learning_rate -> --learning-r
   collective_timeout = 300       # seconds a collective waits for a dead or stuck worker or rank
   output_dir = "runs/digits-cnn" # gets summary.json and tensorboard/
 
-Every option is honoured by both frameworks or refused, with exit 2 and one line naming it, by
-the one that cannot honour it. The run directory is created only after the config, dataset,
-model, plan and devices all passed their checks; bad input exits 2 with a one-line reason and
-writes nothing.
+Evaluation: a held-out split of --dataset (--test-fraction, default 0.2), or all of --eval-dataset
+(same feature shape, labels among the training classes; --test-fraction is then 0 and a non-zero
+one is refused), or nothing (--test-fraction 0 alone: summary.json's evaluation, test_accuracy and
+test_loss are null). Every option is honoured by both frameworks or refused, with exit 2 and one
+line naming it, by the one that cannot honour it. The run directory is created only after the
+config, dataset, model, plan and devices all passed their checks; bad input exits 2 with a
+one-line reason and writes nothing.
 """
 
 

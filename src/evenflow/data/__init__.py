@@ -10,7 +10,8 @@ framework.
   :class:`RecordSource` implement it;
 * :func:`load_dataset` — ``builtin:digits``, ``builtin:stdlib-docs``, ``.npz``, records
   directories and plain TFRecord files as a train and a test source
-  (:class:`LoadedData`), split the same way for every framework;
+  (:class:`LoadedData`), split the same way for every framework (``test_fraction`` 0: no
+  split), or with an evaluation dataset of its own as the test source (``eval_dataset``);
 * :func:`convert` — ``evenflow convert``: arrays, image folders and builtins written as
   indexed records.
 """

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["check_dense_labels", "check_features", "check_labels", "digits_arrays", "read_npz", "split_indices", "split_or_explain",
-           "split_facts"]
+__all__ = ["check_dense_labels", "check_features", "check_labels", "digits_arrays", "read_npz", "split_indices",
+           "split_or_explain", "split_facts", "split_text"]
 
 
 def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -21,10 +21,13 @@ def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[
     Each label contributes ``round(n_c * test_fraction)`` test samples, clipped so a
     label with two or more samples has at least one on each side; a label with a
     single sample stays in training. Chosen with ``numpy.random.default_rng(seed)``.
+    ``test_fraction`` 0 holds nothing out: every sample trains.
 
     Returns:
         Two sorted int64 arrays that partition ``0..N-1``.
     """
+    if test_fraction == 0:
+        return np.arange(len(labels), dtype=np.int64), np.zeros(0, np.int64)
     rng = np.random.default_rng(seed)
     test = []
     for c in np.unique(labels):
@@ -38,9 +41,9 @@ def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[
 
 
 def split_or_explain(labels: np.ndarray, test_fraction: float, seed: int, what: str):
-    """:func:`split_indices`, refusing a split that leaves either side empty."""
+    """:func:`split_indices`, refusing a split that leaves training, or a test set asked for, empty."""
     train, test = split_indices(labels, test_fraction, seed)
-    if len(train) == 0 or len(test) == 0:
+    if len(train) == 0 or (len(test) == 0 and test_fraction > 0):
         raise ValueError(f"{what}: {len(labels)} samples are too few to split with test_fraction "
                          f"{test_fraction:g}; use more samples or another test_fraction")
     return train, test
@@ -129,3 +132,10 @@ def split_facts(train: np.ndarray, test: np.ndarray, test_fraction: float, seed:
     digest = hashlib.sha256(np.sort(np.asarray(test, np.int64)).tobytes()).hexdigest()[:16]
     return {"train": int(len(train)), "test": int(len(test)), "test_fraction": float(test_fraction),
             "split_seed": int(seed), "test_digest": digest}
+
+
+def split_text(train: int, test: int, unit: str = "samples") -> str:
+    """E.g. ``"1438 train / 359 test samples"``, or ``"1797 train samples (none held out)"``."""
+    if test == 0:
+        return f"{train} train {unit} (none held out)"
+    return f"{train} train / {test} test {unit}"

@@ -21,6 +21,9 @@ Kinds of dataset are tried in order:
 
 The test set is split off with ``split_seed`` (not the training seed), stratified by label
 (:func:`~evenflow.data.arrays.split_indices`), so it is the same whatever the training seed.
+With ``test_fraction`` 0 nothing is held out (``LoadedData.test`` is None), unless
+``eval_dataset`` names a dataset of any of the kinds above: it is then loaded whole as the
+test source (:mod:`evenflow.data.evaluation` checks that it fits the training data).
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ import numpy as np
 
 from evenflow.data.identity import data_identity, digest
 from evenflow.data.arrays import (check_features, check_labels, digits_arrays, read_npz, split_facts, split_indices,
-                                  split_or_explain)
+                                  split_or_explain, split_text)
+from evenflow.data.evaluation import eval_options, with_evaluation
 from evenflow.data.load_records import load_records
 from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import is_tfrecord_files
@@ -44,18 +48,18 @@ from evenflow.records.manifest import MANIFEST_NAME
 __all__ = ["BUILTINS", "LoadedData", "load_dataset", "register_loader"]
 
 
-def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str) -> LoadedData:
+def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str, keys=(None, None)) -> LoadedData:
     check_features(x, what)
     num_classes = check_labels(y, x.shape[0], what)
     train, test = split_or_explain(y, options.test_fraction, options.split_seed, what)
     x = x.astype(np.float32, copy=False)
     split = split_facts(train, test, options.test_fraction, options.split_seed)
     return LoadedData(
-        train=ArraySource(x[train], y[train]), test=ArraySource(x[test], y[test]), num_classes=num_classes,
-        feature_shape=tuple(int(d) for d in x.shape[1:]),
-        description=f"{what}: {len(train)} train / {len(test)} test samples, {num_classes} classes, "
+        train=ArraySource(x[train], y[train]), test=ArraySource(x[test], y[test]) if len(test) else None,
+        num_classes=num_classes, feature_shape=tuple(int(d) for d in x.shape[1:]),
+        description=f"{what}: {split_text(len(train), len(test))}, {num_classes} classes, "
                     f"features {tuple(x.shape[1:])}",
-        split=split, identity=data_identity(digest(x, y), x.shape[1:], split))
+        split=split, identity=data_identity(digest(x, y), x.shape[1:], split), keys=keys, dataset_ids=train)
 
 
 def _digits(options) -> LoadedData:
@@ -70,11 +74,14 @@ def _text(name: str) -> Callable:
         split = split_facts(train, test, options.test_fraction, options.split_seed)
         content = digest(data.tokens, data.offsets, data.labels)
         return LoadedData(
-            train=TextSource(data.subset(train), pad_lengths), test=TextSource(data.subset(test), pad_lengths),
+            train=TextSource(data.subset(train), pad_lengths),
+            test=TextSource(data.subset(test), pad_lengths) if len(test) else None,
             num_classes=len(data.class_names), feature_shape=(None,), kind="text",
-            split=split, identity=data_identity(content, (None,), split, (pad_lengths,)),
-            description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
-                        f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")
+            split=split, identity=data_identity(content, (None,), split, (pad_lengths,)), dataset_ids=train,
+            class_names=tuple(data.class_names),
+            description=f"{data.name}: {split_text(len(train), len(test), 'sequences')}, "
+                        f"{len(data.class_names)} classes, {int(lengths.min())}-{int(lengths.max())} tokens "
+                        f"(mean {lengths.mean():.0f})")
 
     return load
 
@@ -87,7 +94,7 @@ def _npz(options) -> LoadedData:
         raise ValueError(f"--skip-corrupt checks the records of a records dataset, and {options.dataset} is a .npz "
                          f"file; drop --skip-corrupt")
     x, y = read_npz(options.dataset, options.feature_key, options.label_key)
-    return _from_arrays(x, y, options, str(Path(options.dataset)))
+    return _from_arrays(x, y, options, str(Path(options.dataset)), (options.feature_key, options.label_key))
 
 
 _LOADERS: list[tuple[str, Callable[[str], bool], Callable]] = []
@@ -110,17 +117,30 @@ def _valid_builtins() -> str:
 
 
 def load_dataset(options) -> LoadedData:
-    """Load the dataset named by ``options.dataset`` (see the module docstring).
+    """Load the dataset named by ``options.dataset``, and the evaluation dataset if one is named.
 
     Args:
         options: any object with ``dataset``, ``feature_key``, ``label_key``,
-            ``test_fraction``, ``split_seed``, ``skip_corrupt`` and ``pad_lengths``.
+            ``test_fraction``, ``split_seed``, ``skip_corrupt`` and ``pad_lengths``; and
+            optionally ``eval_dataset`` (a dataset of any kind to evaluate on, whole, instead
+            of a held-out split; see :mod:`evenflow.data.evaluation`).
 
     Raises:
         ValueError: unknown builtin name, missing file, unknown array key, a
             directory no registered loader understands, or unusable arrays or records
-            (:class:`~evenflow.records.RecordError` for records, naming the file).
+            (:class:`~evenflow.records.RecordError` for records, naming the file); an
+            evaluation dataset that does not load or does not fit the training data,
+            naming ``--eval-dataset``.
     """
+    data = _load_one(options)
+    name = getattr(options, "eval_dataset", "")
+    if not name:
+        return data
+    records = any(matches(name) for _kind, matches, _load in _LOADERS)
+    return with_evaluation(data, lambda: _load_one(eval_options(options, records)), options)
+
+
+def _load_one(options) -> LoadedData:
     name = options.dataset
     if name.startswith("builtin:"):
         key = name.split(":", 1)[1]

@@ -22,8 +22,9 @@ a framework starts.
 * **Split.** :func:`~evenflow.data.arrays.split_indices` on the sidecar labels with
   ``test_fraction`` and ``split_seed``: the rule and random stream of ``.npz`` files
   and ``builtin:digits``, so records converted from ``builtin:digits`` hold out the
-  same 359 samples. The manifest has no split of its own; to train on a fixed test
-  set, convert it into a directory of its own and evaluate it separately.
+  same 359 samples; ``test_fraction`` 0 holds nothing out. The manifest has no split
+  of its own; to evaluate on a fixed test set, convert it into a directory of its own
+  and name it with ``eval_dataset`` (:mod:`evenflow.data.evaluation`).
 * **Reading.** Datasets of at most :data:`CACHE_BYTES` are held in memory (``cache``:
   decoded once, here, before any framework starts); larger ones are read by offset for
   every batch. CRCs are checked either way (the cache once, here).
@@ -46,7 +47,7 @@ import os
 
 import numpy as np
 
-from evenflow.data.arrays import check_dense_labels, split_facts, split_indices
+from evenflow.data.arrays import check_dense_labels, split_facts, split_indices, split_text
 from evenflow.data.identity import data_identity, digest
 from evenflow.records.digest import content_digest
 from evenflow.data.images import DecodeImages, first_image_layout, skip_undecodable, skipped_note
@@ -164,7 +165,7 @@ def load_records(options) -> LoadedData:
     if num_classes < 2:
         raise ValueError(f"{where}: a classifier needs at least 2 classes, but every label is {int(labels.max())}")
     train, test = split_indices(labels, options.test_fraction, options.split_seed)
-    if len(train) == 0 or len(test) == 0:
+    if len(train) == 0 or (len(test) == 0 and options.test_fraction > 0):
         raise ValueError(f"{where}: {len(ids)} samples are too few to split with test_fraction "
                          f"{options.test_fraction:g}; use more samples or another test_fraction")
 
@@ -175,11 +176,12 @@ def load_records(options) -> LoadedData:
     split = split_facts(ids[train], ids[test], options.test_fraction, options.split_seed)
     identity = data_identity(digest(content_digest(ds), ids), shape, split, (feature_key, label_key))
     return LoadedData(
-        train=SubsetSource(source, ids[train]), test=SubsetSource(source, ids[test]), num_classes=num_classes,
-        feature_shape=shape,
+        train=SubsetSource(source, ids[train]), test=SubsetSource(source, ids[test]) if len(test) else None,
+        num_classes=num_classes, feature_shape=shape,
         description=f"{path}: {'TFRecord files' if plain else 'records'} ({len(ds)} in {len(ds.paths)} shards, "
                     f"{size / 1e6:.1f} MB, {reading}), "
-                    f"{len(train)} train / {len(test)} test samples, {num_classes} classes, feature "
+                    f"{split_text(len(train), len(test))}, {num_classes} classes, feature "
                     f"{feature_key!r} {shape}{kind}",
         notes=skipped_note(skipped), diagnose=diagnose, skipped=tuple(skipped), kind="records", records=source,
-        split=split, identity=identity)
+        split=split, identity=identity, keys=(feature_key, label_key), dataset_ids=ids[train],
+        class_names=tuple(ds.class_names) if ds.class_names else None)

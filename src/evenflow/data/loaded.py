@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+import numpy as np
+
 __all__ = ["KINDS", "LoadedData"]
 
 KINDS = ("arrays", "text", "records")
@@ -15,7 +17,9 @@ class LoadedData:
 
     Attributes:
         train: training source.
-        test: test source (evaluated exactly once per sample).
+        test: what the run evaluates on, exactly once per sample: the held-out split, or the
+            whole evaluation dataset (``evaluation``); None when there is nothing to
+            evaluate (``test_fraction`` 0 and no evaluation dataset).
         num_classes: K; labels are ``0..K-1``.
         feature_shape: shape of one sample's features, e.g. ``(8, 8, 1)``; ``(None,)`` for
             token sequences of any length.
@@ -35,10 +39,17 @@ class LoadedData:
             both splits read: its ``dataset``, ``feature_key``, ``label_key``, ``cache`` and
             ``decode`` (image layout or text padding) are what a framework adapter builds
             its own fast path from. None for the other kinds.
+        keys: ``(feature key, label key)`` actually read: the ``.npz`` arrays, the records'
+            features (e.g. ``("image", "label")``); None for a builtin dataset, which has none.
+        dataset_ids: int64 ``[len(train)]``, the dataset index of each training sample (a
+            record id for records: file after file, record after record), or None.
+        class_names: the class names the dataset lists (a records manifest), or None.
+        evaluation: for an evaluation dataset of its own (``--eval-dataset``): ``dataset``
+            (its name), ``description``, ``samples`` and ``identity``; None otherwise.
     """
 
     train: object
-    test: object
+    test: object | None
     num_classes: int
     feature_shape: tuple
     description: str
@@ -49,6 +60,10 @@ class LoadedData:
     records: object = None
     split: dict | None = None
     identity: str | None = None
+    keys: tuple[str | None, str | None] = (None, None)
+    dataset_ids: np.ndarray | None = None
+    class_names: tuple[str, ...] | None = None
+    evaluation: dict | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -101,8 +101,19 @@ def _facts(tel: Telemetry, summary: dict) -> list[tuple[str, object]]:
             ("load unit", tel.load_unit), ("updates", tel.num_updates),
             ("epochs", f"{tel.epoch.min()}..{tel.epoch.max()}"),
             ("step time", f"{tel.step_seconds.sum():.1f} s"), ("rebalances", len(tel.rebalances)),
-            ("test accuracy", summary.get("test_accuracy")),
-            ("samples per second", summary.get("samples_per_second"))]
+            *_evaluation_facts(summary), ("samples per second", summary.get("samples_per_second"))]
+
+
+def _evaluation_facts(summary: dict) -> list[tuple[str, object]]:
+    """What the run evaluated on and its test accuracy; "none" for a run that evaluated nothing."""
+    if "evaluation" not in summary:  # no summary.json
+        return [("test accuracy", summary.get("test_accuracy"))]
+    ev = summary["evaluation"]
+    if not isinstance(ev, dict):
+        return [("evaluation", "none: every sample was trained on (test_fraction 0, no eval_dataset)")]
+    on = (f"evaluation dataset {ev.get('dataset')}" if ev.get("on") == "eval_dataset" else
+          "held-out test split")
+    return [("evaluation", f"{on}, {ev.get('samples')} samples"), ("test accuracy", summary.get("test_accuracy"))]
 
 
 def _header(tel: Telemetry, summary: dict) -> list[str]:

@@ -2,13 +2,15 @@
 
 Read it top to bottom in this order:
 
-* :mod:`~evenflow.run.options`, :mod:`~evenflow.run.config`: the options of a run, from TOML and flags;
+* :mod:`~evenflow.run.options`, :mod:`~evenflow.run.data_options`, :mod:`~evenflow.run.config`: the options of
+  a run, from TOML and flags;
 * :mod:`~evenflow.run.adapter`: the interface a framework implements (:class:`Framework`, :class:`Session`);
 * :mod:`~evenflow.run.job`: one run end to end (:func:`run_training`): prepare, start, train, summarize;
 * :mod:`~evenflow.run.training`, :mod:`~evenflow.run.summary`: the training part and what the run reports;
 * :mod:`~evenflow.run.loop`: the training loop every framework runs (:class:`TrainLoop` over an :class:`Engine`);
 * :mod:`~evenflow.run.guard`, :mod:`~evenflow.run.checkpoints`, :mod:`~evenflow.run.audit`,
-  :mod:`~evenflow.run.anomaly`: crash-safe checkpoints, the audit trail, non-finite steps;
+  :mod:`~evenflow.run.audit_ids`, :mod:`~evenflow.run.anomaly`: crash-safe checkpoints, the audit trail and
+  its map back to the data's files and records, non-finite steps;
 * :mod:`~evenflow.run.monitor`, :mod:`~evenflow.run.simulate`: per-replica telemetry, re-plans, emulated devices;
 * :mod:`~evenflow.run.preflight`, :mod:`~evenflow.run.models`, :mod:`~evenflow.run.results`,
   :mod:`~evenflow.run.runlog`: checks before the first step, model names, result types, TensorBoard.

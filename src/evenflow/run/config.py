@@ -2,7 +2,9 @@
 
 Every option is one flat key in a TOML file and one ``--flag`` (``learning_rate`` <->
 ``--learning-rate``); flags override the file, the file overrides the defaults. An unknown
-key is an error that suggests the closest one. Nothing here imports a framework.
+key is an error that suggests the closest one. One default depends on another key:
+``test_fraction`` is 0 when ``eval_dataset`` is set and ``test_fraction`` is not (an
+evaluation dataset replaces the held-out split). Nothing here imports a framework.
 """
 from __future__ import annotations
 
@@ -93,7 +95,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         overrides: values that win over the file (parsed command-line flags); None
             values are ignored.
         defaults: values used when neither file nor overrides set a key (e.g. the
-            demo's dataset).
+            demo's dataset); ``test_fraction`` defaults to 0 when ``eval_dataset`` is set.
 
     Raises:
         ValueError: unknown key, missing required key, malformed file or bad value.
@@ -114,6 +116,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
                 raise ValueError(f"{where}: unknown config key {key!r}; {hint}"
                                  f"valid keys are {', '.join(sorted(known))}")
             values[key], origin[key] = value, where
+    if values.get("eval_dataset") and "test_fraction" not in values:
+        values["test_fraction"] = 0.0  # an eval dataset replaces the held-out split: train on every sample
     groups: dict[str, dict[str, Any]] = {g: {} for g in _GROUPS}
     for key, value in values.items():
         groups[known[key][0]][key] = value

@@ -30,6 +30,7 @@ from evenflow.plan.topology import Topology
 from evenflow.run.adapter import Framework, Processes
 from evenflow.run.anomaly import ANOMALY_LOG, AnomalyPolicy
 from evenflow.run.audit import AUDIT_DIR, AuditLog
+from evenflow.run.audit_ids import write_id_map
 from evenflow.run.checkpoints import CHECKPOINT_DIR, Checkpointer, list_checkpoints
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
@@ -51,7 +52,7 @@ class Prepared:
     config: TrainConfig
     data: object
     train_plan: Plan
-    test_plan: Plan
+    test_plan: Plan | None  # None: nothing to evaluate (test_fraction 0 and no eval_dataset)
     run_dir: Path
     processes: Processes
     resume_from: Cursor | None = None
@@ -85,7 +86,8 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     train_plan = Plan(data.train.index(), processes.topology(), options=options)
     check_plan(train_plan)
     # Evaluation needs exactly-once, not shuffling or label balance: a count-balanced plan of the test set.
-    test_plan = Plan(data.test.index(), processes.topology(), global_batch_size=sched.global_batch_size, seed=0)
+    test_plan = None if data.test is None else Plan(data.test.index(), processes.topology(),
+                                                    global_batch_size=sched.global_batch_size, seed=0)
     run_dir = Path(config.output.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {run_dir} exists and is not a directory; choose another --output-dir")
@@ -119,8 +121,8 @@ def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str 
     if identity is not None and theirs is not None and theirs != identity:
         raise ValueError(f"output_dir {run_dir} holds checkpoints trained on other data (data digest {theirs[:12]}, "
                          f"this run's {identity[:12]}: the dataset's content, its feature or label key, the "
-                         f"per-sample shape or the held-out split differ); use another --output-dir, or "
-                         f"--no-resume to start over there")
+                         f"per-sample shape, the held-out split or the evaluation dataset differ); use another "
+                         f"--output-dir, or --no-resume to start over there")
     theirs = latest.meta.get("plan")
     if theirs != plan.fingerprint():
         raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({theirs}, this run plans "
@@ -138,7 +140,7 @@ def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str 
 
 
 _OURS = {CHECKPOINT_DIR: re.compile(r"^(ckpt-\d{5}-\d{6}|\.(tmp|trash)-ckpt-.*)$"),
-         AUDIT_DIR: re.compile(r"^(e\d{5}-s\d{6}-\d{6}-w\d{3}\.npz|\..*\.tmp-\d+)$")}
+         AUDIT_DIR: re.compile(r"^(e\d{5}-s\d{6}-\d{6}-w\d{3}\.npz|ids\.npz|\..*\.tmp-\d+)$")}
 
 
 def check_start_over(run_dir: Path) -> None:
@@ -209,6 +211,8 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
     if procs.is_chief and not cfg.checkpoint.resume:
         start_over(p.run_dir)
     guard = _guard(p, session)
+    if procs.is_chief and cfg.checkpoint.audit:
+        write_id_map(p.run_dir, p.data, cfg.data.dataset)  # audit ids -> dataset index -> file and record
     start = guard.resume() if cfg.checkpoint.resume else None
     if start is None:
         start = Cursor(0, 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from evenflow.run.data_options import DataOptions
 from evenflow.run.loop import MAX_ACCUMULATE_STEPS
 from evenflow.run.validate import check_bool, check_choice, check_finite, check_float, check_int, check_str
 
@@ -33,49 +34,6 @@ DEFAULT_COLLECTIVE_TIMEOUT = 300.0
 
 def _help(text: str) -> dict:
     return {"help": text}
-
-
-@dataclass(frozen=True)
-class DataOptions:
-    """Which dataset to train on and how to split off the test set."""
-
-    dataset: str = field(metadata=_help("'builtin:digits', 'builtin:stdlib-docs' (text), a path ending in .npz, "
-                                        "a records directory written by `evenflow convert` (with its "
-                                        "dataset.json), or TFRecord files with .idx sidecars: a quoted glob, a "
-                                        "directory of *.tfrecord files or one .tfrecord file"))
-    feature_key: str = field(default="x", metadata=_help("array name of the features in a .npz file; for records, "
-                                                         "the feature to train on (default: the manifest's image, "
-                                                         "or its only non-label feature)"))
-    label_key: str = field(default="y", metadata=_help("array name of the integer labels in a .npz file; for "
-                                                       "records, default the manifest's label key"))
-    test_fraction: float = field(default=0.2, metadata=_help("share of the samples held out for testing, in (0, 1)"))
-    split_seed: int = field(default=0, metadata=_help("seed of the train/test split (kept apart from --seed "
-                                                      "so the test set stays fixed)"))
-    augment: str = field(default="none", metadata={**_help(
-        "augment training batches only (never evaluation), keyed by (seed, epoch, sample id): 'none' or a comma "
-        "list of crop[=PIXELS], rotate[=DEGREES], flip[=h|v|hv], brightness[=DELTA], contrast[=SPREAD]; "
-        "--augment alone means crop,rotate"), "const": "crop,rotate"})
-    skip_corrupt: bool = field(default=False, metadata=_help(
-        "records only: check every record before training and leave out, and list, those with a bad CRC or an "
-        "image that does not decode, instead of stopping at the first one"))
-    pad_lengths: str = field(default="", metadata=_help(
-        "text only: pad each replica batch up to the next of these increasing lengths in tokens, e.g. "
-        "64,128,256,512 (a fixed set of shapes; the last must reach the longest sequence); default: pad to the "
-        "batch's longest sequence"))
-
-    def __post_init__(self):
-        check_str("dataset", self.dataset)
-        check_str("feature_key", self.feature_key)
-        check_str("label_key", self.label_key)
-        check_float("test_fraction", self.test_fraction, 0.0, 1.0)
-        check_int("split_seed", self.split_seed, 0)
-        check_str("augment", self.augment)
-        from evenflow.data.augment_policy import parse_policy
-        parse_policy(self.augment)
-        check_bool("skip_corrupt", self.skip_corrupt)
-        from evenflow.data.text import parse_pad_lengths  # a TOML array becomes the comma form
-        parsed = parse_pad_lengths(self.pad_lengths)
-        object.__setattr__(self, "pad_lengths", ",".join(map(str, parsed)) if parsed else "")
 
 
 @dataclass(frozen=True)

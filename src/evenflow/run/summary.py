@@ -1,7 +1,11 @@
 """What a run prints and what it writes to ``summary.json``: the header, the figures, the diagnosis.
 
 The same lines and the same JSON keys for every framework; the adapter adds its own facts
-under ``summary["framework_info"]`` (backend, devices, ...).
+under ``summary["framework_info"]`` (backend, devices, ...). A run that evaluated nothing
+(``test_fraction`` 0, no ``eval_dataset``) says so: ``evaluation``, ``test_accuracy`` and
+``test_loss`` are null, ``test_samples`` is 0, and no test figure is printed. ``config``
+holds the feature and label keys actually read (e.g. ``image`` / ``label`` of records),
+null for a builtin dataset.
 """
 from __future__ import annotations
 
@@ -30,9 +34,37 @@ def print_header(p, session, title: str, out) -> None:
     if cfg.data.augment != "none":
         print(f"augmenting training batches only: {cfg.data.augment} (keyed by seed {sched.seed}, epoch, sample id)",
               file=out)
+    print(_evaluation_line(p), file=out)
     for note in (*p.data.notes, *p.notes):
         print(note, file=out)
     print(f"\nper-replica balance, epoch 0:\n{balance_table(p.train_plan.epoch(0))}\n", file=out)
+
+
+def evaluation(p) -> dict | None:
+    """``summary.json``'s ``evaluation``: what the run evaluates on, or None."""
+    data = p.data
+    if data.test is None:
+        return None
+    if data.evaluation is not None:
+        return {"on": "eval_dataset", "dataset": data.evaluation["dataset"], "samples": data.evaluation["samples"]}
+    return {"on": "split", "dataset": p.config.data.dataset, "samples": int(data.test.num_samples)}
+
+
+def _evaluation_line(p) -> str:
+    facts = evaluation(p)
+    if facts is None:
+        return (f"no evaluation: training on every sample (test_fraction 0, no eval_dataset); pass --eval-dataset "
+                f"PATH to evaluate on a dataset of its own")
+    if facts["on"] == "eval_dataset":
+        return f"evaluating on the evaluation dataset {p.data.evaluation['description']}"
+    return f"evaluating on the {facts['samples']} held-out test samples"
+
+
+def _config(p) -> dict:
+    """The run's config with the feature and label keys actually read (None where the dataset has no keys)."""
+    config = p.config.to_dict()
+    config["feature_key"], config["label_key"] = p.data.keys
+    return config
 
 
 def diagnose_run(run_dir: Path) -> list[str] | None:
@@ -61,7 +93,8 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
     summary = {
         "framework": cfg.compute.framework,
         "model": {"name": cfg.model.model, "weights": session.num_weights, "dropout": cfg.model.dropout},
-        "test_accuracy": test.accuracy, "test_loss": test.loss, "test_samples": test.count,
+        "evaluation": evaluation(p), "test_accuracy": None if test is None else test.accuracy,
+        "test_loss": None if test is None else test.loss, "test_samples": 0 if test is None else test.count,
         "final_train_loss": history[-1]["loss"] if history else None,
         "final_train_accuracy": history[-1]["accuracy"] if history else None,
         "samples_per_second": samples / train_seconds if train_seconds > 0 else 0.0,
@@ -70,7 +103,8 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
         "devices": list(session.devices), "framework_info": dict(session.summary),
         "global_batch_size": sched.global_batch_size, "slots_per_replica": p.train_plan.slots, "seed": sched.seed,
         "epochs": sched.epochs, "steps": trained.steps, "dataset": p.data.description, "augment": cfg.data.augment,
-        "skipped_records": list(p.data.skipped), "split": p.data.split, "data_identity": p.data.identity, "config": cfg.to_dict(), "plan": p.train_plan.epoch(0).summary(),
+        "skipped_records": list(p.data.skipped), "split": p.data.split, "data_identity": p.data.identity,
+        "config": _config(p), "plan": p.train_plan.epoch(0).summary(),
         "history": [{k: h[k] for k in ("epoch", "loss", "accuracy", "samples", "seconds", "replica_samples",
                                        "skipped_steps")} for h in history],
         # The checkpoint actually restored: an older one than the newest when that one was damaged.
@@ -90,8 +124,12 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
 def print_results(p, session, trained, summary: dict, log, out) -> None:
     """The closing lines: exact test figures, throughput, where the outputs are, re-plans, diagnosis, anomalies."""
     test, procs = trained.test, session.processes
-    print(f"\ntest accuracy {test.accuracy:.4f}, test loss {test.loss:.4f} "
-          f"({test.count}/{p.data.test.num_samples} test samples, each counted once)", file=out)
+    if test is None:
+        print("\nno evaluation (test_fraction 0, no eval_dataset): every sample was trained on", file=out)
+    else:
+        of = "of the evaluation dataset" if p.data.evaluation is not None else "test samples"
+        print(f"\ntest accuracy {test.accuracy:.4f}, test loss {test.loss:.4f} "
+              f"({test.count}/{p.data.test.num_samples} {of}, each counted once)", file=out)
     wrote = (f"wrote {p.run_dir / 'summary.json'} and TensorBoard events in {log.dir}" if procs.is_chief else
              f"process {procs.index}: the chief (process 0) writes the run's outputs")
     samples = sum(h["samples"] for h in summary["history"])

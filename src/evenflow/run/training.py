@@ -2,8 +2,9 @@
 
 :func:`train_and_evaluate` runs the session's :class:`~evenflow.run.loop.TrainLoop` from the
 start cursor to the last epoch with the run's guard and monitor, then evaluates the test set
-once per sample (with the measured weights too: exactly once holds for any weights) and
-checks that count, on every run.
+(the held-out split or the evaluation dataset) once per sample (with the measured weights
+too: exactly once holds for any weights) and checks that count, on every run. A run with
+nothing to evaluate (``test_fraction`` 0, no ``eval_dataset``) evaluates nothing.
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ __all__ = ["Trained", "train_and_evaluate", "make_monitor"]
 
 @dataclass
 class Trained:
-    """What :func:`train_and_evaluate` did: the test result, the monitor and the steps of the lineage."""
+    """What :func:`train_and_evaluate` did: the test result (None: nothing evaluated), the monitor, the steps."""
 
-    test: EvalResult
+    test: EvalResult | None
     monitor: ReplicaMonitor | None
     steps: int
     start: Cursor = Cursor(0, 0)
@@ -100,18 +101,27 @@ def train_and_evaluate(p, session, train_plan: Plan, start: Cursor, guard, log, 
                 loop.fit(session.train_reader, train_plan, sched.epochs, start=start, on_step=on_step,
                          on_epoch=on_epoch, guard=guard, monitor=monitor)
         else:
-            print(f"all {sched.epochs} epochs were trained already; evaluating the last checkpoint "
-                  f"(raise --epochs to train further)", file=out)
+            what = "evaluating the last checkpoint" if p.test_plan is not None else "nothing to evaluate"
+            print(f"all {sched.epochs} epochs were trained already; {what} (raise --epochs to train further)",
+                  file=out)
         steps_done = sum(h["steps"] for h in guard.history)
-        test_plan = p.test_plan if loop.plan is None or loop.plan.topology.is_uniform else \
-            p.test_plan.with_topology(loop.plan.topology)
-        test = loop.evaluate(session.test_reader, test_plan)
-        log.test(steps_done, test)
+        test = _evaluate(p, session, loop)
+        if test is not None:
+            log.test(steps_done, test)
     finally:
         log.close()
         if monitor is not None:
             monitor.close()
-    if test.count != p.data.test.num_samples:  # the exactly-once promise, checked on every run
+    if test is not None and test.count != p.data.test.num_samples:  # the exactly-once promise, on every run
         raise RuntimeError(f"evaluation counted {test.count} samples but the test set has "
                            f"{p.data.test.num_samples}; please report this as a bug")
     return Trained(test=test, monitor=monitor, steps=steps_done, start=start)
+
+
+def _evaluate(p, session, loop):
+    """The exact evaluation of the test set, or None when the run has none."""
+    if p.test_plan is None:
+        return None
+    test_plan = p.test_plan if loop.plan is None or loop.plan.topology.is_uniform else \
+        p.test_plan.with_topology(loop.plan.topology)
+    return loop.evaluate(session.test_reader, test_plan)

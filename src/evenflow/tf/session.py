@@ -144,7 +144,7 @@ def _count_dropout(model) -> int:
 
 
 def make_readers(p):
-    """(train reader, test reader) of a prepared run.
+    """(train reader, test reader) of a prepared run; the test reader is None when the run evaluates nothing.
 
     Augmentation is a map function of the training pipeline only: evaluation reads the test
     samples as they are. Variable-length text gets its padding slots blanked (text_cnn skips
@@ -161,7 +161,7 @@ def make_readers(p):
     stamp = bool(cfg.monitor.telemetry)  # when each batch was made: the steps' input wait
     return (PlanReader(p.data.train, map_fns=pre + ([augment] if augment is not None else []), trim_padding=True,
                        stamp=stamp),
-            PlanReader(p.data.test, map_fns=pre, trim_padding=True))
+            None if p.data.test is None else PlanReader(p.data.test, map_fns=pre, trim_padding=True))
 
 
 def bad_input(data, error: BaseException):
@@ -188,8 +188,12 @@ def bad_input(data, error: BaseException):
     if data.kind == "records":  # TensorFlow's own reading and image decoding, on the records both splits read
         from evenflow.tf.source_adapter import tf_source
 
-        good = np.sort(np.concatenate([data.train.ids, data.test.ids]))
-        return tf_source(data.records).find_bad_record(good)
+        # The ids of the splits that read these records (an evaluation dataset has records of its own).
+        good = np.sort(np.concatenate([s.ids for s in (data.train, data.test)
+                                       if s is not None and getattr(s, "source", None) is data.records]))
+        found = tf_source(data.records).find_bad_record(good)
+        if found is not None or data.evaluation is None:
+            return found
     return data.diagnose(error)
 
 

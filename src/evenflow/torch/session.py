@@ -108,11 +108,11 @@ def _facts(torch, trainer, backend: str, comp, model, train_reader) -> dict:
 
 
 def _readers(p):
-    """(train reader, test reader): augmentation in the training loader's workers only."""
+    """(train reader, test reader or None): augmentation in the training loader's workers only."""
     from evenflow.data.augment import from_policy
     from evenflow.torch.engine import TorchReader
 
     cfg = p.config
     augment = from_policy(cfg.data.augment, p.data.feature_shape, seed=cfg.schedule.seed)
     return (TorchReader(p.data.train, num_workers=cfg.compute.loader_workers, transform=augment),
-            TorchReader(p.data.test, num_workers=0))
+            None if p.data.test is None else TorchReader(p.data.test, num_workers=0))

@@ -1,0 +1,123 @@
+"""Where each audited sample id comes from: training position -> dataset index -> shard file and record.
+
+Audit segments, ``evenflow audit``'s duplicates and misses and the anomaly log's suspects
+name samples by their position in the training source: ``0..N-1`` of the training split,
+not of the dataset. With ``--audit`` the chief also writes, at the start of each run, the
+map back to the data, ``<run_dir>/audit/ids.npz`` (``np.savez``, no pickle):
+
+* ``dataset_ids`` int64 ``[N]``: the dataset index of training position ``i`` (the row of
+  a ``.npz`` file or builtin, the record id of a records dataset: file after file);
+* for records, ``files`` (str ``[S]``, absolute shard paths), ``shard`` int32 ``[N]`` (which
+  of them), ``record`` int64 ``[N]`` (the record's number in that file, 0-based, counting
+  records left out with ``--skip-corrupt``) and ``offset`` int64 ``[N]`` (its byte offset);
+* ``dataset``, ``kind``, ``identity`` (the data digest of the run's checkpoints) and
+  ``checksum``, a digest of all the other arrays, checked on every read.
+
+:func:`locate` answers ``evenflow audit RUN_DIR --locate ID[,ID...]``.
+"""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+
+from evenflow.data.identity import digest
+from evenflow.run.audit import AUDIT_DIR
+from evenflow.util.files import write_atomic
+
+__all__ = ["ID_MAP", "id_map", "write_id_map", "read_id_map", "locate"]
+
+ID_MAP = "ids.npz"
+
+
+def _file_records(ds, ids: np.ndarray) -> np.ndarray:
+    """int64 ``[len(ids)]``: each record's number in its file, counting records the index left out as corrupt."""
+    shard = ds.sample_shard[ids].astype(np.int64)
+    within = ids - ds.shard_starts[shard]
+    out = within.copy()
+    for s, index in enumerate(ds.shards):
+        bad = np.array(sorted(b.record for b in ds.bad if b.path == index.path), np.int64)
+        here = shard == s
+        if bad.size and here.any():
+            kept = np.setdiff1d(np.arange(len(index.offsets) + bad.size, dtype=np.int64), bad)
+            out[here] = kept[within[here]]
+    return out
+
+
+def id_map(data, dataset: str) -> dict[str, np.ndarray]:
+    """The arrays of ``ids.npz`` for loaded training data (:class:`~evenflow.data.loaded.LoadedData`)."""
+    ids = np.arange(data.train.num_samples, dtype=np.int64) if data.dataset_ids is None else \
+        np.asarray(data.dataset_ids, np.int64)
+    arrays = {"dataset_ids": ids, "dataset": np.array(dataset), "kind": np.array(data.kind),
+              "identity": np.array(data.identity or "")}
+    if data.kind == "records":
+        ds = data.records.dataset
+        arrays.update(files=np.array([os.path.abspath(s.path) for s in ds.shards]),
+                      shard=ds.sample_shard[ids].astype(np.int32), record=_file_records(ds, ids),
+                      offset=ds.sample_offset[ids].astype(np.int64))
+    return arrays
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    return digest(*(part for key in sorted(k for k in arrays if k != "checksum") for part in (key, arrays[key])))
+
+
+def write_id_map(run_dir: str | Path, data, dataset: str) -> Path:
+    """Write ``<run_dir>/audit/ids.npz`` atomically; returns its path."""
+    arrays = id_map(data, dataset)
+    arrays["checksum"] = np.array(_checksum(arrays))
+    folder = Path(run_dir) / AUDIT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_atomic(folder / ID_MAP, buf.getvalue())
+    return folder / ID_MAP
+
+
+def read_id_map(run_dir: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of ``<run_dir>/audit/ids.npz``, checksum verified.
+
+    Raises:
+        ValueError: no such file, unreadable, or its checksum does not match (one line naming it).
+    """
+    path = Path(run_dir) / AUDIT_DIR / ID_MAP
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no {path}, so its audit ids cannot be traced to the data; train with --audit "
+                         f"to write it")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"{path}: not a readable id map ({e}); rerun the training with --audit to rewrite it") from e
+    if "checksum" not in arrays or str(arrays["checksum"]) != _checksum(arrays):
+        raise ValueError(f"{path}: its checksum does not match its content (the file was changed or damaged); rerun "
+                         f"the training with --audit to rewrite it")
+    return arrays
+
+
+def locate(run_dir: str | Path, ids) -> tuple[dict, list[dict]]:
+    """Where training positions ``ids`` come from.
+
+    Returns:
+        ``(facts, rows)``: ``facts`` with ``dataset``, ``kind`` and ``num_samples``; one row
+        per id with ``id`` and ``dataset_id``, and for records ``file``, ``record`` and ``offset``.
+
+    Raises:
+        ValueError: no id map (see :func:`read_id_map`), or an id outside ``0..N-1``.
+    """
+    arrays = read_id_map(run_dir)
+    n = len(arrays["dataset_ids"])
+    facts = {"dataset": str(arrays["dataset"]), "kind": str(arrays["kind"]), "num_samples": n}
+    rows = []
+    for i in ids:
+        if not 0 <= i < n:
+            raise ValueError(f"--locate {i}: the training set of {run_dir} has samples 0..{n - 1}; pass ids in "
+                             f"that range (the ids evenflow audit and anomalies.jsonl print)")
+        row = {"id": int(i), "dataset_id": int(arrays["dataset_ids"][i])}
+        if "files" in arrays:
+            row.update(file=str(arrays["files"][arrays["shard"][i]]), record=int(arrays["record"][i]),
+                       offset=int(arrays["offset"][i]))
+        rows.append(row)
+    return facts, rows
