@@ -221,11 +221,14 @@ def check_simulation(run: Run) -> None:
         for samples, compute in zip(x["samples"], x["compute"]):
             assert compute >= 0.0005 * samples * 0.95
     per_epoch = run.telemetry("run")[0]["steps_per_epoch"]
-    first = next((e["global_step"] for e in run.telemetry("rebalance")), len(lines))
-    # An update's line names its last plan step; the updates of plan steps 4 and 5 on are slowed.
-    slow = [x["compute"][1] / max(x["compute"][0], 1e-9) for x in lines
-            if x["epoch"] * per_epoch + x["step"] >= 5 and x["global_step"] < first]
-    fast = [x["compute"][1] / max(x["compute"][0], 1e-9) for x in lines if x["epoch"] * per_epoch + x["step"] < 4]
+    # Per sample, so a re-plan that gives replica 1 fewer samples does not hide its slowdown. An
+    # update's line names its last plan step; the updates of plan steps 4 and 5 on are slowed.
+    def ratio(x):
+        (c0, c1), (n0, n1) = x["compute"][:2], x["samples"][:2]
+        return (c1 / max(n1, 1)) / max(c0 / max(n0, 1), 1e-9)
+
+    slow = [ratio(x) for x in lines if x["epoch"] * per_epoch + x["step"] >= 5 and min(x["samples"][:2]) > 0]
+    fast = [ratio(x) for x in lines if x["epoch"] * per_epoch + x["step"] < 4 and min(x["samples"][:2]) > 0]
     assert slow and fast and np.median(slow) > 1.8 * np.median(fast), (slow, fast)
 
 
