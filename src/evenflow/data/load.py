@@ -38,7 +38,7 @@ from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import is_tfrecord_files
 from evenflow.data.source import ArraySource
 from evenflow.data.stdlib_docs import BUILTIN_TEXT
-from evenflow.data.text import TextSource, pad_lengths_of
+from evenflow.data.text import VOCAB_SIZE, TextSource, pad_lengths_of
 from evenflow.records.manifest import MANIFEST_NAME
 
 __all__ = ["BUILTINS", "LoadedData", "load_dataset", "register_loader"]
@@ -71,7 +71,7 @@ def _text(name: str) -> Callable:
         content = digest(data.tokens, data.offsets, data.labels)
         return LoadedData(
             train=TextSource(data.subset(train), pad_lengths), test=TextSource(data.subset(test), pad_lengths),
-            num_classes=len(data.class_names), feature_shape=(None,), kind="text",
+            num_classes=len(data.class_names), feature_shape=(None,), kind="text", vocab_size=VOCAB_SIZE,
             split=split, identity=data_identity(content, (None,), split, (pad_lengths,)),
             description=f"{data.name}: {len(train)} train / {len(test)} test sequences, {len(data.class_names)} "
                         f"classes, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f})")

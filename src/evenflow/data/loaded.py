@@ -35,6 +35,9 @@ class LoadedData:
             both splits read: its ``dataset``, ``feature_key``, ``label_key``, ``cache`` and
             ``decode`` (image layout or text padding) are what a framework adapter builds
             its own fast path from. None for the other kinds.
+        vocab_size: for token ids, every id is below it (a token model's embedding rows):
+            257 for byte text, the largest id + 2 for an int64 list read as ``id + 1``. None
+            for other features (and for text of a loader that does not say: bytes).
     """
 
     train: object
@@ -49,6 +52,7 @@ class LoadedData:
     records: object = None
     split: dict | None = None
     identity: str | None = None
+    vocab_size: int | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
