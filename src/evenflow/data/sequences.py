@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evenflow.data.text import PAD, check_pad_lengths, padded_length
+from evenflow.data.pad_lengths import check_pad_lengths, padded_length
+from evenflow.data.text import PAD
 from evenflow.records.errors import RecordError
 from evenflow.records.varlen import ListScan
 

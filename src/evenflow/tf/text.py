@@ -77,7 +77,7 @@ class TextSource:
         if self._tensors is None:
             # Eager tensors captured by the traced map function (see ArraySource.batch).
             with tf.init_scope(), tf.device("/cpu:0"):
-                rows = tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(np.int32)),
+                rows = tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(self.data.id_dtype)),
                                                        tf.constant(self.data.offsets), validate=False)
                 self._tensors = (rows, tf.constant(self.data.labels), tf.constant(self.data.lengths))
         rows, labels, lengths = self._tensors
