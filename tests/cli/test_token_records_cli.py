@@ -116,6 +116,10 @@ def test_what_cannot_train_is_refused_in_one_line(tokens, tmp_path, capsys):
     err = _refused(capsys, tmp_path, "--dataset", _write(tmp_path / "neg.tfrecord", negative), "--feature-key",
                    "tokens", "--model", "text_cnn")
     assert "feature 'tokens' holds the token id -3; token ids must be >= 0" in err
+    fixed = [({"tokens": [i, i + 1000]}, i % 2) for i in range(40)]  # the same length in every record
+    err = _refused(capsys, tmp_path, "--dataset", _write(tmp_path / "fixed.tfrecord", fixed), "--feature-key",
+                   "tokens", "--model", "text_cnn")
+    assert "but feature 'tokens' holds 2 values in every record (a fixed-size feature), which it would read" in err
     huge = [({"tokens": [2 ** 31 + i] * (1 + i % 5)}, i % 2) for i in range(40)]
     err = _refused(capsys, tmp_path, "--dataset", _write(tmp_path / "huge.tfrecord", huge), "--feature-key",
                    "tokens", "--model", "text_cnn")

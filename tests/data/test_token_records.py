@@ -139,3 +139,22 @@ def test_text_data_holds_token_ids_of_any_vocabulary(records):
         np.testing.assert_array_equal(got[key].numpy(), batch[key], err_msg=key)
     with pytest.raises(ValueError, match="token ids must be >= 0, got -4"):
         TextData.from_sequences([[1, -4]], [0])
+
+
+def test_ids_of_one_length_train_as_tokens_when_declared_variable_length(tmp_path):
+    # Every record holds 6 ids: a fixed-size feature, unless the spec says otherwise.
+    from evenflow.records import FeatureSpec, RecordDataset
+
+    path = str(tmp_path / "windows.tfrecord")
+    windows = np.arange(60).reshape(10, 6) * 1000
+    with tf.io.TFRecordWriter(path) as w:
+        for i, ids in enumerate(windows):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=ids.tolist())),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2]))})).SerializeToString())
+    assert cli_main(["index", "--label-key", "label", path]) == 0
+    assert RecordSource([path], feature_key="tokens", label_key="label").feature_shape == (6,)
+    declared = RecordDataset([path], features={"tokens": FeatureSpec("int64", (None,)), "label": FeatureSpec("int64")})
+    source = RecordSource(declared, feature_key="tokens", label_key="label", decode=PadSequences(shift=1))
+    assert source.feature_shape == (None,) and source.index().costs.tolist() == [6] * 10
+    _check(source.batch(np.arange(10)), np.arange(10), list(windows), np.arange(10) % 2, shift=1)

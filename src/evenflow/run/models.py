@@ -40,9 +40,10 @@ def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
 def check_tokens(name: str, data) -> None:
     """Raise ``ValueError`` if model ``name`` embeds token ids and ``data`` cannot feed it.
 
-    ``text_cnn`` embeds integer ids: a variable-length float32 list is refused, and so is a
-    vocabulary (``data.vocab_size``) whose embedding would exceed :data:`MAX_VOCAB` rows.
-    Pure Python, so it can run before a framework starts.
+    ``text_cnn`` embeds integer ids: a variable-length float32 list is refused, and so are
+    fixed-size features (it would read them as byte ids) and a vocabulary (``data.vocab_size``)
+    whose embedding would exceed :data:`MAX_VOCAB` rows. Pure Python, so it can run before a
+    framework starts.
     """
     if name != "text_cnn":
         return
@@ -53,6 +54,14 @@ def check_tokens(name: str, data) -> None:
                          f"variable-length {spec.dtype} list; store token ids as an int64 list, or train on these "
                          f"values with a model of your own through evenflow's API")
     vocab = getattr(data, "vocab_size", None)
+    if vocab is None and None not in tuple(data.feature_shape):
+        what, fix = f"its features have the fixed shape {tuple(data.feature_shape)}", "use another --model"
+        if spec is not None:
+            what = f"feature {records.feature_key!r} holds {spec.size} values in every record (a fixed-size feature)"
+            fix += (", or train text_cnn through evenflow's API on the feature declared variable-length "
+                    "(FeatureSpec('int64', (None,)))")
+        raise ValueError(f"model 'text_cnn' embeds token ids (text, or an int64 list whose length varies from "
+                         f"record to record), but {what}, which it would read as byte ids; {fix}")
     if vocab is not None and vocab > MAX_VOCAB:
         mib = vocab * EMBED_SIZE * 4 / 2 ** 20
         raise ValueError(f"model 'text_cnn' would need an embedding of {vocab:,} rows (token ids up to "
