@@ -65,6 +65,9 @@ def test_inspect_shows_the_token_statistics(tokens, capsys):
     assert sum(r["cost"] for r in summary["per_replica"]) == sum(lengths)  # the lengths are the costs
     assert main(args) == 0
     assert f"feature 'tokens' (int64, variable length): {N} lists of" in capsys.readouterr().out
+    # The keys name features of records: anywhere else they are refused, not ignored.
+    assert main(["inspect", "--samples", "50", "--replicas", "2", "--batch-size", "8", "--feature-key", "tokens"]) == 2
+    assert "--feature-key tokens names a feature of records given with --dataset" in capsys.readouterr().err
 
 
 def test_train_text_cnn_cost_balanced_and_bucketed(tokens, tmp_path):

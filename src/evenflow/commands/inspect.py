@@ -102,6 +102,7 @@ def dataset_columns(args, labels, costs) -> tuple:
     if not name.startswith("builtin:"):
         found, stats = records_columns(name, args.feature_key, args.label_key)
         return (found[0] if labels is None else labels), (found[1] if costs is None else costs), stats
+    refuse_keys(args, f"{name} has none")
     key = name.split(":", 1)[1]
     if key not in BUILTIN_TEXT:
         valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTIN_TEXT))
@@ -109,6 +110,14 @@ def dataset_columns(args, labels, costs) -> tuple:
                          f"--labels/--costs")
     data = BUILTIN_TEXT[key]()
     return (data.labels if labels is None else labels), (data.lengths if costs is None else costs), None
+
+
+def refuse_keys(args, why: str) -> None:
+    """Refuse --feature-key / --label-key where there are no records for them to name."""
+    for flag, value, default in (("feature-key", args.feature_key, "x"), ("label-key", args.label_key, "y")):
+        if value != default:
+            raise ValueError(f"--{flag} {value} names a feature of records given with --dataset, and {why}; "
+                             f"drop --{flag}")
 
 
 def records_columns(name: str, feature_key: str, label_key: str) -> tuple:
@@ -155,6 +164,8 @@ def run(args) -> int:
     tokens = None
     if args.dataset:
         labels, costs, tokens = dataset_columns(args, labels, costs)
+    else:
+        refuse_keys(args, "there is no --dataset")
     n = args.samples
     if n is None:
         known = [a for a in (labels, costs) if a is not None]

@@ -4,8 +4,9 @@ Given the spans :mod:`evenflow.records.example_layout` located, float payloads a
 gathered with one fancy index and viewed as float32, int64 varints are decoded in bulk,
 and bytes items are sliced out. A variable-length list (spec shape ``(None,)``) is
 gathered the same way for the whole batch, counted per record, and split into one array
-per record (:func:`ragged_values`, :func:`split_rows`). Anything unexpected (a payload of another size, a varint
-that runs past its record) raises :class:`~evenflow.records.example_layout.Irregular`.
+per record (:func:`ragged_values`, :func:`split_rows`). Anything unexpected (a payload of
+another size, a varint that runs past its record) raises
+:class:`~evenflow.records.example_layout.Irregular`.
 """
 from __future__ import annotations
 
