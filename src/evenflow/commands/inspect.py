@@ -100,7 +100,7 @@ def dataset_columns(args, labels, costs) -> tuple:
 
     name = args.dataset
     if not name.startswith("builtin:"):
-        found, stats = records_columns(name, args.feature_key, args.label_key)
+        found, stats = records_columns(args)
         return (found[0] if labels is None else labels), (found[1] if costs is None else costs), stats
     refuse_keys(args, f"{name} has none")
     key = name.split(":", 1)[1]
@@ -120,24 +120,26 @@ def refuse_keys(args, why: str) -> None:
                              f"drop --{flag}")
 
 
-def records_columns(name: str, feature_key: str, label_key: str) -> tuple:
+def records_columns(args) -> tuple:
     """``((labels, costs), token statistics or None)`` of a records dataset: the sidecars' labels and
-    costs, else labels read from the records and the lengths of a variable-length ``feature_key``."""
-    from evenflow.data.load_records import text_lengths
+    costs, else labels read from the records and the lengths of a variable-length feature; the keys
+    are chosen and checked as `evenflow train` does."""
+    from evenflow.data.load_records import manifest_keys, text_lengths
     from evenflow.data.plain import open_for_training
     from evenflow.data.sequences import describe_lists, settle_lists, token_vocabulary
 
-    ds, plain, keys = open_for_training(name, feature_key, label_key)
-    feature = keys[0] if plain else ds.training_keys(None if feature_key == "x" else feature_key, ds.label_key)
+    ds, plain, keys = open_for_training(args.dataset, args.feature_key, args.label_key)
+    where = ds.manifest_path or ds.paths[0]
+    feature = ds.training_keys(*(keys if plain else manifest_keys(ds, args, where)))
     scan, _ = settle_lists(ds, feature)
-    spec, where, stats = ds.specs[feature], ds.manifest_path or ds.paths[0], None
+    spec, stats = ds.specs[feature], None
     lengths = scan.lengths if scan is not None else text_lengths(ds, feature) if ds.holds_text(feature) else None
     if scan is not None:
         stats = {"feature": feature, "dtype": spec.dtype, "text": describe_lists(scan, spec.dtype),
                  "lengths": {"min": int(scan.lengths.min()), "max": int(scan.lengths.max()),
                              "mean": float(scan.lengths.mean()), "total": int(scan.lengths.sum())},
                  "low": scan.low, "high": scan.high}
-        if spec.dtype == "int64":
+        if spec.dtype == "int64" and (scan.low is None or scan.low >= 0):  # negative ids: no vocabulary
             stats["text_cnn_vocab_size"] = token_vocabulary(scan, feature, where)
     costs = ds.costs if ds.costs is not None else lengths
     return (ds.labels, None if costs is None else np.asarray(costs, np.float64)), stats

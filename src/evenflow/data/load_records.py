@@ -65,7 +65,7 @@ from evenflow.data.source import SubsetSource
 from evenflow.data.text import VOCAB_SIZE, DecodeText, check_pad_lengths, pad_lengths_of
 from evenflow.records.errors import RecordError
 
-__all__ = ["CACHE_BYTES", "load_records", "text_lengths"]
+__all__ = ["CACHE_BYTES", "load_records", "manifest_keys", "text_lengths"]
 
 # Datasets up to this many bytes of shards are decoded once and held in memory.
 CACHE_BYTES = 1 << 30
@@ -74,7 +74,7 @@ _DEFAULT_FEATURE, _DEFAULT_LABEL = "x", "y"
 _CHUNK = 4096  # records decoded at a time to measure text lengths
 
 
-def _keys(ds, options, where: str) -> tuple[str | None, str]:
+def manifest_keys(ds, options, where: str) -> tuple[str | None, str]:
     """(feature key or None for "choose", label key) of a converted dataset, checked against the records."""
     specs = ds.specs
     label = ds.label_key
@@ -183,7 +183,7 @@ def load_records(options) -> LoadedData:
     ds, plain, keys = open_for_training(path, options.feature_key, options.label_key, skip)
     where = ds.manifest_path or path
     # No manifest: keys from the first record, labels from the sidecars or the records.
-    feature_key, label_key = keys if plain else _keys(ds, options, where)
+    feature_key, label_key = keys if plain else manifest_keys(ds, options, where)
     feature_key = ds.training_keys(feature_key, label_key)
     skipped = [b.to_json() for b in ds.bad]
     decode, shape, kind, good, vocab = _decoder(ds, feature_key, options, skip, skipped)
