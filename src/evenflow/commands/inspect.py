@@ -14,11 +14,17 @@ EPILOG = """examples:
   evenflow inspect --replicas 8 --batch-size 256 --costs lengths.txt --balance cost --bucket --plot load.png
   evenflow inspect --samples 1000 --replicas 3 --batch-size 100 --json
   evenflow inspect --dataset builtin:stdlib-docs --replicas 4 --batch-size 64 --balance cost --bucket
+  evenflow inspect --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --replicas 4 \
+      --batch-size 64 --balance cost --bucket        # token records: lengths, ids, vocabulary
 
 Labels and costs files are .npy arrays or text with one number per line; with one of
 them, --samples may be left out (it is the file's length). --dataset builtin:stdlib-docs
-takes N, labels and lengths (costs) from that built-in text dataset; with costs, a second
-table shows tokens per replica per step and token efficiency for each balance/bucket mode.
+takes N, labels and lengths (costs) from that built-in text dataset; --dataset with records
+(a directory written by `evenflow convert`, or TFRecord files with .idx sidecars) takes them
+from the records: the sidecars' labels and costs, else the labels and the lengths of the
+--feature-key list read from every record, and prints that feature's token statistics. With
+costs, a second table shows tokens per replica per step and token efficiency for each
+balance/bucket mode.
 """
 
 
@@ -26,7 +32,12 @@ def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="show the per-replica split of a plan", description=__doc__,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, help="number of samples N (default: length of --labels/--costs)")
-    p.add_argument("--dataset", help="take N, labels and lengths from a built-in text dataset: builtin:stdlib-docs")
+    p.add_argument("--dataset", help="take N, labels and lengths from a built-in text dataset (builtin:stdlib-docs) "
+                                     "or from records: a directory, a quoted glob or a .tfrecord file")
+    p.add_argument("--feature-key", default="x", help="records: the variable-length feature whose lengths are the "
+                                                      "costs (default: the only non-label feature)")
+    p.add_argument("--label-key", default="y", help="records: the int64 label feature (default: the manifest's, or "
+                                                    "a feature named label)")
     p.add_argument("--replicas", type=int, required=True, help="number of replicas R")
     p.add_argument("--batch-size", type=int, required=True, help="global batch size G (summed over replicas)")
     p.add_argument("--weights", help="comma-separated relative replica speeds, e.g. 1,1,1,0.5")
@@ -83,16 +94,55 @@ def parse_weights(text: str | None):
         raise ValueError(f"--weights must be comma-separated numbers like 1,1,1,0.5, got {text!r}") from None
 
 
-def dataset_columns(name: str, labels, costs):
-    """Labels and lengths of a built-in text dataset (numpy only), unless given as files."""
+def dataset_columns(args, labels, costs) -> tuple:
+    """``(labels, costs, token statistics or None)`` of ``--dataset`` (numpy only), unless given as files."""
     from evenflow.data.stdlib_docs import BUILTIN_TEXT
 
-    key = name.split(":", 1)[1] if name.startswith("builtin:") else None
+    name = args.dataset
+    if not name.startswith("builtin:"):
+        found, stats = records_columns(args)
+        return (found[0] if labels is None else labels), (found[1] if costs is None else costs), stats
+    refuse_keys(args, f"{name} has none")
+    key = name.split(":", 1)[1]
     if key not in BUILTIN_TEXT:
         valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTIN_TEXT))
-        raise ValueError(f"--dataset must be one of {valid}, got {name!r}; for other data pass --labels/--costs")
+        raise ValueError(f"--dataset must be one of {valid} or records, got {name!r}; for other data pass "
+                         f"--labels/--costs")
     data = BUILTIN_TEXT[key]()
-    return (data.labels if labels is None else labels), (data.lengths if costs is None else costs)
+    return (data.labels if labels is None else labels), (data.lengths if costs is None else costs), None
+
+
+def refuse_keys(args, why: str) -> None:
+    """Refuse --feature-key / --label-key where there are no records for them to name."""
+    for flag, value, default in (("feature-key", args.feature_key, "x"), ("label-key", args.label_key, "y")):
+        if value != default:
+            raise ValueError(f"--{flag} {value} names a feature of records given with --dataset, and {why}; "
+                             f"drop --{flag}")
+
+
+def records_columns(args) -> tuple:
+    """``((labels, costs), token statistics or None)`` of a records dataset: the sidecars' labels and
+    costs, else labels read from the records and the lengths of a variable-length feature; the keys
+    are chosen and checked as `evenflow train` does."""
+    from evenflow.data.load_records import manifest_keys, text_lengths
+    from evenflow.data.plain import open_for_training
+    from evenflow.data.sequences import describe_lists, settle_lists, token_vocabulary
+
+    ds, plain, keys = open_for_training(args.dataset, args.feature_key, args.label_key)
+    where = ds.manifest_path or ds.paths[0]
+    feature = ds.training_keys(*(keys if plain else manifest_keys(ds, args, where)))
+    scan, _ = settle_lists(ds, feature)
+    spec, stats = ds.specs[feature], None
+    lengths = scan.lengths if scan is not None else text_lengths(ds, feature) if ds.holds_text(feature) else None
+    if scan is not None:
+        stats = {"feature": feature, "dtype": spec.dtype, "text": describe_lists(scan, spec.dtype),
+                 "lengths": {"min": int(scan.lengths.min()), "max": int(scan.lengths.max()),
+                             "mean": float(scan.lengths.mean()), "total": int(scan.lengths.sum())},
+                 "low": scan.low, "high": scan.high}
+        if spec.dtype == "int64" and (scan.low is None or scan.low >= 0):  # negative ids: no vocabulary
+            stats["text_cnn_vocab_size"] = token_vocabulary(scan, feature, where)
+    costs = ds.costs if ds.costs is not None else lengths
+    return (ds.labels, None if costs is None else np.asarray(costs, np.float64)), stats
 
 
 def modes_table(rows: list[dict]) -> str:
@@ -113,8 +163,11 @@ def run(args) -> int:
 
     labels = load_column(args.labels, "labels", integer=True) if args.labels else None
     costs = load_column(args.costs, "costs", integer=False) if args.costs else None
+    tokens = None
     if args.dataset:
-        labels, costs = dataset_columns(args.dataset, labels, costs)
+        labels, costs, tokens = dataset_columns(args, labels, costs)
+    else:
+        refuse_keys(args, "there is no --dataset")
     n = args.samples
     if n is None:
         known = [a for a in (labels, costs) if a is not None]
@@ -128,6 +181,8 @@ def run(args) -> int:
                    bucket_window=args.bucket_window)
     ep = plan.epoch(args.epoch)
     summary = ep.summary()
+    if tokens is not None:
+        summary["tokens"] = tokens
     if costs is not None:
         from evenflow.report.tokens import compare_modes
         summary["modes"] = compare_modes(index, topo, args.batch_size, seed=args.seed, epoch=args.epoch,
@@ -140,6 +195,10 @@ def run(args) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{plan!r}\n")
+        if tokens is not None:
+            vocab = tokens.get("text_cnn_vocab_size")
+            print(f"feature {tokens['feature']!r} ({tokens['dtype']}, variable length): {tokens['text']}"
+                  + (f"; text_cnn reads id + 1, vocabulary {vocab}" if vocab else "") + "\n")
         print(plan_table({k: v for k, v in summary.items() if k != "modes"}))
         if "modes" in summary:
             print(modes_table(summary["modes"]))

@@ -7,7 +7,8 @@ framework.
 
 * :class:`Source` — random access by sample id, ``batch(ids) -> dict of numpy arrays``;
   :class:`ArraySource`, :class:`SubsetSource`, :class:`TextSource` and
-  :class:`RecordSource` implement it;
+  :class:`RecordSource` implement it (a variable-length list of records padded per batch by
+  :class:`PadSequences`);
 * :func:`load_dataset` — ``builtin:digits``, ``builtin:stdlib-docs``, ``.npz``, records
   directories and plain TFRecord files as a train and a test source
   (:class:`LoadedData`), split the same way for every framework (``test_fraction`` 0: no
@@ -20,6 +21,7 @@ from evenflow.data.convert import ConvertResult, convert
 from evenflow.data.load import load_dataset, register_loader
 from evenflow.data.loaded import LoadedData
 from evenflow.data.records_source import RecordSource
+from evenflow.data.sequences import PadSequences
 from evenflow.data.source import RESERVED_KEYS, ArraySource, Source, SubsetSource
 from evenflow.data.stdlib_docs import stdlib_docs
 from evenflow.data.text import TextData, TextSource
@@ -28,6 +30,7 @@ __all__ = [
     "ArraySource",
     "ConvertResult",
     "LoadedData",
+    "PadSequences",
     "RESERVED_KEYS",
     "RecordSource",
     "Source",

@@ -42,7 +42,7 @@ from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import is_tfrecord_files
 from evenflow.data.source import ArraySource
 from evenflow.data.stdlib_docs import BUILTIN_TEXT
-from evenflow.data.text import TextSource, pad_lengths_of
+from evenflow.data.text import VOCAB_SIZE, TextSource, pad_lengths_of
 from evenflow.records.manifest import MANIFEST_NAME
 
 __all__ = ["BUILTINS", "LoadedData", "load_dataset", "register_loader"]
@@ -76,7 +76,7 @@ def _text(name: str) -> Callable:
         return LoadedData(
             train=TextSource(data.subset(train), pad_lengths),
             test=TextSource(data.subset(test), pad_lengths) if len(test) else None,
-            num_classes=len(data.class_names), feature_shape=(None,), kind="text",
+            num_classes=len(data.class_names), feature_shape=(None,), kind="text", vocab_size=VOCAB_SIZE,
             split=split, identity=data_identity(content, (None,), split, (pad_lengths,)), dataset_ids=train,
             class_names=tuple(data.class_names),
             description=f"{data.name}: {split_text(len(train), len(test), 'sequences')}, "

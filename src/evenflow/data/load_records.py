@@ -36,6 +36,12 @@ a framework starts.
   convert builtin:stdlib-docs``) is variable-length text: each batch becomes token ids
   padded per batch (:class:`~evenflow.data.text.DecodeText`), like the builtin (feature
   shape ``(None,)``).
+* **Variable-length lists.** A float32/int64 feature whose length differs between records
+  (token ids written with ``tf.io.TFRecordWriter``; in plain files every record is read
+  once to find out: :func:`~evenflow.data.sequences.settle_lists`) is padded per batch like
+  text (:class:`~evenflow.data.sequences.PadSequences`, feature shape ``(None,)``); its
+  lengths are the costs unless the sidecars hold a cost column. int64 ids are read as
+  ``id + 1`` (0 = padding) with the vocabulary largest id + 2; a negative id is refused.
 * **Bad records.** Without ``skip_corrupt``, a record that fails while training is
   named afterwards by :meth:`RecordSource.find_bad_record` (``LoadedData.diagnose``).
   With it, every CRC is checked and every image decoded (Pillow) before training;
@@ -44,6 +50,7 @@ a framework starts.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,11 +61,12 @@ from evenflow.data.images import DecodeImages, first_image_layout, skip_undecoda
 from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import open_for_training
 from evenflow.data.records_source import RecordSource
+from evenflow.data.sequences import PadSequences, describe_lists, settle_lists, token_vocabulary
 from evenflow.data.source import SubsetSource
-from evenflow.data.text import DecodeText, check_pad_lengths, pad_lengths_of
+from evenflow.data.text import VOCAB_SIZE, DecodeText, check_pad_lengths, pad_lengths_of
 from evenflow.records.errors import RecordError
 
-__all__ = ["CACHE_BYTES", "load_records", "text_lengths"]
+__all__ = ["CACHE_BYTES", "load_records", "manifest_keys", "text_lengths"]
 
 # Datasets up to this many bytes of shards are decoded once and held in memory.
 CACHE_BYTES = 1 << 30
@@ -67,7 +75,7 @@ _DEFAULT_FEATURE, _DEFAULT_LABEL = "x", "y"
 _CHUNK = 4096  # records decoded at a time to measure text lengths
 
 
-def _keys(ds, options, where: str) -> tuple[str | None, str]:
+def manifest_keys(ds, options, where: str) -> tuple[str | None, str]:
     """(feature key or None for "choose", label key) of a converted dataset, checked against the records."""
     specs = ds.specs
     label = ds.label_key
@@ -99,35 +107,64 @@ def text_lengths(ds, key: str) -> np.ndarray:
     return out
 
 
-def _text_decode(ds, feature_key: str, options) -> tuple[DecodeText, str]:
-    """The decoder of text records and its description; refuses an empty text or short ``pad_lengths``."""
+class _Feature(NamedTuple):
+    """How training reads the feature: the decoder, one sample's shape, a note for the
+    description, the records that read (bool ``[N]``), and the vocabulary of token ids."""
+
+    decode: object
+    shape: tuple
+    note: str
+    good: np.ndarray
+    vocab: int | None = None
+
+
+def _pad_note(pad_lengths) -> str:
+    return "padded per batch" if pad_lengths is None else f"padded to {','.join(str(n) for n in pad_lengths)}"
+
+
+def _text_decode(ds, feature_key: str, options, good) -> _Feature:
+    """The decoder of text records; refuses an empty text or short ``pad_lengths``."""
     lengths = text_lengths(ds, feature_key)
     if lengths.min() < 1:
         path, rec, off = ds._where(int(np.argmin(lengths)))
         raise RecordError(path, f"text {feature_key!r} is empty; every sequence needs at least one token: "
                           f"leave such records out when converting", record=rec, offset=off, kind="feature")
     pad_lengths = check_pad_lengths(pad_lengths_of(options), int(lengths.max()))
-    pad = "padded per batch" if pad_lengths is None else f"padded to {','.join(str(n) for n in pad_lengths)}"
-    described = f"text, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f}), {pad}"
-    return DecodeText(pad_lengths), described
+    described = (f"text, {int(lengths.min())}-{int(lengths.max())} tokens (mean {lengths.mean():.0f}), "
+                 f"{_pad_note(pad_lengths)}")
+    return _Feature(DecodeText(pad_lengths), (None,), f" ({described})", good, VOCAB_SIZE)
 
 
-def _decoder(ds, feature_key: str, options, skip: bool, skipped: list) -> tuple:
-    """``(decode, feature shape, kind note, good bool [N])`` for the feature ``feature_key``."""
+def _list_decode(ds, key: str, scan, options, where: str, good) -> _Feature:
+    """The decoder of a variable-length list: token ids (int64, read as ``id + 1``) or float32 values."""
+    spec = ds.specs[key]
+    pad_lengths = check_pad_lengths(pad_lengths_of(options), int(scan.lengths.max()))
+    stats = f"{describe_lists(scan, spec.dtype)}, {_pad_note(pad_lengths)}"
+    if spec.dtype != "int64":
+        return _Feature(PadSequences(pad_lengths), (None,), f" (variable-length float32: {stats})", good)
+    vocab = token_vocabulary(scan, key, where)
+    return _Feature(PadSequences(pad_lengths, shift=1), (None,),
+                    f" (variable-length token ids: {stats}; read as id + 1, vocabulary {vocab})", good, vocab)
+
+
+def _decoder(ds, feature_key: str, options, skip: bool, skipped: list) -> _Feature:
+    """How training reads the feature ``feature_key``."""
     spec, where = ds.specs[feature_key], ds.manifest_path or options.dataset
     good = np.ones(len(ds), bool)
     if ds.holds_text(feature_key):  # variable-length text, e.g. `evenflow convert builtin:stdlib-docs`
-        decode, described = _text_decode(ds, feature_key, options)
-        return decode, (None,), f" ({described})", good
+        return _text_decode(ds, feature_key, options, good)
+    scan, _ = settle_lists(ds, feature_key)  # a list that varies (plain files: read from every record once)
+    if scan is not None:
+        return _list_decode(ds, feature_key, scan, options, where, good)
     if spec.dtype == "bytes":
         layout = first_image_layout(ds, feature_key, skip)  # with skip_corrupt, of the first image that opens
         if skip:
             good &= skip_undecodable(ds, feature_key, layout, skipped)
-        return DecodeImages(tuple(layout)), tuple(layout), " (decoded images)", good
+        return _Feature(DecodeImages(tuple(layout)), tuple(layout), " (decoded images)", good)
     if len(spec.shape) < 1:
         raise ValueError(f"{where}: feature {feature_key!r} is one number per record; a classifier needs at "
                          f"least one feature axis, pick another --feature-key")
-    return None, tuple(int(d) for d in spec.shape), "", good
+    return _Feature(None, tuple(int(d) for d in spec.shape), "", good)
 
 
 def load_records(options) -> LoadedData:
@@ -147,10 +184,10 @@ def load_records(options) -> LoadedData:
     ds, plain, keys = open_for_training(path, options.feature_key, options.label_key, skip)
     where = ds.manifest_path or path
     # No manifest: keys from the first record, labels from the sidecars or the records.
-    feature_key, label_key = keys if plain else _keys(ds, options, where)
+    feature_key, label_key = keys if plain else manifest_keys(ds, options, where)
     feature_key = ds.training_keys(feature_key, label_key)
     skipped = [b.to_json() for b in ds.bad]
-    decode, shape, kind, good = _decoder(ds, feature_key, options, skip, skipped)
+    decode, shape, kind, good, vocab = _decoder(ds, feature_key, options, skip, skipped)
     size = sum(os.path.getsize(p) for p in ds.paths)
     cache = size <= CACHE_BYTES
     source = RecordSource(ds, feature_key, label_key, decode=decode, cache=cache, verify=True)
@@ -184,4 +221,4 @@ def load_records(options) -> LoadedData:
                     f"{feature_key!r} {shape}{kind}",
         notes=skipped_note(skipped), diagnose=diagnose, skipped=tuple(skipped), kind="records", records=source,
         split=split, identity=identity, keys=(feature_key, label_key), dataset_ids=ids[train],
-        class_names=tuple(ds.class_names) if ds.class_names else None)
+        class_names=tuple(ds.class_names) if ds.class_names else None, vocab_size=vocab)

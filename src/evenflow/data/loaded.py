@@ -46,6 +46,9 @@ class LoadedData:
         class_names: the class names the dataset lists (a records manifest), or None.
         evaluation: for an evaluation dataset of its own (``--eval-dataset``): ``dataset``
             (its name), ``description``, ``samples`` and ``identity``; None otherwise.
+        vocab_size: for token ids, every id is below it (a token model's embedding rows):
+            257 for byte text, the largest id + 2 for an int64 list read as ``id + 1``. None
+            for other features (and for text of a loader that does not say: bytes).
     """
 
     train: object
@@ -64,6 +67,7 @@ class LoadedData:
     dataset_ids: np.ndarray | None = None
     class_names: tuple[str, ...] | None = None
     evaluation: dict | None = None
+    vocab_size: int | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -9,6 +9,8 @@ with the numpy Example decoder, so it runs anywhere numpy does, e.g. inside PyTo
 * encoded images with :class:`~evenflow.data.images.DecodeImages`: decoded by Pillow to
   float32 ``[B, H, W, C]`` in [0, 1];
 * text with :class:`~evenflow.data.text.DecodeText`: token ids padded per batch, and ``length``;
+* a variable-length list (:mod:`evenflow.data.sequences`): padded per batch by default, with
+  ``length``; the lengths are the costs unless the sidecars hold a cost column;
 * ``raw_images=True``: the encoded bytes under ``image``, for a consumer that decodes them itself.
 
 Its attributes (``dataset``, ``feature_key``, ``label_key``, ``cache``, ``verify``,
@@ -16,9 +18,8 @@ Its attributes (``dataset``, ``feature_key``, ``label_key``, ``cache``, ``verify
 (``evenflow.tf.tf_source``); the reading helpers it shares with such an adapter take
 record numbers (``0..len(dataset)-1``), not sample ids.
 
-Sources are pickled into worker processes when the start method is ``spawn``; the dataset's
-memory maps and the in-memory cache are then left behind, and the worker reopens the shards
-and reads by offset.
+Sources are pickled into worker processes when the start method is ``spawn``; the dataset's memory
+maps and the in-memory cache are then left behind, and the worker reopens the shards and reads by offset.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from evenflow.data.images import DecodeImages, ImageDecodeError
+from evenflow.data.sequences import settle_lists
 from evenflow.data.text import DecodeText
 from evenflow.plan.index import Index
 from evenflow.records.dataset import RecordDataset
@@ -59,7 +61,8 @@ class RecordSource:
         label_key: the integer class feature, returned as ``label``.
         ids: optional subset: sample ``i`` of this source is record ``ids[i]``; default every record.
         decode: optional ``fn(batch) -> batch`` run on each batch; required for a ``bytes``
-            feature (it arrives as ``"image"``) unless ``raw_images``.
+            feature (it arrives as ``"image"``) unless ``raw_images``. Default for a variable-length
+            list (an object array of 1-D arrays): :class:`~evenflow.data.sequences.PadSequences`.
         scale: optional factor the numeric features are multiplied by (e.g. ``1/16`` for digits).
         cache: decode every record's feature and label once (:meth:`preload`) and serve
             batches from memory.
@@ -84,6 +87,8 @@ class RecordSource:
         self._skip_corrupt = ds.skip_corrupt  # a reopened dataset must leave out the same records
         self.where = ds.manifest_path or ds.paths[0]
         feature_key = ds.training_keys(feature_key, label_key)
+        lists, decode = settle_lists(ds, feature_key, decode)  # plain files: a list that varies is variable-length
+        self._specs = {k: ds.specs[k] for k in (feature_key, label_key)}  # what a reopened dataset decodes with
         self.feature_spec = ds.specs[feature_key]
         self.is_encoded = self.feature_spec.dtype == "bytes"
         if self.is_encoded and decode is None and not raw_images:
@@ -99,26 +104,27 @@ class RecordSource:
                 self.records.min() < 0 or self.records.max() >= len(ds)):
             raise ValueError(f"ids must be record numbers in 0..{len(ds) - 1}, got {int(self.records.max())}")
         self.num_samples = len(ds) if self.records is None else int(self.records.size)
-        self._labels, self._costs, self._index, self._full = ds.labels, ds.costs, None, None
+        costs = ds.costs if ds.costs is not None or lists is None else lists.lengths.astype(np.float64)
+        self._labels, self._costs, self._index, self._full = ds.labels, costs, None, None
         self._state = _ReadState(np.zeros(len(ds), bool) if self.verify else None)
         self._ds, self._pid = ds, os.getpid()
 
     # -- what adapters read ------------------------------------------------------------------------
     @property
     def dataset(self) -> RecordDataset:
-        """The open records dataset (reopened on first use in a worker started by ``spawn``)."""
+        """The open records dataset (reopened with this source's specs in a worker started by ``spawn``)."""
         if self._ds is None:
-            self._ds = RecordDataset(self.path, skip_corrupt=self._skip_corrupt)
+            self._ds = RecordDataset(self.path, features=self._specs, skip_corrupt=self._skip_corrupt)
         return self._ds
 
     @property
     def feature_shape(self) -> tuple:
-        """One sample's features: the image layout, ``(None,)`` for text, else the spec's shape."""
+        """One sample's features: the image layout, ``(None,)`` for text and varying lists, else the spec's."""
         if isinstance(self.decode, DecodeImages):
             return tuple(self.decode.layout)
         if isinstance(self.decode, DecodeText):
             return (None,)
-        return tuple(int(d) for d in self.feature_spec.shape)
+        return self.feature_spec.shape
 
     @property
     def error(self) -> RecordError | None:
@@ -147,7 +153,7 @@ class RecordSource:
         return state
 
     def index(self) -> Index:
-        """N, and the labels and costs of the sidecars (of the records ``ids``, in that order)."""
+        """N, the sidecars' labels and costs (else a variable-length list's lengths), of the records ``ids``."""
         if self._index is None:
             labels = self._labels if self.records is None or self._labels is None else self._labels[self.records]
             costs = self._costs if self.records is None or self._costs is None else self._costs[self.records]
@@ -225,7 +231,7 @@ class RecordSource:
         feats = cols[self.feature_key]
         out = {"image" if self.is_encoded else "features": feats,
                "label": np.asarray(cols[self.label_key]).reshape(-1).astype(np.int64, copy=False)}
-        if not self.is_encoded:
+        if not self.is_encoded and not self.feature_spec.varlen:
             feats = feats.astype(np.float32, copy=False)  # int64 features: the models take float32
             out["features"] = feats * np.float32(self.scale) if self.scale is not None else feats
         if self.decode is None:
@@ -239,8 +245,8 @@ class RecordSource:
 
     def _image_error(self, record: int, reason: str) -> RecordError:
         path, rec, off = self.dataset._where(record)
-        return RecordError(path, f"image {self.feature_key!r} {reason}; replace it, or leave such records out "
-                           f"with --skip-corrupt", record=rec, offset=off, kind="image")
+        return RecordError(path, f"image {self.feature_key!r} {reason}; replace it, or leave such records out with "
+                           f"--skip-corrupt", record=rec, offset=off, kind="image")
 
     # -- naming a bad record -----------------------------------------------------------------------
     def find_bad_record(self, ids=None, chunk: int = 256, check_images: Callable | None = None):

@@ -1,10 +1,11 @@
 """Variable-length text as numpy: token sequences, padding per batch, and a :class:`TextSource`.
 
-A :class:`TextData` holds N byte-tokenised sequences back to back: ``tokens`` is
-one flat array of token ids and ``offsets[i]:offsets[i + 1]`` is sequence i (the
-layout of a ragged tensor's row splits, and of Arrow's list arrays). Token ids are
-bytes shifted by one — ``byte + 1`` in ``1..256`` — so 0 is free to mean padding
-and a model can rebuild the token mask from the ids alone (vocabulary 257).
+A :class:`TextData` holds N token sequences back to back: ``tokens`` is one flat
+array of token ids and ``offsets[i]:offsets[i + 1]`` is sequence i (the layout of a
+ragged tensor's row splits, and of Arrow's list arrays). Ids start at 1, so 0 is free
+to mean padding and a model can rebuild the token mask from the ids alone: byte text
+holds bytes shifted by one — ``byte + 1`` in ``1..256``, vocabulary 257 — and
+:meth:`TextData.from_sequences` shifts token ids of any vocabulary the same way.
 
 A batch of text is padded only to the longest sequence *of that batch* (0 after each
 sequence), so a cost-bucketed step of short sequences costs short-sequence compute; with
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evenflow.data.pad_lengths import check_pad_lengths, pad_lengths_of, padded_length, parse_pad_lengths
 from evenflow.plan.index import Index
 
 __all__ = ["PAD", "VOCAB_SIZE", "DecodeText", "TextData", "TextSource", "check_pad_lengths", "encode",
@@ -34,12 +36,19 @@ VOCAB_SIZE = 257  # 256 byte values shifted by one, and the padding id 0
 class TextData:
     """N variable-length token sequences with a label each.
 
+    Build one from arrays (e.g. ``tokens = np.concatenate(seqs) + 1``, ``offsets`` the running
+    total of the lengths from 0) or with :meth:`from_sequences`; serve it with :class:`TextSource`.
+
     Attributes:
-        tokens: uint16 ``[T]``, all sequences back to back; ids in ``1..256``.
+        tokens: integer ``[T]``, all sequences back to back; ids >= 1 (0 is padding): uint16
+            ``byte + 1`` for byte text, int64 ``id + 1`` from :meth:`from_sequences`.
         offsets: int64 ``[N + 1]``, sequence i is ``tokens[offsets[i]:offsets[i + 1]]``.
         labels: int64 ``[N]`` in ``0..K-1``.
         class_names: K names, ``class_names[k]`` for label k.
         name: short description for logs.
+
+    Raises:
+        ValueError: offsets that do not cover ``tokens``, or an empty sequence.
     """
 
     tokens: np.ndarray
@@ -58,9 +67,42 @@ class TextData:
             bad = int(np.flatnonzero(np.diff(self.offsets) < 1)[0])
             raise ValueError(f"every sequence needs at least one token, but sequence {bad} is empty; drop it")
 
+    @classmethod
+    def from_sequences(cls, sequences, labels, class_names=None, name: str = "tokens") -> "TextData":
+        """Token ids ``0..V-1`` of any vocabulary, one list or array per sample, stored as ``id + 1``.
+
+        Args:
+            sequences: N non-empty sequences of non-negative integer ids.
+            labels: N integer labels ``0..K-1``.
+            class_names: K names (default ``"0"``, ``"1"``, ...).
+            name: short description for logs.
+
+        Raises:
+            ValueError: a negative id, or an empty sequence.
+        """
+        seqs = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
+        labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+        tokens = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
+        if tokens.size and tokens.min() < 0:
+            raise ValueError(f"token ids must be >= 0, got {int(tokens.min())}; map them to 0..V-1")
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
+        names = tuple(class_names) if class_names is not None else \
+            tuple(str(k) for k in range(int(labels.max()) + 1 if labels.size else 0))
+        return cls(tokens + 1, offsets, labels, names, name)
+
     @property
     def num_samples(self) -> int:
         return int(self.labels.shape[0])
+
+    @property
+    def vocab_size(self) -> int:
+        """Embedding rows the ids need: the largest id + 1 (with padding, id 0)."""
+        return int(self.tokens.max()) + 1 if self.tokens.size else 1
+
+    @property
+    def id_dtype(self) -> type:
+        """What batches hold the ids as: int32, or int64 when the tokens' dtype holds larger ids."""
+        return np.int32 if np.iinfo(self.tokens.dtype).max <= np.iinfo(np.int32).max else np.int64
 
     @property
     def lengths(self) -> np.ndarray:
@@ -83,9 +125,9 @@ class TextData:
         return TextData(tokens, offsets, self.labels[ids], self.class_names, self.name)
 
     def padded(self, length: int | None = None) -> np.ndarray:
-        """int32 ``[N, length]`` with 0 after each sequence (``length`` default: the longest)."""
+        """:attr:`id_dtype` ``[N, length]`` with 0 after each sequence (``length`` default: the longest)."""
         length = int(self.lengths.max()) if length is None else length
-        out = np.zeros((self.num_samples, length), np.int32)
+        out = np.zeros((self.num_samples, length), self.id_dtype)
         for i in range(self.num_samples):
             seq = self.sequence(i)[:length]
             out[i, :len(seq)] = seq
@@ -97,81 +139,17 @@ def encode(text: str, max_len: int) -> np.ndarray:
     return np.frombuffer(text.encode("utf-8")[:max_len], dtype=np.uint8).astype(np.uint16) + 1
 
 
-def parse_pad_lengths(value) -> tuple[int, ...] | None:
-    """The ``pad_lengths`` config value as a tuple, or None for ``""`` (pad to each batch's longest).
-
-    Args:
-        value: a comma list such as ``"64,128,256,512"`` (the flag), or a list of ints
-            (a TOML array).
-
-    Raises:
-        ValueError: not increasing positive integers; the message names the bad item.
-    """
-    rule = "pad_lengths must be a comma list of increasing positive integers (tokens), e.g. 64,128,256,512"
-    if isinstance(value, str):
-        items = [x.strip() for x in value.split(",")] if value.strip() else []
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        raise ValueError(f"{rule}; got {type(value).__name__} {value!r}")
-    if not items:
-        return None
-    lengths = []
-    for x in items:
-        if isinstance(x, bool) or not (isinstance(x, int) or (isinstance(x, str) and x.lstrip("+-").isdigit())):
-            raise ValueError(f"{rule}; got {value!r}, where {x!r} is not an integer")
-        if int(x) < 1:
-            raise ValueError(f"{rule}; got {value!r}, where {int(x)} is not positive")
-        lengths.append(int(x))
-    for a, b in zip(lengths, lengths[1:]):
-        if b <= a:
-            raise ValueError(f"{rule}; got {value!r}, where {b} follows {a}: sort them and drop repeats")
-    return tuple(lengths)
-
-
-def pad_lengths_of(options) -> tuple[int, ...] | None:
-    """The parsed ``pad_lengths`` of data options (any object; None when it has none or it is empty)."""
-    return parse_pad_lengths(getattr(options, "pad_lengths", "") or "")
-
-
-def check_pad_lengths(pad_lengths, longest: int) -> tuple[int, ...] | None:
-    """``pad_lengths`` as a tuple of ints, checked: increasing, positive, the last >= ``longest``.
-
-    Args:
-        pad_lengths: lengths in tokens, or None (pad each batch to its longest sequence).
-        longest: tokens of the dataset's longest sequence.
-
-    Raises:
-        ValueError: not increasing positive lengths, or the last one shorter than ``longest``.
-    """
-    if pad_lengths is None:
-        return None
-    pad_lengths = tuple(int(x) for x in pad_lengths)
-    if not pad_lengths or any(b <= a for a, b in zip(pad_lengths, pad_lengths[1:])) or pad_lengths[0] < 1:
-        raise ValueError(f"pad_lengths must be increasing positive lengths, got {pad_lengths}")
-    if pad_lengths[-1] < longest:
-        raise ValueError(f"pad_lengths must reach the longest sequence ({longest} tokens), but the last is "
-                         f"{pad_lengths[-1]}; append {longest} or more")
-    return pad_lengths
-
-
-def padded_length(lengths: np.ndarray, pad_lengths: tuple[int, ...] | None) -> int:
-    """Width of a batch of sequences of ``lengths`` tokens: the longest, or the smallest pad length that holds it."""
-    longest = int(np.max(lengths)) if len(lengths) else 0
-    if pad_lengths is None:
-        return longest
-    return next(n for n in pad_lengths if n >= longest)
-
-
-def pad_tokens(sequences, pad_lengths: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(features int32 [B, L], length int64 [B])``: token sequences padded with 0 to the batch's width.
+def pad_tokens(sequences, pad_lengths: tuple[int, ...] | None = None,
+               dtype=np.int32) -> tuple[np.ndarray, np.ndarray]:
+    """``(features [B, L], length int64 [B])``: token sequences padded with 0 to the batch's width.
 
     Args:
         sequences: B sequences of token ids.
         pad_lengths: checked increasing lengths (:func:`check_pad_lengths`), or None.
+        dtype: of the features: int32, or int64 for ids of 2^31 and more.
     """
     length = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
-    out = np.full((len(sequences), padded_length(length, pad_lengths)), PAD, np.int32)
+    out = np.full((len(sequences), padded_length(length, pad_lengths)), PAD, dtype)
     for row, seq in zip(out, sequences):
         row[:len(seq)] = seq
     return out, length
@@ -192,8 +170,17 @@ class TextSource:
             shapes occur. Must reach the longest sequence. None pads to the longest
             sequence of each batch.
 
-    ``batch(ids)`` returns ``features`` int32 ``[slots, L]`` (0 after each sequence),
-    ``label`` int64 ``[slots]`` and ``length`` int64 ``[slots]``.
+    ``batch(ids)`` returns ``features`` ``[slots, L]`` (0 after each sequence; int32, or
+    int64 for wider token dtypes: :attr:`TextData.id_dtype`), ``label`` int64 ``[slots]`` and
+    ``length`` int64 ``[slots]``. ``index()`` gives the lengths as costs, so a cost-balanced,
+    bucketed plan gives every replica an equal share of tokens in steps of similar lengths::
+
+        data = TextData.from_sequences(token_lists, labels)       # ids 0..V-1, stored as id + 1
+        source = TextSource(data, pad_lengths=(64, 128, 256))     # or None: pad to each batch's longest
+        plan = evenflow.Plan(source.index(), evenflow.Topology(4), global_batch_size=64,
+                             balance="cost", bucket=True)
+        # TensorFlow: evenflow.tf.PlanReader(source, map_fns=[blank_padding_rows]) and
+        # build_model("text_cnn", (None,), K, vocab_size=data.vocab_size)
     """
 
     def __init__(self, data: TextData, pad_lengths: tuple[int, ...] | None = None):
@@ -218,7 +205,8 @@ class TextSource:
 
     def batch(self, ids) -> dict:
         ids = np.asarray(ids, dtype=np.int64)
-        features, length = pad_tokens([self.data.sequence(i) for i in ids.tolist()], self.pad_lengths)
+        features, length = pad_tokens([self.data.sequence(i) for i in ids.tolist()], self.pad_lengths,
+                                      self.data.id_dtype)
         return {"features": features, "label": self.data.labels[ids], "length": length}
 
     def __repr__(self):

@@ -18,12 +18,13 @@ from evenflow.records.batch_read import copy_slices, gather_bytes, sample_ids
 from evenflow.records.batch_verify import verify_batch
 from evenflow.records.dataset_open import check_crcs, check_headers, open_shard, resolve_paths, sample_columns
 from evenflow.records.errors import BadRecord, RecordError
-from evenflow.records.example_decode import decode_examples, infer_specs
-from evenflow.records.feature_keys import requested_specs, training_feature_key
+from evenflow.records.example_decode import decode_examples
+from evenflow.records.feature_keys import resolve_specs, training_feature_key
 from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
 from evenflow.records.frame_walk import open_mmap
 from evenflow.records.sidecar import ShardIndex
 from evenflow.records.spec import FeatureSpec
+from evenflow.records.varlen import ListScan, scan_list
 
 __all__ = ["CHECKS", "GATHER_BYTES", "RecordDataset"]
 
@@ -78,8 +79,10 @@ class RecordDataset:
         self._build_arrays()
         self._features = features
         self._specs: dict[str, FeatureSpec] | None = None
+        self._guessed = self.manifest is None and not isinstance(features, Mapping)  # specs from record 0
+        self._lists: dict[str, ListScan] = {}
         if features is not None or self.manifest is not None:
-            self._specs = self._resolve_specs(features)  # validate requested keys now
+            self._specs = resolve_specs(self, features)  # validate requested keys now
 
     @property
     def specs(self) -> dict[str, FeatureSpec]:
@@ -89,7 +92,7 @@ class RecordDataset:
         then read, so datasets of non-Example records open fine).
         """
         if self._specs is None:
-            self._specs = self._resolve_specs(self._features)
+            self._specs = resolve_specs(self, self._features)
         return self._specs
 
     # -- opening -----------------------------------------------------------------------------------
@@ -107,22 +110,6 @@ class RecordDataset:
         cols = sample_columns(self._shards)
         self.num_samples = int(cols.shard_starts[-1])
         self.shard_starts, self.sample_shard, self.sample_offset, self.sample_length, self.labels, self.costs = cols
-
-    def _resolve_specs(self, features) -> dict[str, FeatureSpec]:
-        if isinstance(features, Mapping):
-            return {str(k): v if isinstance(v, FeatureSpec) else FeatureSpec.from_json(v) for k, v in features.items()}
-        if self.manifest is not None:
-            return requested_specs(self.manifest.features, features, self.manifest_path, None)
-        known = self._first_record_specs() if self.num_samples else {}
-        return requested_specs(known, features, self.paths[0], 0)
-
-    def _first_record_specs(self) -> dict[str, FeatureSpec]:
-        """The specs :func:`infer_specs` guesses from sample 0, errors naming its shard and offset."""
-        try:
-            return infer_specs(self.read_batch([0])[0])
-        except RecordError as e:
-            path, rec, off = self._where(0)
-            raise RecordError(path, e.reason, record=rec, offset=off, kind=e.kind) from e
 
     # -- public surface ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -176,6 +163,17 @@ class RecordDataset:
             raise ValueError(f"labels must be integers of shape ({self.num_samples},), one per sample, got "
                              f"{labels.dtype} {labels.shape}")
         self.labels = labels.astype(np.int64, copy=False)
+
+    def scan_list(self, key: str) -> ListScan:
+        """Lengths and value range of float32/int64 list feature ``key`` in every record
+        (:func:`~evenflow.records.varlen.scan_list`; read once, then remembered). Without a manifest,
+        a key whose shape was guessed from the first record becomes variable-length (``(None,)``)
+        in :attr:`specs` when its lengths differ."""
+        if key not in self._lists:
+            found = self._lists[key] = scan_list(self, key)
+            if self._guessed and found.varies:
+                self._specs[key] = FeatureSpec(self._specs[key].dtype, (None,))
+        return self._lists[key]
 
     def holds_text(self, key: str) -> bool:
         """Whether feature ``key`` is text: one ``bytes`` value per record in a dataset whose
@@ -264,7 +262,8 @@ class RecordDataset:
 
         Args:
             ids: sample ids ``[B]``.
-            keys: subset of :attr:`specs` to decode; default all.
+            keys: subset of :attr:`specs` to decode (default all), or key -> :class:`FeatureSpec`
+                to decode them with (e.g. a variable-length view of a fixed-size list).
             verify: check CRCs while reading.
 
         Raises:
@@ -272,7 +271,8 @@ class RecordDataset:
                 its shard, record number and offset.
         """
         ids = self._ids(ids)
-        specs = self.specs if keys is None else {k: self._spec(k) for k in keys}
+        specs = self.specs if keys is None else dict(keys) if isinstance(keys, Mapping) else \
+            {k: self._spec(k) for k in keys}
         triple = self.read_batch_buffer(ids, verify=verify)
         try:
             return decode_examples(triple, specs)

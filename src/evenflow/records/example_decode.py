@@ -36,6 +36,9 @@ from evenflow.records.spec import FeatureSpec, dtype_of_list
 __all__ = ["ExampleError", "decode_example", "decode_examples", "infer_specs", "parse_one"]
 
 _PAD = 10  # bytes of zero padding so a varint window never runs off the buffer
+# Records decoded at a time: the fast paths' temporaries (several per byte of the batch) then stay
+# small; a whole dataset decoded in one piece (a cache being filled) ran several times slower.
+_CHUNK = 4096
 
 
 class ExampleError(RecordError):
@@ -73,8 +76,7 @@ def _general(buf, starts, lengths, specs: Mapping[str, FeatureSpec]) -> dict[str
     from google.protobuf.message import DecodeError
     from_string = example_classes()["Example"].FromString
     b = starts.shape[0]
-    out = {key: np.empty((b, spec.size), dtype=object if spec.dtype == "bytes" else spec.dtype)
-           for key, spec in specs.items()}
+    out = {key: _empty(b, spec) for key, spec in specs.items()}
     plan = [(key, spec.list_name, spec.size, out[key]) for key, spec in specs.items()]
     raw = buf.tobytes()
     for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
@@ -89,16 +91,30 @@ def _general(buf, starts, lengths, specs: Mapping[str, FeatureSpec]) -> dict[str
                                    f"those with --feature-key / features=", record=i)
             feature = fmap[key]
             kind = feature.WhichOneof("kind")
+            if size is None and kind is None:  # an empty Feature: an empty list, as tf.io.parse_example reads it
+                dest[i] = np.zeros(0, specs[key].dtype)
+                continue
             if kind != list_name:
                 raise ExampleError(f"feature {key!r} is a {kind or 'empty Feature'}, the spec expects "
-                                   f"{list_name} ({specs[key].dtype})", record=i)
+                                   f"{list_name} ({specs[key].dtype}{', variable length' if size is None else ''})",
+                                   record=i)
             values = getattr(feature, kind).value
-            if len(values) != size:
+            if size is None:
+                dest[i] = np.array(values, dtype=specs[key].dtype)
+            elif len(values) != size:
                 raise ExampleError(f"feature {key!r} has {len(values)} values, the spec expects shape "
                                    f"{specs[key].shape} = {size} values", record=i)
-            if size:
+            elif size:
                 dest[i] = list(values)  # a plain list converts much faster than the container
-    return {key: out[key].reshape((b,) + spec.shape) for key, spec in specs.items()}
+    return {key: out[key] if spec.varlen else out[key].reshape((b,) + spec.shape) for key, spec in specs.items()}
+
+
+def _empty(b: int, spec: FeatureSpec) -> np.ndarray:
+    """The array :func:`decode_examples` fills for ``b`` records: ``[b, size]``, or object ``[b]`` of
+    one array per record for a variable-length list."""
+    if spec.varlen:
+        return np.empty(b, dtype=object)
+    return np.empty((b, spec.size), dtype=object if spec.dtype == "bytes" else spec.dtype)
 
 
 def decode_examples(records, specs: Mapping[str, FeatureSpec], *, fast: bool = True) -> dict[str, np.ndarray]:
@@ -112,7 +128,9 @@ def decode_examples(records, specs: Mapping[str, FeatureSpec], *, fast: bool = T
         fast: try the vectorised lockstep path first (the result is the same either way).
 
     Returns:
-        key -> array ``[batch, *spec.shape]``: float32, int64, or object holding ``bytes``.
+        key -> array ``[batch, *spec.shape]``: float32, int64, or object holding ``bytes``;
+        for a variable-length list (shape ``(None,)``), object ``[batch]`` holding one float32
+        or int64 array per record (of any length, 0 included).
 
     Raises:
         ExampleError: a record lacks a key, has another list type, another number of
@@ -122,8 +140,20 @@ def decode_examples(records, specs: Mapping[str, FeatureSpec], *, fast: bool = T
         raise TypeError("specs must map feature keys to FeatureSpec, e.g. {'x': FeatureSpec('float32', (64,))}")
     buf, starts, lengths = _as_buffer(records)
     if starts.shape[0] == 0:
-        return {key: np.empty((0,) + spec.shape, dtype=object if spec.dtype == "bytes" else spec.dtype)
+        return {key: _empty(0, spec) if spec.varlen else _empty(0, spec).reshape((0,) + spec.shape)
                 for key, spec in specs.items()}
+    parts = []
+    for lo in range(0, starts.shape[0], _CHUNK):
+        try:
+            parts.append(_decode(buf, starts[lo:lo + _CHUNK], lengths[lo:lo + _CHUNK], specs, fast))
+        except ExampleError as e:
+            if not lo or e.record is None:
+                raise
+            raise ExampleError(e.reason, record=e.record + lo) from e
+    return parts[0] if len(parts) == 1 else {key: np.concatenate([p[key] for p in parts]) for key in specs}
+
+
+def _decode(buf, starts, lengths, specs, fast: bool) -> dict[str, np.ndarray]:
     if fast:
         try:
             return _fast(buf, starts, lengths, specs)

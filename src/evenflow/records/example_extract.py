@@ -2,8 +2,11 @@
 
 Given the spans :mod:`evenflow.records.example_layout` located, float payloads are
 gathered with one fancy index and viewed as float32, int64 varints are decoded in bulk,
-and bytes items are sliced out. Anything unexpected (a payload of another size, a varint
-that runs past its record) raises :class:`~evenflow.records.example_layout.Irregular`.
+and bytes items are sliced out. A variable-length list (spec shape ``(None,)``) is
+gathered the same way for the whole batch, counted per record, and split into one array
+per record (:func:`ragged_values`, :func:`split_rows`). Anything unexpected (a payload of
+another size, a varint that runs past its record) raises
+:class:`~evenflow.records.example_layout.Irregular`.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import numpy as np
 from evenflow.records.example_layout import Irregular
 from evenflow.records.spec import FeatureSpec
 
-__all__ = ["extract"]
+__all__ = ["extract", "ragged_values", "split_rows"]
 
 
 def extract(buf, spans: dict, specs: Mapping[str, FeatureSpec], b: int) -> dict[str, np.ndarray]:
@@ -22,7 +25,9 @@ def extract(buf, spans: dict, specs: Mapping[str, FeatureSpec], b: int) -> dict[
     out = {}
     for key, spec in specs.items():
         span = spans[key]
-        if spec.dtype == "float32":
+        if spec.varlen:
+            out[key] = split_rows(*ragged_values(buf, span, spec.dtype))
+        elif spec.dtype == "float32":
             pstart, plen = span
             if not (plen == 4 * spec.size).all():
                 raise Irregular
@@ -55,6 +60,42 @@ def extract(buf, spans: dict, specs: Mapping[str, FeatureSpec], b: int) -> dict[
             for j, (s, n) in enumerate(span):
                 arr[:, j] = [raw[x:x + m] for x, m in zip(s.tolist(), n.tolist())]
             out[key] = arr.reshape((b,) + spec.shape)
+    return out
+
+
+def ragged_values(buf, span, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every value of a variable-length float32/int64 list in a batch, and how many each record holds.
+
+    Args:
+        buf: the batch's bytes (uint8, padded).
+        span: ``(payload starts [B], payload lengths [B])`` of the packed values (length 0: empty).
+        dtype: ``"float32"`` or ``"int64"``.
+
+    Returns:
+        ``(values float32 or int64 [T], counts int64 [B])``, record after record.
+    """
+    pstart, plen = span
+    data = _gather(buf, pstart, plen)
+    if dtype == "float32":
+        if (plen % 4).any():
+            raise Irregular
+        return data.view("<f4").astype(np.float32, copy=False), plen // 4
+    ends = np.cumsum(plen)
+    # Each record's payload must end on the last byte of a varint.
+    if (data[ends[plen > 0] - 1] >= 0x80).any():
+        raise Irregular
+    last = np.concatenate([[0], np.cumsum(data < 0x80)])
+    counts = last[ends] - last[ends - plen]
+    return _decode_varints(data, int(counts.sum())), counts
+
+
+def split_rows(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """object ``[B]``: row i is ``values[sum(counts[:i]):sum(counts[:i + 1])]`` (a view)."""
+    out = np.empty(counts.shape[0], dtype=object)
+    if not counts.size:
+        return out
+    for i, row in enumerate(np.split(values, np.cumsum(counts)[:-1])):
+        out[i] = row
     return out
 
 

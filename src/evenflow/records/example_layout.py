@@ -74,7 +74,7 @@ def lockstep_layout(buf, starts, lengths, specs: Mapping[str, FeatureSpec]) -> d
     """Walk all records in lockstep; returns where each requested feature's values are.
 
     For float/int64 features: ``(payload starts [B], payload lengths [B])`` of the packed
-    values; for bytes features: a list of such pairs, one per item.
+    values (length 0 for an empty list); for bytes features: a list of such pairs, one per item.
     """
     b = starts.shape[0]
     end = starts + lengths
@@ -136,11 +136,21 @@ def _feature_span(buf, c, entry_end, spec: FeatureSpec, b: int):
         raise Irregular
     if spec.dtype == "bytes":
         return _bytes_spans(buf, c, list_end, spec.size)
-    if spec.size == 0:
+    if spec.size == 0 or (spec.varlen and (llen == 0).all()):
         if not (llen == 0).all():
             raise Irregular
         return c, np.zeros(b, np.int64)
-    _expect(buf, c, 0x0A)  # packed values
+    if spec.varlen and (llen == 0).any():  # empty lists have no packed field: read the others'
+        full = llen > 0
+        starts, plen = c.copy(), np.zeros(b, np.int64)
+        starts[full], plen[full] = _packed(buf, c[full], list_end[full])
+        return starts, plen
+    return _packed(buf, c, list_end)
+
+
+def _packed(buf, c, list_end):
+    """``(payload starts, payload lengths)`` of the packed values field at ``c``, filling each list."""
+    _expect(buf, c, 0x0A)
     c, plen = _length(buf, c + 1)
     if not (c + plen == list_end).all():
         raise Irregular
@@ -212,7 +222,7 @@ def _layout_one(rec: bytes, specs: Mapping[str, FeatureSpec]) -> dict[str, tuple
         llen, pos = _read_varint(rec, pos + 1)
         if pos + llen != entry_end:
             raise Irregular
-        if spec.size == 0:
+        if spec.size == 0 or (spec.varlen and llen == 0):
             if llen:
                 raise Irregular
             found[key] = (pos, 0)

@@ -1,6 +1,7 @@
 """Choosing and checking the feature keys of a records dataset.
 
-Which features :meth:`RecordDataset.decode_batch` returns (:func:`requested_specs`: the
+Which features :meth:`RecordDataset.decode_batch` returns (:func:`resolve_specs`: the
+specs given, the manifest's, or those the first record shows; :func:`requested_specs`: the
 ones asked for, each of which the records must hold) and which key a training source
 reads as its features (:func:`training_feature_key`: the one named, else the manifest's
 image, else the only key that is neither the label nor the cost).
@@ -10,9 +11,35 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from evenflow.records.errors import RecordError
+from evenflow.records.example_decode import infer_specs
 from evenflow.records.spec import FeatureSpec
 
-__all__ = ["requested_specs", "training_feature_key"]
+__all__ = ["requested_specs", "resolve_specs", "training_feature_key"]
+
+
+def resolve_specs(ds, features) -> dict[str, FeatureSpec]:
+    """The specs a :class:`~evenflow.records.RecordDataset` decodes with.
+
+    Args:
+        ds: the dataset (its manifest, or else its first record, supplies the specs).
+        features: key -> :class:`FeatureSpec` (or its JSON) to use as given, keys to keep, or None.
+
+    Raises:
+        RecordError: a requested key the records do not hold; a first record that is not an
+            Example (naming its shard and offset).
+    """
+    if isinstance(features, Mapping):
+        return {str(k): v if isinstance(v, FeatureSpec) else FeatureSpec.from_json(v) for k, v in features.items()}
+    if ds.manifest is not None:
+        return requested_specs(ds.manifest.features, features, ds.manifest_path, None)
+    known = {}
+    if ds.num_samples:
+        try:
+            known = infer_specs(ds.read_batch([0])[0])
+        except RecordError as e:
+            path, rec, off = ds._where(0)
+            raise RecordError(path, e.reason, record=rec, offset=off, kind=e.kind) from e
+    return requested_specs(known, features, ds.paths[0], 0)
 
 
 def requested_specs(known: Mapping[str, FeatureSpec], features: str | Sequence[str] | None, where: str,

@@ -4,7 +4,9 @@ A ``tf.train.Example`` maps a feature key to one of three lists: ``float_list``
 (float32), ``int64_list`` or ``bytes_list``. :class:`FeatureSpec` fixes a key's list
 type and per-sample shape, which is what the encoder (:mod:`evenflow.records.example`),
 the batch decoder (:mod:`evenflow.records.example_decode`) and the manifest
-(:mod:`evenflow.records.manifest`) share.
+(:mod:`evenflow.records.manifest`) share. The shape ``(None,)`` is a *variable-length*
+list (``tf.io.RaggedFeature``): a float32 or int64 list of any length per record, e.g.
+token ids; the decoder returns it as one array per record.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ class FeatureSpec:
     Args:
         dtype: ``"float32"``, ``"int64"`` or ``"bytes"``.
         shape: per-sample shape; the record holds ``prod(shape)`` values
-            (``()`` means exactly one value).
+            (``()`` means exactly one value), or ``(None,)``: any number of values
+            (float32 and int64 only; in JSON ``[null]``).
     """
 
     dtype: Literal["float32", "int64", "bytes"]
@@ -36,18 +39,30 @@ class FeatureSpec:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"FeatureSpec dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if tuple(self.shape) == (None,):
+            if self.dtype == "bytes":
+                raise ValueError("FeatureSpec shape (None,) (variable length) is for float32 and int64 lists; "
+                                 "a bytes feature holds a fixed number of items")
+            object.__setattr__(self, "shape", (None,))
+            return
         try:
             shape = tuple(int(d) for d in self.shape)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"FeatureSpec shape must be a tuple of ints, got {self.shape!r}") from e
+            raise TypeError(f"FeatureSpec shape must be a tuple of ints, or (None,) for a variable-length "
+                            f"list, got {self.shape!r}") from e
         if any(d < 0 for d in shape):
             raise ValueError(f"FeatureSpec shape must be non-negative, got {shape}")
         object.__setattr__(self, "shape", shape)
 
     @property
-    def size(self) -> int:
-        """Number of values per record."""
-        return math.prod(self.shape)
+    def varlen(self) -> bool:
+        """Whether the records hold any number of values (shape ``(None,)``)."""
+        return self.shape == (None,)
+
+    @property
+    def size(self) -> int | None:
+        """Number of values per record; None for a variable-length list."""
+        return None if self.varlen else math.prod(self.shape)
 
     @property
     def list_name(self) -> str:

@@ -60,9 +60,9 @@ class DataOptions:
         "records only: check every record before training and leave out, and list, those with a bad CRC or an "
         "image that does not decode, instead of stopping at the first one"))
     pad_lengths: str = field(default="", metadata=_help(
-        "text only: pad each replica batch up to the next of these increasing lengths in tokens, e.g. "
-        "64,128,256,512 (a fixed set of shapes; the last must reach the longest sequence); default: pad to the "
-        "batch's longest sequence"))
+        "text and variable-length lists only: pad each replica batch up to the next of these increasing lengths "
+        "in tokens, e.g. 64,128,256,512 (a fixed set of shapes; the last must reach the longest sequence); "
+        "default: pad to the batch's longest sequence"))
 
     def __post_init__(self):
         check_str("dataset", self.dataset)

@@ -35,7 +35,7 @@ from evenflow.run.checkpoints import CHECKPOINT_DIR, Checkpointer, list_checkpoi
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
 from evenflow.run.lock import RunDirectory
-from evenflow.run.models import check_model_input
+from evenflow.run.models import check_model_input, check_tokens
 from evenflow.run.preflight import check_plan, check_workers_agree
 from evenflow.run.runlog import NoLog, RunLog, clear_events
 from evenflow.run.summary import print_header, print_results, run_summary
@@ -73,9 +73,10 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     data = _load(config, framework)
     if config.data.pad_lengths and None not in data.feature_shape:
         raise ValueError(f"pad_lengths only applies to variable-length text (builtin:stdlib-docs, or records "
-                         f"converted from it), but {config.data.dataset} has fixed-size features "
-                         f"{data.feature_shape}; drop --pad-lengths")
+                         f"converted from it) and variable-length lists, but {config.data.dataset} has fixed-size "
+                         f"features {data.feature_shape}; drop --pad-lengths")
     check_model_input(config.model.model, data.feature_shape)
+    check_tokens(config.model.model, data)
     check_fits(config.data.augment, data.feature_shape)
     if processes.local_replicas != config.compute.replicas:
         config = config.replace(replicas=processes.local_replicas)

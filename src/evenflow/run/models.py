@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from evenflow.run.options import MODEL_NAMES
 
-__all__ = ["MODEL_NAMES", "check_model_input"]
+__all__ = ["EMBED_SIZE", "MAX_VOCAB", "MODEL_NAMES", "check_model_input", "check_tokens"]
 
 _NEEDS = {"cnn": (2, 3), "text_cnn": (1,)}  # accepted ranks of one sample's features; absent = any rank
+EMBED_SIZE = 32  # text_cnn's embedding width
+# The most rows text_cnn's embedding may have: 2^20 x 32 float32 = 128 MiB, held once per replica, and
+# twice more by Adam's moments.
+MAX_VOCAB = 1 << 20
 
 
 def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
@@ -31,3 +35,36 @@ def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
         raise ValueError(
             f"model {name!r} needs image-shaped features [H, W] or [H, W, C], got per-sample shape "
             f"{tuple(input_shape)}; reshape the features or use model 'mlp'")
+
+
+def check_tokens(name: str, data) -> None:
+    """Raise ``ValueError`` if model ``name`` embeds token ids and ``data`` cannot feed it.
+
+    ``text_cnn`` embeds integer ids: a variable-length float32 list is refused, and so are
+    fixed-size features (it would read them as byte ids) and a vocabulary (``data.vocab_size``)
+    whose embedding would exceed :data:`MAX_VOCAB` rows. Pure Python, so it can run before a
+    framework starts.
+    """
+    if name != "text_cnn":
+        return
+    records = getattr(data, "records", None)
+    spec = getattr(records, "feature_spec", None)
+    if spec is not None and spec.varlen and spec.dtype != "int64":
+        raise ValueError(f"model 'text_cnn' embeds integer token ids, but feature {records.feature_key!r} is a "
+                         f"variable-length {spec.dtype} list; store token ids as an int64 list, or train on these "
+                         f"values with a model of your own through evenflow's API")
+    vocab = getattr(data, "vocab_size", None)
+    if vocab is None and None not in tuple(data.feature_shape):
+        what, fix = f"its features have the fixed shape {tuple(data.feature_shape)}", "use another --model"
+        if spec is not None:
+            what = f"feature {records.feature_key!r} holds {spec.size} values in every record (a fixed-size feature)"
+            fix += (", or train text_cnn through evenflow's API on the feature declared variable-length "
+                    "(FeatureSpec('int64', (None,)))")
+        raise ValueError(f"model 'text_cnn' embeds token ids (text, or an int64 list whose length varies from "
+                         f"record to record), but {what}, which it would read as byte ids; {fix}")
+    if vocab is not None and vocab > MAX_VOCAB:
+        mib = vocab * EMBED_SIZE * 4 / 2 ** 20
+        raise ValueError(f"model 'text_cnn' would need an embedding of {vocab:,} rows (token ids up to "
+                         f"{vocab - 2:,}, read as id + 1) x {EMBED_SIZE} floats = {mib:,.0f} MiB per replica, 3x that "
+                         f"with Adam's state; evenflow builds at most {MAX_VOCAB:,} rows: map the ids to a dense "
+                         f"vocabulary 0..{MAX_VOCAB - 2:,} when writing the records")

@@ -59,7 +59,7 @@ def _cnn(input_shape, num_classes, dtype, width: int = 32, dropout: float = 0.0)
 MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "text_cnn": text_cnn}
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, precision: str = "float32",
-                dropout: float = 0.0):
+                dropout: float = 0.0, vocab_size: int | None = None):
     """Build (not compile) model ``name``; call it inside ``strategy.scope()``.
 
     Args:
@@ -68,6 +68,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, preci
         num_classes: number of output logits, >= 2.
         precision: a Keras dtype policy name: ``float32``, ``mixed_float16`` or ``mixed_bfloat16``.
         dropout: rate of a dropout layer before the logits (0: none).
+        vocab_size: ``text_cnn`` only: token ids are below it (default 257, byte text;
+            :attr:`evenflow.data.LoadedData.vocab_size`).
 
     Returns:
         A ``keras.Model`` mapping ``[batch, *input_shape]`` to float32 logits ``[batch, num_classes]``.
@@ -76,4 +78,6 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, preci
     if num_classes < 2:
         raise ValueError(f"num_classes must be at least 2, got {num_classes}")
     keras = _keras()
-    return MODELS[name](tuple(input_shape), int(num_classes), keras.DTypePolicy(precision), dropout=float(dropout))
+    extra = {"vocab_size": int(vocab_size)} if name == "text_cnn" and vocab_size is not None else {}
+    return MODELS[name](tuple(input_shape), int(num_classes), keras.DTypePolicy(precision), dropout=float(dropout),
+                        **extra)

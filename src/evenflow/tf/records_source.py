@@ -21,7 +21,8 @@ it is one ``bytes.join``; ``batch()`` in a ``tf.function``, without decoding).
 
 Encoded images (a ``bytes`` feature) come back undecoded under ``"image"``; pass
 ``decode=decode_images(...)`` (or add it to the reader's ``map_fns``) to turn them into
-``features``.
+``features``. A variable-length list (:mod:`evenflow.tf.sequences`) is parsed as a ragged
+tensor and padded per batch, by default by :func:`~evenflow.tf.sequences.pad_sequences`.
 
 Reading happens in TensorFlow's threads, so a bad record surfaces as a TensorFlow error
 that names no record. ``verify=True`` checks the CRCs of every record the first time it is
@@ -42,14 +43,13 @@ from evenflow.data.records_source import RecordSource as NumpyRecordSource
 from evenflow.records.errors import RecordError
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import numpy_function
+from evenflow.tf.sequences import column_tensor, pad_sequences, parse_feature
 
 __all__ = ["RecordSource", "decode_images"]
 
 # Largest static batch whose images decode_images decodes with one op per image written
 # out in the graph; larger or unknown batch sizes use tf.map_fn.
 UNROLL_MAX = 1024
-
-_TF_DTYPES = {"float32": "float32", "int64": "int64", "bytes": "string"}
 
 
 class RecordSource:
@@ -64,7 +64,8 @@ class RecordSource:
         label_key: the integer class feature, returned as ``label``.
         cache: decode every record once and hold its feature and label in memory.
         decode: optional ``fn(batch) -> batch`` applied inside :meth:`batch`, e.g.
-            :func:`decode_images`.
+            :func:`decode_images`; for a variable-length list the default is
+            :func:`~evenflow.tf.sequences.pad_sequences` (it arrives ragged).
         verify: check the length and data CRCs of each record the first time this
             source reads it (the whole dataset at once with ``cache``). Once is enough:
             shards are memory-mapped, and ``evenflow convert`` replaces a file by renaming
@@ -97,6 +98,8 @@ class RecordSource:
     def _init(self, numpy: NumpyRecordSource, decode) -> None:
         if decode is not None and not callable(decode):
             raise TypeError(f"decode must be a function batch -> batch, got {type(decode).__name__}")
+        if decode is None and numpy.feature_spec.varlen:
+            decode = pad_sequences()
         self.numpy, self.decode = numpy, decode
         self.dataset = numpy.dataset
         self.feature_key, self.label_key, self.cache = numpy.feature_key, numpy.label_key, numpy.cache
@@ -117,9 +120,7 @@ class RecordSource:
     # -- TensorFlow side ---------------------------------------------------------------------------
     def _parse_spec(self) -> dict:
         tf = _tf()
-        fs = self.feature_spec
-        return {self.feature_key: tf.io.FixedLenFeature(list(fs.shape), getattr(tf, _TF_DTYPES[fs.dtype])),
-                self.label_key: tf.io.FixedLenFeature([], tf.int64)}
+        return {self.feature_key: parse_feature(self.feature_spec), self.label_key: tf.io.FixedLenFeature([], tf.int64)}
 
     def _read(self, ids):
         raw, starts, lengths = self.numpy.read_serialized(ids)
@@ -140,9 +141,7 @@ class RecordSource:
             # init_scope: eager tensors that traced functions capture, not constants baked into graphs.
             with tf.init_scope(), tf.device("/cpu:0"):
                 cols = self.numpy.take_cache()  # the numpy copy is dropped once the tensors hold it
-                feature = cols[self.feature_key]
-                self._cached = {"feature": tf.constant(list(feature) if self.is_encoded else feature,
-                                                       dtype=tf.string if self.is_encoded else None),
+                self._cached = {"feature": column_tensor(cols[self.feature_key], self.feature_spec),
                                 "label": tf.constant(np.asarray(cols[self.label_key], np.int64).reshape(-1))}
         return {"image" if self.is_encoded else "features": tf.gather(self._cached["feature"], ids),
                 "label": tf.gather(self._cached["label"], ids)}

@@ -92,7 +92,7 @@ def start_session(p, cluster):
     _keras().utils.set_random_seed(cfg.schedule.seed)
     with strategy.scope():
         model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, comp.precision,
-                            dropout=cfg.model.dropout)
+                            dropout=cfg.model.dropout, vocab_size=p.data.vocab_size)
         optimizer = make_optimizer(cfg.optimizer.optimizer, cfg.optimizer.learning_rate, comp.precision)
     trainer = Trainer(strategy, model, optimizer, skip_nonfinite=cfg.anomaly.skip_nonfinite,
                       accumulate_steps=comp.accumulate_steps, compression=comp.gradient_compression,

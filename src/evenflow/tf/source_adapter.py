@@ -11,8 +11,9 @@ source whose ``batch(ids)`` is TensorFlow ops it can run inside ``tf.data``.
 * :class:`evenflow.data.TextSource` -> :class:`~evenflow.tf.text.TextSource` (a ragged tensor);
 * :class:`evenflow.data.RecordSource` -> :class:`~evenflow.tf.records_source.RecordSource`
   (cached tensors or ``parse_example``), with TensorFlow's image decoding for
-  :class:`~evenflow.data.images.DecodeImages` and :func:`~evenflow.tf.text.decode_text` for
-  :class:`~evenflow.data.text.DecodeText`;
+  :class:`~evenflow.data.images.DecodeImages`, :func:`~evenflow.tf.text.decode_text` for
+  :class:`~evenflow.data.text.DecodeText` and :func:`~evenflow.tf.sequences.pad_sequences` for
+  :class:`~evenflow.data.sequences.PadSequences`;
 * any other source (or a record source with a numpy ``decode`` of its own) ->
   :class:`NumpySource`, its ``batch`` run in :func:`evenflow.tf.pyfunc.numpy_function`.
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from evenflow.data.images import DecodeImages
 from evenflow.data.records_source import RecordSource as NumpyRecordSource
+from evenflow.data.sequences import PadSequences
 from evenflow.data.source import ArraySource as NumpyArraySource
 from evenflow.data.source import Source as NumpySourceProtocol
 from evenflow.data.source import SubsetSource as NumpySubsetSource
@@ -35,6 +37,7 @@ from evenflow.data.text import TextSource as NumpyTextSource
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.numpy_source import NumpySource
 from evenflow.tf.records_source import RecordSource, decode_images
+from evenflow.tf.sequences import pad_sequences
 from evenflow.tf.sources import ArraySource, TensorSource, SubsetSource
 from evenflow.tf.text import TextSource, decode_text
 
@@ -99,6 +102,8 @@ def _tf_decode(source: NumpyRecordSource):
         if isinstance(d, DecodeText):
             return decode_text(d.pad_lengths, key=d.key)
         return _UNSUPPORTED
+    if isinstance(d, PadSequences):
+        return pad_sequences(d.pad_lengths, d.shift, key=d.key)
     if d is not None:
         return _UNSUPPORTED
     if source.feature_spec.dtype == "float32" and source.scale is None:

@@ -12,7 +12,7 @@ input), so the replicas of one step get batches of different lengths. The
 features' static shape is ``[slots, None]``: the trainer's ``tf.function`` traces
 once and runs every length without retracing (checked in ``tests/tf/test_text.py``).
 
-:func:`text_cnn` (``--model text_cnn``) embeds byte tokens, runs two 1-D
+:func:`text_cnn` (``--model text_cnn``) embeds tokens (bytes, or ids of any vocabulary), runs two 1-D
 convolutions and pools with a token mask rebuilt from the ids (``id != 0``).
 Padding positions are zeroed before every convolution — exactly what the
 convolution's own "same" padding feeds at a sequence's true end — and excluded
@@ -30,10 +30,11 @@ import numpy as np
 from evenflow.data.text import PAD, VOCAB_SIZE, TextData
 from evenflow.data.text import TextSource as NumpyTextSource
 from evenflow.plan.index import Index
+from evenflow.run.models import EMBED_SIZE
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["TextSource", "blank_padding_rows", "decode_text", "text_cnn"]
+__all__ = ["TextSource", "blank_padding_rows", "decode_text", "padded_length", "text_cnn"]
 
 
 class TextSource:
@@ -76,13 +77,13 @@ class TextSource:
         if self._tensors is None:
             # Eager tensors captured by the traced map function (see ArraySource.batch).
             with tf.init_scope(), tf.device("/cpu:0"):
-                rows = tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(np.int32)),
+                rows = tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(self.data.id_dtype)),
                                                        tf.constant(self.data.offsets), validate=False)
                 self._tensors = (rows, tf.constant(self.data.labels), tf.constant(self.data.lengths))
         rows, labels, lengths = self._tensors
         picked = tf.gather(rows, ids)
         length = tf.gather(lengths, ids)
-        longest = _padded_length(length, self.pad_lengths)
+        longest = padded_length(length, self.pad_lengths)
         features = picked.to_tensor(default_value=PAD, shape=tf.stack([tf.shape(ids, out_type=tf.int64)[0], longest]))
         return {"features": features, "label": tf.gather(labels, ids), "length": length}
 
@@ -90,7 +91,7 @@ class TextSource:
         return f"TextSource(num_samples={self.num_samples}, pad_lengths={self.pad_lengths})"
 
 
-def _padded_length(length, pad_lengths):
+def padded_length(length, pad_lengths):
     """int64 scalar: the batch's longest ``length``, or the smallest of ``pad_lengths`` that holds it."""
     tf = _tf()
     longest = tf.reduce_max(length)
@@ -124,7 +125,7 @@ def decode_text(pad_lengths: tuple[int, ...] | None = None, key: str = "image"):
         batch = dict(batch)
         text = batch.pop(key)
         length = tf.cast(tf.strings.length(text, unit="BYTE"), tf.int64)
-        longest = _padded_length(length, pad_lengths)
+        longest = padded_length(length, pad_lengths)
         # decode_raw pads with 0 bytes; the mask keeps them apart from real 0 bytes (token 1).
         raw = tf.io.decode_raw(text, tf.uint8, fixed_length=tf.cast(longest, tf.int32))
         real = tf.range(tf.shape(raw, out_type=tf.int64)[1])[None, :] < length[:, None]
@@ -187,13 +188,13 @@ def blank_padding_rows(batch: dict) -> dict:
     return out
 
 
-def _sequence_net(num_classes, dtype, width, embed, dropout: float = 0.0):
+def _sequence_net(num_classes, dtype, width, embed, dropout: float = 0.0, vocab_size: int = VOCAB_SIZE):
     keras = _keras()
     layers = keras.layers
     TokenMask, ZeroPadding, MaskedPool = _layers()
     ids = keras.Input(shape=(None,), dtype="int32")
     mask = TokenMask(dtype=dtype)(ids)
-    x = layers.Embedding(VOCAB_SIZE, embed, dtype=dtype)(ids)
+    x = layers.Embedding(vocab_size, embed, dtype=dtype)(ids)
     x = ZeroPadding(dtype=dtype)([x, mask])
     x = layers.Conv1D(width, 5, padding="same", activation="relu", dtype=dtype)(x)
     x = ZeroPadding(dtype=dtype)([x, mask])
@@ -205,8 +206,9 @@ def _sequence_net(num_classes, dtype, width, embed, dropout: float = 0.0):
     return keras.Model(ids, logits, name="sequence_net")
 
 
-def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32, dropout: float = 0.0):
-    """Byte embedding, two masked 1-D convolutions, masked mean+max pooling, logits.
+def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = EMBED_SIZE, dropout: float = 0.0,
+             vocab_size: int = VOCAB_SIZE):
+    """Token embedding, two masked 1-D convolutions, masked mean+max pooling, logits.
 
     Rows without any token (padding slots blanked by :func:`blank_padding_rows`) are
     not computed: the network runs on the other rows and their logits are 0.
@@ -218,6 +220,8 @@ def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32, 
         width: convolution channels.
         embed: embedding size.
         dropout: rate of a dropout layer before the logits (0: none).
+        vocab_size: embedding rows; ids are ``1..vocab_size-1`` (0 = padding). Default 257:
+            bytes shifted by one; token ids ``t`` read as ``t + 1`` need the largest id + 2.
 
     Returns:
         A ``keras.Model`` mapping int ids ``[B, T]`` to float32 logits ``[B, K]``.
@@ -229,7 +233,7 @@ def text_cnn(input_shape, num_classes, dtype, width: int = 64, embed: int = 32, 
     class TextCNN(keras.Model):
         def __init__(self):
             super().__init__(name="text_cnn")
-            self.net = _sequence_net(num_classes, dtype, width, embed, dropout)
+            self.net = _sequence_net(num_classes, dtype, width, embed, dropout, vocab_size)
 
         def call(self, ids, training=False):
             tf = _tf()

@@ -3,8 +3,9 @@
 :class:`Torch` implements :class:`evenflow.run.adapter.Framework`: the replicas are the
 processes ``torchrun`` starts (``RANK``, ``WORLD_SIZE``; a plain process is rank 0 of 1),
 one replica each. It honours every ``evenflow train`` option except these, which it refuses
-when they are set, with the reason: text data and the ``text_cnn`` model (``pad_lengths``),
-``mixed_float16`` precision, and ``communication`` (the process-group backend is ``backend``).
+when they are set, with the reason: text data, variable-length list features and the
+``text_cnn`` model (``pad_lengths``), ``mixed_float16`` precision, and ``communication``
+(the process-group backend is ``backend``).
 ``bytes_per_pack`` sets DDP's bucket size; ``collective_timeout`` the process group's timeout.
 """
 from __future__ import annotations
@@ -62,6 +63,12 @@ class Torch:
         return Processes(count=world, index=rank, local_replicas=1)
 
     def refuses_data(self, data, config) -> str | None:
+        spec = getattr(data.records, "feature_spec", None)
+        if spec is not None and spec.varlen:
+            fix = "use --framework tf --model text_cnn" if spec.dtype == "int64" else \
+                "pad them yourself or train with TensorFlow through evenflow's API"
+            return (f"feature {data.records.feature_key!r} of {config.data.dataset} is a variable-length "
+                    f"{spec.dtype} list, and variable-length features train on TensorFlow only; {fix}")
         if data.feature_shape == (None,):
             return (f"dataset {config.data.dataset} is variable-length text, and text trains on TensorFlow only; "
                     f"use --framework tf --model text_cnn")
