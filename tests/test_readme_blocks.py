@@ -44,6 +44,12 @@ SETUPS: dict[str, tuple[str, list[list[str]]]] = {
     "torch-own": (DIGITS + "import torch\ndataset = torch.utils.data.TensorDataset(torch.tensor(x), torch.tensor(y))\n"
                   "model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))\n"
                   "optimizer = torch.optim.SGD(model.parameters(), 0.1)\n", []),
+    "token-writer": ("import os\nimport numpy as np\nimport tensorflow as tf\nos.makedirs('data/tokens')\n"
+                     "_r = np.random.default_rng(0)\nsamples = [(_r.integers(0, 3000, _r.integers(0, 40)).tolist(), "
+                     "int(_r.integers(0, 4))) for _ in range(60)]\n", []),
+    "token-api": ("import numpy as np\n_r = np.random.default_rng(0)\nnum_classes = 4\n"
+                  "token_lists = [_r.integers(0, 5000, _r.integers(1, 60)) for _ in range(300)]\n"
+                  "labels = _r.integers(0, num_classes, 300)\n", []),
 }
 
 
