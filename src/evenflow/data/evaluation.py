@@ -75,8 +75,10 @@ def with_evaluation(train: LoadedData, load_eval: Callable[[], LoadedData], opti
                 f"{int(labels.min())}..{int(labels.max())}, features {ev.feature_shape}"
     facts = {"dataset": options.eval_dataset, "description": described, "samples": int(source.num_samples),
              "identity": ev.identity}
+    # Token ids the training data never has still need embedding rows (untrained ones) to be evaluated.
+    vocab = max(train.vocab_size, ev.vocab_size) if train.vocab_size and ev.vocab_size else train.vocab_size
     return dataclasses.replace(
-        train, test=source, evaluation=facts, identity=digest(train.identity, "eval_dataset", ev.identity),
+        train, test=source, evaluation=facts, vocab_size=vocab, identity=digest(train.identity, "eval_dataset", ev.identity),
         notes=(*train.notes, *(f"{EVAL_OPTION}: {note}" for note in ev.notes)),
         skipped=(*train.skipped, *({**s, "eval_dataset": True} for s in ev.skipped)),
         diagnose=_either(train.diagnose, ev.diagnose))
