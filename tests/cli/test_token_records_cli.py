@@ -127,3 +127,21 @@ def test_what_cannot_train_is_refused_in_one_line(tokens, tmp_path, capsys):
     err = _refused(capsys, tmp_path, "--dataset", _write(tmp_path / "huge.tfrecord", huge), "--feature-key",
                    "tokens", "--model", "text_cnn")
     assert "model 'text_cnn' would need an embedding of 2,147,483,689 rows" in err and "at most 1,048,576" in err
+
+
+def test_an_eval_dataset_with_ids_the_training_data_lacks_is_evaluated(tokens, tmp_path):
+    pattern, lists, _ = tokens
+    rng = np.random.default_rng(1)
+    high = max(max(t) for t in lists) + 3000  # beyond every training id: embedding rows that never trained
+    evaluate = _write(tmp_path / "eval.tfrecord", [({"tokens": rng.integers(0, high + 1, 1 + i % 30).tolist()}, i % 3)
+                                                   for i in range(50)])
+    env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "evenflow", "train", "--dataset", pattern, "--feature-key", "tokens",
+                           "--label-key", "label", "--model", "text_cnn", "--eval-dataset", evaluate, "--epochs", "1",
+                           "--replicas", "2", "--global-batch-size", "32", "--output-dir", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["test_samples"] == 50 and summary["history"][0]["samples"] == N
+    assert np.isfinite(summary["test_loss"])
