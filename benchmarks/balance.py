@@ -1,4 +1,4 @@
-"""Balance benchmark (issue 2): evenflow against the samplers a user would otherwise pick.
+"""Balance benchmark: evenflow against the samplers a user would otherwise pick.
 
 Same data, same seed, one run. For every workload the script plans one epoch with
 

@@ -1,4 +1,4 @@
-"""Fault-tolerance cost (issue 5): what the non-finite guard, crash-safe checkpoints and the audit cost.
+"""Fault-tolerance cost: what the non-finite guard, crash-safe checkpoints and the audit cost.
 
 All variants train the same MLP on the same in-memory data with ``Trainer.fit`` under
 the same MirroredStrategy (R logical CPUs or GPUs) and plan:

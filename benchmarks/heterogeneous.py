@@ -1,4 +1,4 @@
-"""Heterogeneous devices (issue 6): static equal split vs evenflow's rebalancing vs the ideal.
+"""Heterogeneous devices: static equal split vs evenflow's rebalancing vs the ideal.
 
 Four replicas train the same MLP on the same synthetic data with the same plan
 (``Trainer.fit``, MirroredStrategy over 4 logical CPU devices). Each replica is an

@@ -1,4 +1,4 @@
-"""Input pipeline benchmark (issue 4): records/s of tf.data pipelines over the same records.
+"""Input pipeline benchmark: records/s of tf.data pipelines over the same records.
 
 Workloads (written once into a temporary directory with ``evenflow.data.convert``):
 

@@ -1,4 +1,4 @@
-"""Multi-worker benchmark (issue 5): 1 worker x 2 replicas vs 2 workers x 1 replica, fp16 compression, accumulation.
+"""Multi-worker benchmark: 1 worker x 2 replicas vs 2 workers x 1 replica, fp16 compression, accumulation.
 
 Every configuration trains the same MLP (``evenflow.tf.build_model("mlp")``, 784
 features -> 128 -> 128 -> 10, 118k weights, 463 KiB of float32 gradients per step)

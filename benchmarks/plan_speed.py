@@ -1,4 +1,4 @@
-"""Plan speed benchmark (issue 2): time and peak memory of planning one epoch.
+"""Plan speed benchmark: time and peak memory of planning one epoch.
 
 For each dataset size N the script plans epoch 0 for ``--replicas`` replicas at global batch
 ``--global-batch-size`` in count mode (no costs) and in cost mode (lognormal costs, sigma 1),

@@ -1,4 +1,4 @@
-"""PyTorch loader benchmark (issue 8): evenflow's plan loader vs DataLoader + DistributedSampler, 2 ranks.
+"""PyTorch loader benchmark: evenflow's plan loader vs DataLoader + DistributedSampler, 2 ranks.
 
 One records dataset (``evenflow.data.convert``: N samples of 64 float32 features and
 an int64 label, 3 shards; N odd by default, as real datasets are) is read for one epoch

@@ -1,4 +1,4 @@
-"""Trainer overhead benchmark (issue 3): evenflow's Trainer vs a plain tf.distribute custom loop.
+"""Trainer overhead benchmark: evenflow's Trainer vs a plain tf.distribute custom loop.
 
 Both train the same MLP (``evenflow.tf.build_model("mlp")``) on the same in-memory data
 under the same MirroredStrategy (R logical CPUs or GPUs, evenflow's cross-device choice),

@@ -1,4 +1,4 @@
-"""Variable-length benchmark (issue 7): three ways to batch builtin:stdlib-docs over R replicas.
+"""Variable-length benchmark: three ways to batch builtin:stdlib-docs over R replicas.
 
 The same data (Python stdlib docstrings, 1-512 byte tokens, 9 module-family
 classes), the same model (``text_cnn``), the same optimizer, reader
