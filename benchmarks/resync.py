@@ -8,6 +8,7 @@ and on random bytes, each followed by one valid header. Reports ns per byte and 
 
     python benchmarks/resync.py                       # 5 MB stretches
     python benchmarks/resync.py --megabytes 1 --reference-kilobytes 200
+    python benchmarks/resync.py --quick               # 0.5 MB and 30 kB
 """
 from __future__ import annotations
 
@@ -73,8 +74,12 @@ def parse_args(argv=None):
     parser.add_argument("--megabytes", type=float, default=5.0, help="damaged stretch searched by evenflow")
     parser.add_argument("--reference-kilobytes", type=float, default=300.0,
                         help="stretch searched by the per-byte loop (its time per byte is the same at any size)")
+    parser.add_argument("--quick", action="store_true", help="0.5 MB and 30 kB stretches")
     parser.add_argument("--json-out", default=str(ROOT / "results" / "resync.json"))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.megabytes, args.reference_kilobytes = 0.5, 30.0
+    return args
 
 
 if __name__ == "__main__":

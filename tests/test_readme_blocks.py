@@ -47,6 +47,16 @@ SETUPS: dict[str, tuple[str, list[list[str]]]] = {
     "token-writer": ("import os\nimport numpy as np\nimport tensorflow as tf\nos.makedirs('data/tokens')\n"
                      "_r = np.random.default_rng(0)\nsamples = [(_r.integers(0, 3000, _r.integers(0, 40)).tolist(), "
                      "int(_r.integers(0, 4))) for _ in range(60)]\n", []),
+    # TFRecord files as a user has them (written without TensorFlow: the block starts it itself).
+    "tf-chain": ("import io\nimport numpy as np\nimport keras\nfrom PIL import Image\nfrom sklearn.datasets import load_digits\n"
+                 "from evenflow.records import RecordWriter, encode_example\n"
+                 "_d = load_digits()\nfiles = ['digits-0.tfrecord', 'digits-1.tfrecord']\n"
+                 "for _k, _path in enumerate(files):\n"
+                 "    with RecordWriter(_path, write_index=False) as _w:\n"
+                 "        for _img, _y in zip(_d.images[_k::2], _d.target[_k::2]):\n"
+                 "            _b = io.BytesIO()\n"
+                 "            Image.fromarray((_img * 16).clip(0, 255).astype(np.uint8)).save(_b, format='PNG')\n"
+                 "            _w.write(encode_example({'image': _b.getvalue(), 'label': int(_y)}))\n", []),
     "token-api": ("import numpy as np\n_r = np.random.default_rng(0)\nnum_classes = 4\n"
                   "token_lists = [_r.integers(0, 5000, _r.integers(1, 60)) for _ in range(300)]\n"
                   "labels = _r.integers(0, num_classes, 300)\n", []),

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,30 @@ def test_resync_benchmark_finds_the_same_header_both_ways(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["stretch"] for r in rows] == ["zeroed", "random"]
     assert all(r["evenflow_ns_per_byte"] > 0 and r["per_byte_loop_ns_per_byte"] > 0 for r in rows)
+
+
+def test_tf_chain_benchmark_reads_every_record_of_the_epoch_on_each_pipeline(tmp_path):
+    pytest.importorskip("tensorflow")
+    bench = _load("tf_chain")
+    out = tmp_path / "tf_chain.json"
+    bench.main(bench.parse_args(["--records", "300", "--batch-size", "32", "--repeats", "1", "--warmup", "1",
+                                 "--json-out", str(out)]))
+    rows = {r["pipeline"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == ["tf.data", "evenflow R=1", "evenflow R=4"]
+    # One epoch of 300 records after one untimed batch per stream: 10 global batches, the last partial.
+    assert rows["tf.data"]["records_timed"] == rows["evenflow R=1"]["records_timed"] == 300 - 32
+    assert rows["evenflow R=4"]["records_timed"] == 300 - 32
+    assert rows["tf.data"]["ratio_to_tf_data"] == 1.0 and all(r["records_per_s"] > 0 for r in rows.values())
+
+
+def test_keras_fit_benchmark_runs_every_method(tmp_path):
+    pytest.importorskip("tensorflow")
+    out = tmp_path / "keras_fit.json"
+    proc = subprocess.run(["timeout", "-k", "5", "300", sys.executable, str(BENCH / "keras_fit.py"), "--quick",
+                           "--json-out", str(out)], capture_output=True, text=True, timeout=315,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rates = result["samples_per_second"]
+    assert sorted(rates) == ["evenflow", "evenflow+run", "model.fit"] and all(len(v) == 2 for v in rates.values())
+    assert result["median_ratio_to_model_fit"]["model.fit"] == 1.0 and all(v > 0 for r in rates.values() for v in r)

@@ -27,8 +27,12 @@ from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.models import MODELS, build_model
 from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
 from evenflow.tf.reader import PlanReader
+from evenflow.tf.record_chain import RecordChain
+from evenflow.tf.records_source import RecordSource, decode_images
+from evenflow.tf.sample_hash import sample_seeds
 from evenflow.tf.source_adapter import tf_source
 from evenflow.tf.sources import ArraySource, TensorSource
+from evenflow.tf.text import TextSource
 from evenflow.tf.state import TFState
 from evenflow.tf.strategy import Communication, make_strategy, mirrored_strategy, topology_of
 from evenflow.tf.trainer import EpochResult, EvalResult, Trainer
@@ -43,12 +47,16 @@ __all__ = [
     "MODELS",
     "OPTIMIZERS",
     "PlanReader",
+    "RecordChain",
+    "RecordSource",
     "TFState",
     "TensorFlow",
     "TensorSource",
+    "TextSource",
     "Trainer",
     "build_model",
     "cluster_from_env",
+    "decode_images",
     "exact_steps",
     "fit",
     "keras_dataset",
@@ -57,6 +65,7 @@ __all__ = [
     "masked_loss",
     "mirrored_strategy",
     "per_sample_cross_entropy",
+    "sample_seeds",
     "tf_source",
     "topology_of",
 ]

@@ -11,10 +11,9 @@ the draws of id -1, which the mask then ignores.
 Each augmentation has its own stream constant, so two augmentations with the same
 seed draw independent numbers.
 
-The per-sample numbers come from a counter-based hash (SplitMix64's finaliser chained
-over seed, epoch, stream, id and draw number) computed with vectorised uint64 ops on
-the whole batch. A first version ran ``stateless_fold_in`` + ``stateless_uniform``
-once per sample in a ``tf.map_fn``: 16 µs of CPU per sample and draw group on the
+The per-sample numbers come from :func:`evenflow.tf.sample_hash.sample_uniform`, a
+counter-based hash computed with vectorised uint64 ops on the whole batch. A first version
+ran ``stateless_fold_in`` + ``stateless_uniform`` once per sample in a ``tf.map_fn``: 16 µs of CPU per sample and draw group on the
 2-core reference machine, a third of the cost of decoding, cropping and flipping a
 32x32 JPEG; the hash costs well under 1 µs per sample.
 
@@ -30,6 +29,7 @@ from evenflow.data.augment_policy import POLICY_NAMES, parse_policy
 from evenflow.data.augment_policy import STREAMS as _STREAMS
 from evenflow.data.augment_policy import policy_value as _policy_value
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.sample_hash import sample_uniform
 
 __all__ = ["POLICY_NAMES", "brightness", "chain", "contrast", "flip", "from_policy", "parse_policy",
            "random_crop", "rotate", "sample_uniform"]
@@ -37,47 +37,10 @@ __all__ = ["POLICY_NAMES", "brightness", "chain", "contrast", "flip", "from_poli
 MapFn = Callable[[dict], dict]
 
 
-
 def _check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
     return seed
-
-
-# SplitMix64 (Steele, Lea & Flood 2014): a golden-ratio increment and a finaliser that
-# passes BigCrush when used as a counter-based generator.
-_GOLDEN = 0x9E3779B97F4A7C15
-_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-
-
-def _mix64(tf, x):
-    """SplitMix64's finaliser on a uint64 tensor (wrapping arithmetic)."""
-    shift = tf.bitwise.right_shift
-    x = tf.bitwise.bitwise_xor(x, shift(x, tf.constant(30, tf.uint64))) * tf.constant(_MIX1, tf.uint64)
-    x = tf.bitwise.bitwise_xor(x, shift(x, tf.constant(27, tf.uint64))) * tf.constant(_MIX2, tf.uint64)
-    return tf.bitwise.bitwise_xor(x, shift(x, tf.constant(31, tf.uint64)))
-
-
-def _combine(tf, h, value):
-    """Hash ``value`` (int64 tensor, any shape) into the running uint64 hash ``h``."""
-    v = tf.bitcast(tf.cast(value, tf.int64), tf.uint64)
-    return _mix64(tf, tf.bitwise.bitwise_xor(h, v) + tf.constant(_GOLDEN, tf.uint64))
-
-
-def sample_uniform(batch: dict, seed: int, stream: int, count: int):
-    """float32 ``[slots, count]`` uniform in [0, 1), a pure function of (seed, epoch, id, stream).
-
-    Vectorised over the batch: no per-sample op. Each value has 24 random bits.
-    """
-    tf = _tf()
-    h = _combine(tf, tf.constant(_GOLDEN, tf.uint64), tf.constant(seed, tf.int64))
-    h = _combine(tf, h, batch["epoch"])
-    h = _combine(tf, h, tf.constant(stream, tf.int64))
-    ids = tf.reshape(batch["id"], [-1])
-    h = _combine(tf, h, ids)                                                   # [slots]
-    draws = tf.range(1, count + 1, dtype=tf.int64)
-    v = _combine(tf, h[:, None], draws[None, :])                               # [slots, count]
-    return tf.cast(tf.bitwise.right_shift(v, tf.constant(40, tf.uint64)), tf.float32) * (1.0 / (1 << 24))
 
 
 def _features(batch: dict, name: str):

@@ -13,7 +13,7 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import numpy_function, wall_clock
 from evenflow.tf.sources import RESERVED_KEYS, TensorSource
 
-__all__ = ["MapFn", "load_batches"]
+__all__ = ["MapFn", "finish", "load_batches"]
 
 MapFn = Callable[[dict], dict]
 
@@ -40,6 +40,12 @@ def load_batches(rows_ds, source: TensorSource, map_fns: Sequence[MapFn], *, tri
                      deterministic=True)
     for fn in map_fns:
         ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return finish(ds, stamp=stamp, prefetch=prefetch)
+
+
+def finish(ds, *, stamp: bool, prefetch: int):
+    """``ds`` stamped (optionally) and prefetched, with tf.data's autotuner off (see below)."""
+    tf = _tf()
     if stamp:
         ds = ds.map(_stamp)
     ds = ds.prefetch(prefetch)

@@ -46,6 +46,7 @@ import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.chain_fns import check_batch_fn
 from evenflow.tf.epoch_rows import EpochRows
 from evenflow.tf.pipeline import MapFn, load_batches
 from evenflow.tf.pyfunc import numpy_function
@@ -102,6 +103,7 @@ class PlanReader:
         for i, fn in enumerate(map_fns):
             if not callable(fn):
                 raise TypeError(f"map_fns[{i}] must be a function batch -> batch, got {type(fn).__name__}")
+            check_batch_fn(fn, f"map_fns[{i}]")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1 (batches per replica), got {prefetch!r}")
         for name, flag in (("trim_padding", trim_padding), ("stamp", stamp)):
