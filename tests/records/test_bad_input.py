@@ -67,6 +67,9 @@ def test_flipped_byte_is_named(shard, name, where, kind):
     assert len(bad) == 1
     ds = RecordDataset(path, skip_corrupt=True)
     assert ds.num_samples == 9 and len(ds.bad) == 1 and ds.bad[0].offset == off
+    # Sample ids skip the bad record; messages still name each record by its own number.
+    assert [ds._where(i)[1] for i in range(9)] == [r for r in range(10) if r != BAD]
+    assert ds._where(BAD)[2] == int(load_shard_index(path).offsets[BAD + 1])
     assert ef.Index.from_records(path, skip_corrupt=True).labels.tolist() == ds.labels.tolist() == np.delete(rows["label"], BAD).tolist()
     assert ds.read_batch(np.arange(9)) == recs[:BAD] + recs[BAD + 1:]
 

@@ -195,7 +195,10 @@ class RecordDataset:
     def _where(self, i: int) -> tuple[str, int, int]:
         """``(shard path, record number in shard, offset)`` of sample id ``i``."""
         sh = int(self.sample_shard[i])
-        return self._shards[sh].path, i - int(self.shard_starts[sh]), int(self.sample_offset[i])
+        shard, k = self._shards[sh], i - int(self.shard_starts[sh])
+        # With skip_corrupt the ids skip the corrupt records; the number is the record's own.
+        record = k if shard.numbers is None else int(shard.numbers[k])
+        return shard.path, record, int(self.sample_offset[i])
 
     def read_batch_buffer(self, ids, *, verify: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The data of the given records as one contiguous buffer.

@@ -134,7 +134,9 @@ def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadR
     return ShardIndex(s.path, s.offsets[keep], s.lengths[keep], s.file_size,
                       labels=None if s.labels is None else s.labels[keep],
                       costs=None if s.costs is None else s.costs[keep],
-                      skipped=s.skipped + int((~keep).sum())), _indexed_losses(s, keep, res.bad)
+                      skipped=s.skipped + int((~keep).sum()),
+                      numbers=(np.arange(s.num_records) if s.numbers is None else s.numbers)[keep]), \
+        _indexed_losses(s, keep, res.bad)
 
 
 def _indexed_losses(s: ShardIndex, keep: np.ndarray, found: list[BadRecord]) -> list[BadRecord]:

@@ -99,6 +99,8 @@ class ShardIndex:
         labels: int64 ``[n]`` or None.
         costs: float64 ``[n]`` or None.
         skipped: number of records the index leaves out as corrupt.
+        numbers: each indexed record's number among the records the ``.idx`` lists, int64
+            ``[n]``, when an open dataset left corrupt ones out (else None: its position).
     """
 
     path: str
@@ -108,6 +110,7 @@ class ShardIndex:
     labels: np.ndarray | None = None
     costs: np.ndarray | None = None
     skipped: int = 0
+    numbers: np.ndarray | None = None
 
     @property
     def num_records(self) -> int:
