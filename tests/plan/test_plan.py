@@ -124,8 +124,6 @@ def test_fingerprint_changes_with_seed_and_options():
     (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4, stratify=True), ValueError,
      r"needs labels"),
     (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4, bucket=True), ValueError, r"needs costs"),
-    (lambda: ef.Plan(ef.Index(100), ef.Topology(3, weights=(1, 1, 0.001)), global_batch_size=16), ValueError,
-     r"replica 2 gives it 0 of the 16 samples.*at least 0.133"),
     (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4).epoch(0, start=ef.Cursor(0, 4)),
      ValueError, r"within the epoch's 3 steps, got step 4"),
     (lambda: ef.Plan(ef.Index(10), ef.Topology(2), global_batch_size=4).epoch(1, start=ef.Cursor(0, 1)),
@@ -176,3 +174,18 @@ def test_stratified_step_counts_terminate_when_rounding_overshoots():
     out = _class_counts_per_step(sizes, totals)
     assert np.array_equal(out.sum(axis=1), sizes)
     assert np.array_equal(out.sum(axis=0), totals)
+
+
+@pytest.mark.parametrize("balance", ["count", "cost"])
+def test_a_replica_whose_share_rounds_to_zero_gets_padding_rows_in_equal_steps(balance):
+    # Weight 0.001 of 2.001 is 0.008 samples of a 16-sample step: the replica gets no real sample
+    # in most (count mode: all) steps, yet runs every step on all-padding rows, and nothing is lost.
+    rng = np.random.default_rng(0)
+    index = ef.Index(100, costs=rng.lognormal(3, 1, 100).round() + 1)
+    plan = ef.Plan(index, ef.Topology(3, weights=(1, 1, 0.001)), global_batch_size=16, balance=balance)
+    ep = plan.epoch(0)
+    assert ep.ids.shape[:2] == (plan.num_steps, 3)
+    assert sorted(ep.ids[ep.ids >= 0].tolist()) == list(range(100))
+    starved = (ep.ids[:, 2, :] >= 0).sum(axis=1)
+    assert (starved == 0).sum() >= plan.num_steps - 1
+    assert (ep.global_real_counts == (ep.ids >= 0).sum(axis=(1, 2))).all()
