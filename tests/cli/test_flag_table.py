@@ -41,7 +41,7 @@ COMMON = ["--feature-key", "feat", "--label-key", "lab", "--test-fraction", str(
           "--no-stratify", "--balance", "cost", "--bucket", "--replicas", "2", "--precision", "mixed_bfloat16",
           "--threads", "1", "--gradient-compression", "fp16", "--accumulate-steps", "2", "--checkpoint-every", "2",
           "--keep-checkpoints", "1", "--audit", "--deterministic", "--rebalance", "on", "--rebalance-threshold",
-          "1.3", "--simulate-slow", "1:3@4", "--simulate-sample-ms", "0.5"]
+          "1.3", "--rebalance-payback", "0", "--simulate-slow", "1:3@4", "--simulate-sample-ms", "0.5"]
 
 
 @dataclass
@@ -335,6 +335,8 @@ TABLE = {
     "max_restores": _both(("probe", "nan")),
     "rebalance": _both(_honoured(lambda r, run: check_rebalance(run))),
     "rebalance_threshold": _both(_honoured(lambda r, run: check_rebalance(run))),
+    # Payback 0: the short run re-plans although a re-plan costs more than these few steps can save.
+    "rebalance_payback": _both(_honoured(lambda r, run: check_rebalance(run))),
     "telemetry": _both(("probe", "telemetry")),
     "simulate_slow": _both(_honoured(lambda r, run: check_simulation(run))),
     "simulate_sample_ms": _both(_honoured(lambda r, run: check_simulation(run))),

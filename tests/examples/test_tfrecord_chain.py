@@ -27,10 +27,10 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TF_CPP_MIN_LOG_LEVEL="2")
 def _final(replicas: int, data_dir: Path) -> tuple[float, ...]:
     data_dir.mkdir()
     proc = subprocess.run(["timeout", "-k", "5", "240", sys.executable, str(EXAMPLE), "--replicas", str(replicas),
-                           "--epochs", "2", "--data-dir", str(data_dir)], env=ENV, cwd=ROOT, capture_output=True,
+                           "--epochs", "1", "--data-dir", str(data_dir)], env=ENV, cwd=ROOT, capture_output=True,
                           text=True, timeout=255)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.findall(r"^Epoch (\d)/2$", proc.stdout, re.M) == ["1", "2"], proc.stdout
+    assert re.search(r"^29/29 ", proc.stdout, re.M), proc.stdout  # one epoch: 1,797 digits in steps of 64
     assert len(list(data_dir.glob("*.tfrecord.idx"))) == 2
     m = re.search(r"final: loss (\S+), accuracy (\S+), weights sum (\S+), norm (\S+)", proc.stdout)
     assert m, proc.stdout
@@ -39,5 +39,5 @@ def _final(replicas: int, data_dir: Path) -> tuple[float, ...]:
 
 def test_one_and_two_replicas_train_the_same_model(tmp_path):
     one, two = _final(1, tmp_path / "one"), _final(2, tmp_path / "two")
-    assert 0.0 < one[0] < 1.5 and one[1] > 0.7, one
+    assert 0.0 < one[0] < 2.0 and one[1] > 0.5, one
     assert two == pytest.approx(one, rel=1e-4), (one, two)

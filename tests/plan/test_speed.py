@@ -111,3 +111,73 @@ def test_a_real_change_of_speed_replaces_the_average_at_once():
     est.update([10, 10], [1.0, 1.0])
     est.update([10, 10], [1.1, 3.0])  # +10%: smoothed; x3: a new speed, taken as it is
     np.testing.assert_allclose(est.seconds_per_unit, [0.105, 0.3])
+
+
+# -- fixed parts, payback and undo -------------------------------------------------------------
+from evenflow.plan.step_model import ReplanReview, StepModel, best_shares  # noqa: E402
+
+
+def _times(shares, g, a, b, factor):
+    """Compute seconds per replica: factor x (a + b x load), the shape of a slowed device."""
+    load = np.asarray(shares) * g
+    return load, np.asarray(factor) * (np.asarray(a) + np.asarray(b) * load)
+
+
+def test_the_step_model_separates_the_fixed_part_once_loads_differ():
+    model = StepModel(2)
+    for _ in range(10):
+        model.add(*_times([0.5, 0.5], 64, [0.008, 0.008], [1e-4, 1e-4], [1, 3]))
+    a, b, known = model.fit()
+    assert not known.any() and b == pytest.approx([0.0112 / 32, 0.0336 / 32])  # the mean rate: a unknown
+    for _ in range(4):  # an epoch's last, partial step: 20 samples instead of 64
+        model.add(*_times([0.5, 0.5], 20, [0.008, 0.008], [1e-4, 1e-4], [1, 3]))
+    a, b, known = model.fit()
+    assert known.all()
+    np.testing.assert_allclose(a, [0.008, 0.024], rtol=1e-6)
+    np.testing.assert_allclose(b, [1e-4, 3e-4], rtol=1e-6)
+
+
+def test_best_shares_equalise_the_lines_and_starve_a_replica_whose_fixed_part_is_too_slow():
+    shares = best_shares(100, np.zeros(4), np.array([1.0, 1.0, 1.0, 2.0]))
+    np.testing.assert_allclose(shares, np.array([2, 2, 2, 1]) / 7)
+    shares = best_shares(10, np.array([0.0, 0.0, 50.0]), np.array([1.0, 1.0, 1.0]))
+    np.testing.assert_allclose(shares, [0.5, 0.5, 0.0])
+
+
+def _run(reb, a, b, factor, g=64, checks=30, steps_left=1000, overhead=0.002, per=2):
+    """Feed ``checks`` windows of ``per`` updates measured under the rebalancer's current weights."""
+    moves = []
+    for k in range(checks):
+        load, secs = _times(reb.shares, g, a, b, factor)
+        loads, seconds = np.tile(load, (per, 1)), np.tile(secs, (per, 1))
+        reb.observe(loads, seconds, seconds.max(axis=1) + overhead)
+        d = reb.check(loads.sum(axis=0), seconds.sum(axis=0), steps_left=steps_left - k * per)
+        if d is not None and d.weights is not None:
+            moves.append((k, d.reason, d.weights))
+    return moves
+
+
+def test_a_replan_that_did_not_make_steps_faster_is_undone_and_not_tried_again():
+    # Every replica's step is 8 ms whatever its batch plus 0.01 ms per sample; replica 3 is 3x slow.
+    # Time proportional to load predicts a 2x faster step from giving replica 3 a third of the
+    # work; in truth its fixed 24 ms dominates, and steps get no faster.
+    reb = Rebalancer(4, RebalanceOptions(review=4, payback=0), global_batch_size=64)
+    moves = _run(reb, [0.008] * 4, [1e-5] * 4, [1, 1, 1, 3])
+    assert [m[1] for m in moves] == ["replan", "undo"], moves
+    assert moves[1][2] == (1.0, 1.0, 1.0, 1.0) and reb.weights == (1.0, 1.0, 1.0, 1.0) and reb.undone == 1
+
+
+def test_a_replan_that_pays_is_kept():
+    reb = Rebalancer(4, RebalanceOptions(review=4, payback=0), global_batch_size=64)
+    moves = _run(reb, [0.0005] * 4, [1e-3] * 4, [1, 1, 1, 2])
+    assert [m[1] for m in moves] == ["replan"] and moves[0][2][3] == pytest.approx(0.5, abs=0.06), moves
+
+
+def test_a_gain_that_cannot_repay_the_replan_over_the_steps_left_is_not_taken():
+    reb = Rebalancer(4, RebalanceOptions(), global_batch_size=64)
+    reb.replan_cost(0.5)  # half a second to rebuild and refill the pipelines
+    # 2x slow on 20 ms steps: ~8 ms saved per step, doubled payback while the fixed part is unknown.
+    assert _run(reb, [0.0005] * 4, [3e-4] * 4, [1, 1, 1, 2], steps_left=100) == []
+    reb = Rebalancer(4, RebalanceOptions(), global_batch_size=64)
+    reb.replan_cost(0.5)
+    assert [m[1] for m in _run(reb, [0.0005] * 4, [3e-4] * 4, [1, 1, 1, 2], steps_left=2000)] == ["replan"]

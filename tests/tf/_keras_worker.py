@@ -65,6 +65,14 @@ def reference(spec, x, y, plan, split_at, out):
     out.update({f"ref{i}": v.numpy() for i, v in enumerate(model.trainable_variables)})
 
 
+def _rebalance(value):
+    """``"payback0"``: rebalancing on, re-planning whenever the threshold is met (a short test run)."""
+    if value == "payback0":
+        from evenflow.plan import RebalanceOptions
+        return RebalanceOptions(payback=0)
+    return value
+
+
 def main(spec_path: str, out_path: str) -> None:
     spec = json.loads(open(spec_path).read())
     from evenflow.tf import fit, mirrored_strategy
@@ -80,7 +88,7 @@ def main(spec_path: str, out_path: str) -> None:
     history = fit(model, x, y, batch_size=spec["batch"], epochs=spec["epochs"], seed=spec["seed"], verbose=0,
                   validation_split=spec.get("validation_split", 0.2), output_dir=spec.get("output_dir"),
                   audit=spec.get("audit", False), checkpoint_every=spec.get("checkpoint_every", 0),
-                  rebalance=spec.get("rebalance", False), simulate=simulate)
+                  rebalance=_rebalance(spec.get("rebalance", False)), simulate=simulate)
     out = {f"fit_{k}": np.asarray(v) for k, v in history.history.items()}
     out.update({f"fit{i}": v.numpy() for i, v in enumerate(model.trainable_variables)})
     if spec.get("reference"):
@@ -95,3 +103,4 @@ def main(spec_path: str, out_path: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
+

@@ -89,7 +89,7 @@ def test_a_killed_fit_resumes_mid_epoch_to_the_same_weights(tmp_path):
 
 def test_fit_moves_samples_away_from_a_slow_replica(tmp_path):
     run = tmp_path / "run"
-    rc, found, err = run_fit(tmp_path, {"replicas": 2, "n": 600, "batch": 64, "epochs": 3, "rebalance": True,
+    rc, found, err = run_fit(tmp_path, {"replicas": 2, "n": 600, "batch": 64, "epochs": 3, "rebalance": "payback0",
                                         "slow": [1, 3.0], "output_dir": str(run), "audit": True})
     assert rc == 0, err[-3000:]
     lines = [json.loads(line) for line in (run / "telemetry.jsonl").read_text().splitlines()]

@@ -37,7 +37,7 @@ def _train(run_dir: Path, *flags: str, timeout: float = 240) -> dict:
 
 @pytest.mark.slow
 def test_a_2x_slow_replica_gets_half_the_work_exactly_once_and_training_is_unchanged(tmp_path):
-    slow = _train(tmp_path / "slow", "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--audit")
+    slow = _train(tmp_path / "slow", "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--rebalance-payback", "0", "--audit")
     tel = slow["telemetry"]
     assert tel["rebalances"], slow["_stdout"]
     first = tel["rebalances"][0]
@@ -74,7 +74,7 @@ def test_a_2x_slow_replica_gets_half_the_work_exactly_once_and_training_is_uncha
     # them (no second measuring phase), and the three epochs are still covered exactly once.
     newest = sorted((tmp_path / "slow" / "checkpoints").glob("*/meta.json"))[-1]
     assert json.loads(newest.read_text())["weights"] == pytest.approx(tel["weights"])
-    more = _train(tmp_path / "slow", "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--audit", "--epochs", "3")
+    more = _train(tmp_path / "slow", "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--rebalance-payback", "0", "--audit", "--epochs", "3")
     shown = ", ".join(f"{x:g}" for x in tel["weights"])
     assert f"resuming with the measured replica weights {shown}" in more["_stdout"], more["_stdout"]
     assert more["history"][2]["samples"] == more["history"][0]["samples"]
@@ -190,7 +190,7 @@ def test_a_rewind_after_a_replan_keeps_exactly_once(tmp_path):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "poison.npz"), "--model", "mlp",
            "--replicas", "4", "--global-batch-size", str(g), "--seed", str(seed), "--epochs", "2", "--audit",
-           "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--restore-after", "3",
+           "--simulate-slow", "3:2", "--simulate-sample-ms", "2", "--rebalance-payback", "0", "--restore-after", "3",
            "--output-dir", str(run)]
     proc = subprocess.run(["timeout", "-k", "5", "300"] + cmd, env=ENV, capture_output=True, text=True, timeout=320)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -223,3 +223,28 @@ def test_input_wait_counts_only_batches_made_after_the_step_began(tmp_path):
     # which stretches some steps' waits but not most of them.
     assert got["slow"]["fraction"] > 0.6 and got["slow"]["median_wait"] > 0.005, got
     assert got["fast"]["median_wait"] < got["slow"]["median_wait"] / 10, got
+
+
+def test_the_monitor_measures_what_opening_the_pipelines_and_a_replan_cost():
+    from evenflow.plan import Cursor
+    from evenflow.plan.speed import Decision
+
+    mon = ReplicaMonitor(2, 64, 100, check_every=1)
+    mon.stream_opened(0.25)
+    state = {"step": 0}
+
+    def update(began, wait=0.001):
+        row = _row([32, 32], [0.01, 0.01], wait=wait, began=began)
+        mon.record(0, state["step"], row)
+        mon.absorb(mon.window())
+        state["step"] += 1
+        return float(row["timing"][:, 4].max())
+
+    end = update(10.0)  # the first update: the pipelines took 0.25 s to open, its batch 1 ms to arrive
+    assert mon.rebalancer.replan_seconds == pytest.approx(0.251)
+    for _ in range(4):
+        end = update(end + 0.001)  # ordinary updates: 1 ms between them is no re-plan
+    assert mon.rebalancer.replan_seconds == pytest.approx(0.251)
+    mon.replanned(Cursor(0, 5), (1.0, 1.0), Decision((1.0, 0.5), (1.0, 1.0), 1.5, 1.2, 1.0, "replan"))
+    update(end + 0.4, wait=0.05)  # reopening took 0.4 s, refilling 50 ms
+    assert mon.summary()["replan_seconds"] == pytest.approx((0.251 + 0.45) / 2)

@@ -17,68 +17,27 @@ within ``cooldown`` checks of the last one, and proposed weights are rounded to
 multiples of ``resolution`` (relative to the fastest replica, weight 1). Rounding
 also makes every worker of a multi-worker job, fed the same all-gathered
 measurements, plan with bit-identical weights.
+
+Fed per-update rows too (:meth:`Rebalancer.observe`), it predicts better and never
+re-plans at a loss: each replica's time is a fixed part plus a part per unit of load
+(:class:`~evenflow.plan.step_model.StepModel`, known once loads have differed), the
+proposal minimises the slowest replica under those lines, the predicted gain counts
+the step's overhead outside the replicas' compute, a re-plan must save ``payback``
+times its measured cost over the steps left, and one that did not make steps faster
+is undone (:class:`~evenflow.plan.step_model.ReplanReview`).
 """
 from __future__ import annotations
 
-import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
+from evenflow.plan.rebalance_options import RebalanceOptions
+from evenflow.plan.step_model import ReplanReview, StepModel, best_shares, step_time
+
 __all__ = ["RebalanceOptions", "SpeedEstimator", "Rebalancer", "Decision", "gain", "step_imbalance",
            "feasible_weights"]
-
-
-@dataclass(frozen=True)
-class RebalanceOptions:
-    """When measured speeds re-plan the rest of an epoch.
-
-    Args:
-        enabled: re-plan at all (the measurements and telemetry are taken either way).
-        threshold: re-plan when the predicted gain (time of a step under the current
-            weights / under the measured-best weights) exceeds this, > 1.
-        patience: consecutive checks the gain must exceed ``threshold``, >= 1.
-        urgent: a gain above this re-plans at the first check (an imbalance this large is
-            not timing noise), >= ``threshold``.
-        cooldown: checks after a re-plan during which no other one happens, >= 0.
-        smoothing: weight of the newest window in the exponential moving average of
-            seconds per unit, in (0, 1].
-        jump: a window that differs from a replica's average by more than this fraction
-            replaces the average (a device that really changed speed, e.g. throttled, is
-            followed at once instead of over several windows), > 0.
-        resolution: weights are rounded to multiples of this (fastest replica = 1), in (0, 0.5].
-        warmup: steps after the start of a run or a re-plan whose timings are ignored
-            (they include tracing and pipeline start-up), >= 0.
-    """
-
-    enabled: bool = True
-    threshold: float = 1.10
-    patience: int = 2
-    urgent: float = 1.5
-    cooldown: int = 2
-    smoothing: float = 0.5
-    jump: float = 0.3
-    resolution: float = 0.02
-    warmup: int = 1
-
-    def __post_init__(self):
-        if not isinstance(self.enabled, bool):
-            raise TypeError(f"enabled must be True or False, got {self.enabled!r}")
-        if not (isinstance(self.threshold, (int, float)) and math.isfinite(self.threshold) and self.threshold > 1):
-            raise ValueError(f"threshold must be a number > 1 (1.10 = re-plan when 10% faster steps are "
-                             f"predicted), got {self.threshold!r}")
-        if not (isinstance(self.urgent, (int, float)) and self.urgent >= self.threshold):
-            raise ValueError(f"urgent must be a number >= threshold ({self.threshold:g}), got {self.urgent!r}")
-        for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if not (isinstance(self.smoothing, (int, float)) and 0 < self.smoothing <= 1):
-            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
-        if not (isinstance(self.jump, (int, float)) and self.jump > 0):
-            raise ValueError(f"jump must be a number > 0 (0.3 = a 30% change), got {self.jump!r}")
-        if not (isinstance(self.resolution, (int, float)) and 0 < self.resolution <= 0.5):
-            raise ValueError(f"resolution must be in (0, 0.5], got {self.resolution!r}")
 
 
 class SpeedEstimator:
@@ -93,11 +52,13 @@ class SpeedEstimator:
     def __init__(self, replicas: int, smoothing: float = 0.5, jump: float = float("inf")):
         self.replicas, self.smoothing, self.jump = int(replicas), float(smoothing), float(jump)
         self.seconds_per_unit = np.full(self.replicas, np.nan)
+        self._last_load = np.full(self.replicas, np.nan)
 
-    def update(self, load: np.ndarray, seconds: np.ndarray) -> None:
+    def update(self, load: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         """Add one window: per replica its summed load and summed compute seconds.
 
-        A replica with no load or no time in the window keeps its estimate.
+        A replica with no load or no time in the window keeps its estimate. Returns which
+        replicas' estimates jumped (a change of speed, not noise).
         """
         load, seconds = np.asarray(load, np.float64), np.asarray(seconds, np.float64)
         if load.shape != (self.replicas,) or seconds.shape != (self.replicas,):
@@ -108,10 +69,16 @@ class SpeedEstimator:
         fresh = ok & np.isnan(self.seconds_per_unit)
         with np.errstate(invalid="ignore"):
             fresh |= ok & (np.abs(rate / self.seconds_per_unit - 1) > self.jump)
+        # A jump at an unchanged load is a device that changed speed; at a new load (after a
+        # re-plan) the rate per unit also moves by the step's fixed part, which is no news.
+        same = np.isclose(load, self._last_load, rtol=0.02)
+        jumped = fresh & np.isfinite(self.seconds_per_unit) & same
+        self._last_load = np.where(ok, load, self._last_load)
         self.seconds_per_unit[fresh] = rate[fresh]
         old = ok & ~fresh
         a = self.smoothing
         self.seconds_per_unit[old] = (1 - a) * self.seconds_per_unit[old] + a * rate[old]
+        return jumped
 
     @property
     def ready(self) -> bool:
@@ -157,7 +124,11 @@ class Decision:
     """The outcome of one check: new weights (None = keep) and what was predicted.
 
     ``gain`` is the predicted step speed-up of the proposed (rounded) weights over the
-    weights in use; the imbalances are max/mean of the predicted replica times.
+    weights in use; the imbalances are max/mean of the predicted replica times. ``reason``
+    says why the weights change or stay: ``"replan"``, ``"undo"`` (the last re-plan made
+    steps no faster: back to the weights before it), ``"payback"`` (a gain that would not
+    repay the re-plan's cost over the steps left), ``"review"`` (the last re-plan is still
+    being measured) or ``""``.
     """
 
     weights: tuple[float, ...] | None
@@ -165,6 +136,7 @@ class Decision:
     gain: float
     imbalance_before: float
     imbalance_after: float
+    reason: str = ""
 
 
 class Rebalancer:
@@ -175,48 +147,116 @@ class Rebalancer:
         options: :class:`RebalanceOptions`.
         global_batch_size: G, to keep every replica's share of a step at one sample or more.
         weights: the weights the plan uses now (default equal).
+
+    Attributes:
+        replan_seconds: what one re-plan costs (median of those measured), or None.
+        undone: re-plans undone because they did not pay.
+        held_back: checks whose gain would not have repaid a re-plan over the steps left.
     """
 
     def __init__(self, replicas: int, options: RebalanceOptions = RebalanceOptions(), global_batch_size: int = 1,
                  weights=None):
         self.options, self.global_batch_size = options, int(global_batch_size)
         self.estimator = SpeedEstimator(replicas, options.smoothing, options.jump)
+        self.model = StepModel(replicas)
+        self.review = ReplanReview(options.review)
         self.weights = tuple(float(x) for x in (np.ones(replicas) if weights is None else weights))
         self._streak = 0
         self._cooldown = 0
+        self._overhead: deque = deque(maxlen=32)   # step seconds outside the slowest replica's compute
+        self._total: deque = deque(maxlen=32)      # load of a step, summed over replicas
+        self._costs: list[float] = []
+        self.undone = 0
+        self.held_back = 0
 
     @property
     def shares(self) -> np.ndarray:
         w = np.asarray(self.weights, np.float64)
         return w / w.sum()
 
+    @property
+    def replan_seconds(self) -> float | None:
+        return float(np.median(self._costs)) if self._costs else None
+
+    def replan_cost(self, seconds: float) -> None:
+        """Add one measured re-plan (or pipeline start) cost, in seconds."""
+        if np.isfinite(seconds) and seconds >= 0:
+            self._costs.append(float(seconds))
+
+    def observe(self, load: np.ndarray, seconds: np.ndarray, step_seconds: np.ndarray) -> None:
+        """Per-update rows: load and compute seconds ``[updates, R]``, step seconds ``[updates]``."""
+        load, seconds = np.atleast_2d(np.asarray(load, np.float64)), np.atleast_2d(np.asarray(seconds, np.float64))
+        for lo, se, st in zip(load, seconds, np.asarray(step_seconds, np.float64).reshape(-1)):
+            self.model.add(lo, se)
+            self.review.add(st)
+            self._overhead.append(max(float(st - se.max()), 0.0))
+            self._total.append(float(lo.sum()))
+
     def propose(self) -> tuple[float, ...]:
         """The measured-best weights, rounded; the fastest replica has weight 1."""
-        speed = self.estimator.speeds()
-        rel = speed / speed.max()
+        a, b, known = self.model.fit()
+        if known.all() and self._total:
+            rel = best_shares(float(np.median(self._total)), a, b)
+        else:
+            speed = self.estimator.speeds()
+            rel = speed / speed.max()
+        return self._round(rel / rel.max())
+
+    def _round(self, rel: np.ndarray) -> tuple[float, ...]:
         res = self.options.resolution
         rel = np.maximum(np.round(rel / res) * res, res)
         rel = feasible_weights(rel, self.global_batch_size)
         return tuple(float(round(x, 6)) for x in rel)
 
-    def check(self, load: np.ndarray, seconds: np.ndarray) -> Decision | None:
-        """Feed one window (per replica summed load and compute seconds); None until every replica is measured."""
-        self.estimator.update(load, seconds)
+    def _lines(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """Per replica (fixed seconds, seconds per unit) for predictions, and the step's load."""
+        a, b, known = self.model.fit()
+        u = self.estimator.seconds_per_unit
+        a, b = np.where(known, a, 0.0), np.where(known, b, u)
+        return a, b, float(np.median(self._total)) if self._total else 1.0
+
+    def check(self, load: np.ndarray, seconds: np.ndarray, steps_left: int | None = None) -> Decision | None:
+        """Feed one window (per replica summed load and compute seconds); None until every replica is measured.
+
+        ``steps_left``: steps the run has left; with :attr:`replan_seconds` known, a re-plan
+        must save ``options.payback`` times its cost over them.
+        """
+        jumped = self.estimator.update(load, seconds)
+        if jumped.any():  # a device changed speed: its old lines and step times are stale
+            self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
         if not self.estimator.ready:
             return None
-        u = self.estimator.seconds_per_unit
+        a, b, total = self._lines()
         proposal = self.propose()
         new_shares = np.asarray(proposal) / np.sum(proposal)
+        overhead = float(np.median(self._overhead)) if self._overhead else 0.0
+        now, then = step_time(self.shares, total, a, b), step_time(new_shares, total, a, b)
         # The predicted speed-up of the proposal itself (rounded, floored) over the weights in use.
-        g = float(np.max(self.shares * u) / np.max(new_shares * u))
-        before, after = step_imbalance(self.shares, u), step_imbalance(new_shares, u)
+        g = (now + overhead) / (then + overhead)
+        before, after = step_imbalance(self.shares * total * b + a, 1), step_imbalance(new_shares * total * b + a, 1)
         speeds = tuple(float(x) for x in self.estimator.speeds())
+        decision = lambda w, why: Decision(w, speeds, g, before, after, why)  # noqa: E731
         self._streak = self._streak + 1 if g > self.options.threshold else 0
+        verdict, back, _ = self.review.verdict()
+        if verdict == "undo" and self.options.enabled:
+            self.weights, self._streak, self._cooldown = back, 0, self.options.cooldown
+            self.undone += 1
+            return decision(back, "undo")
+        if self.review.reviewing:
+            return decision(None, "review")
         if self._cooldown > 0:
             self._cooldown -= 1
-            return Decision(None, speeds, g, before, after)
+            return decision(None, "")
         patient = self._streak >= self.options.patience or g > self.options.urgent
         if not self.options.enabled or not patient or proposal == self.weights:
-            return Decision(None, speeds, g, before, after)
+            return decision(None, "")
+        cost = self.replan_seconds
+        # Until loads have differed, the fixed part of each replica's step is unknown and the
+        # saving may be much smaller than predicted (time assumed proportional to load): ask twice.
+        payback = self.options.payback * (1 if self.model.fit()[2].all() else 2)
+        if steps_left is not None and cost is not None and steps_left * (now - then) < payback * cost:
+            self.held_back += 1
+            return decision(None, "payback")
+        self.review.replanned(self.weights)
         self.weights, self._streak, self._cooldown = proposal, 0, self.options.cooldown
-        return Decision(proposal, speeds, g, before, after)
+        return decision(proposal, "replan")

@@ -19,6 +19,7 @@ small rows between processes. Everything else is here, once, for every framework
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
@@ -115,6 +116,8 @@ class TrainLoop:
         if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
             monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
         self.plan = plan
+        if monitor is not None:  # a re-plan must pay for itself over the steps left
+            monitor.total_steps = epochs * plan.num_steps
         hooks = _Hooks(on_step, on_epoch, on_batch, guard, monitor)
         results: list[EpochResult] = []
         cursor, carry = start, None
@@ -129,7 +132,10 @@ class TrainLoop:
         # epochs in one stream, one epoch per stream for a large one.
         per_epoch = max(self.plan.num_steps * self.plan.topology.replicas * self.plan.slots, 1)
         last = min(cursor.epoch + max(1, CHUNK_SLOTS // per_epoch), epochs)
+        opened = time.perf_counter()
         stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch)
+        if hooks.monitor is not None and hooks.monitor.global_step == 0:
+            hooks.monitor.stream_opened(time.perf_counter() - opened)
         for epoch in range(cursor.epoch, last):
             first = cursor.step if epoch == cursor.epoch else 0
             outcome = self._run_epoch(stream, epoch, first, hooks, carry)

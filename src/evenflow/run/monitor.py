@@ -14,10 +14,14 @@ update — and passes the result to :meth:`absorb`, which
   every worker, because every worker sees the same gathered numbers — the trainer
   turns into a re-plan of the rest of the epoch.
 
-Per update, replica r contributes ``[samples, cost, compute, input wait, end]``:
+Per update, replica r contributes ``[samples, cost, compute, input wait, end, gap]``:
 ``compute`` from the start of its step to its gradients being ready (emulated delays
-included), ``input wait`` the time its worker's step waited for its batches, and
-``end`` the time from the step's start to its update being applied.
+included), ``input wait`` the time its worker's step waited for its batches,
+``end`` the time from the step's start to its update being applied, and ``gap`` the
+host time between the previous update's end and this step's start (for the first
+update of a run, the time the loop took to open its pipelines). The gap plus the input
+wait of the first update after a re-plan is what that re-plan cost: the rebalancer
+weighs the next one against it.
 
 ``telemetry.jsonl`` (read by ``evenflow report``) holds a ``run`` line, then ``step``
 and ``rebalance`` lines; see :mod:`evenflow.report.telemetry` for the fields.
@@ -35,7 +39,7 @@ from evenflow.plan.speed import Decision, RebalanceOptions, Rebalancer
 __all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]
 
 TELEMETRY_FILE = "telemetry.jsonl"
-FIELDS = 5  # samples, cost, compute, input wait, end (per replica and update)
+FIELDS = 6  # samples, cost, compute, input wait, end, gap (per replica and update)
 
 
 class ReplicaMonitor:
@@ -77,6 +81,9 @@ class ReplicaMonitor:
         self.rebalancer = Rebalancer(self.replicas, rebalance, global_batch_size)
         self.log = log
         self.global_step = 0          # updates recorded over this process's run
+        self.total_steps: int | None = None  # plan steps of the whole run, when the loop knows them
+        self._last_end = None         # host clock at the end of the last recorded update, per local replica
+        self._open_seconds = 0.0      # what opening the first pipelines took
         self._since_plan = 0          # updates since the plan's weights last changed (warm-up)
         self._rows: list[np.ndarray] = []   # local [local R, FIELDS] per update
         self._meta: list[tuple[int, int, int, bool]] = []  # epoch, step, global step, counts for speed
@@ -121,12 +128,20 @@ class ReplicaMonitor:
             return  # a micro-step of an accumulated update: its timing comes with the update's last step
         t = np.asarray(row["timing"], np.float64)  # [local R, 5]: began, ready, start, grads, end
         began = t[:, 0]
-        fields = np.column_stack([self._load, t[:, 3] - t[:, 2], t[:, 1] - began, t[:, 4] - began])
+        gap = began - self._last_end if self._last_end is not None else np.full(len(t), self._open_seconds)
+        self._last_end = t[:, 4]
+        fields = np.column_stack([self._load, t[:, 3] - t[:, 2], t[:, 1] - began, t[:, 4] - began, gap])
         self._rows.append(np.maximum(fields, 0.0))
-        self._meta.append((int(epoch), int(step), self.global_step, self._since_plan >= self.rebalancer.options.warmup))
+        self._meta.append((int(epoch), int(step), self.global_step, self._since_plan >= self.rebalancer.options.warmup,
+                           self._since_plan == 0))
         self._load = None
         self.global_step += 1
         self._since_plan += 1
+
+    def stream_opened(self, seconds: float) -> None:
+        """The loop opened the run's first pipelines in ``seconds`` (a re-plan's reopening is
+        measured from the clock stamps)."""
+        self._open_seconds = float(seconds)
 
     def due(self, end_of_epoch: bool) -> bool:
         """Whether the trainer should gather and :meth:`absorb` now (the same answer on every worker)."""
@@ -149,7 +164,9 @@ class ReplicaMonitor:
         rows = np.asarray(gathered, np.float64).reshape(self.replicas, len(self._meta), FIELDS).transpose(1, 0, 2)
         meta, self._rows, self._meta = self._meta, [], []
         weights = list(self.weights)
-        for (epoch, step, gstep, _), r in zip(meta, rows):
+        for (epoch, step, gstep, _, first), r in zip(meta, rows):
+            if first:  # pipelines (re)opened before this update: what a re-plan costs
+                self.rebalancer.replan_cost(float((r[:, 5] + r[:, 3]).max()))
             compute = r[:, 2]
             wait, took = float(r[:, 3].max()), float(r[:, 4].max())
             slowest = int(np.argmax(compute))
@@ -186,9 +203,12 @@ class ReplicaMonitor:
             return None
         # Load units per second are measured on the compute part of the step (without the wait for
         # the slowest replica in the all-reduce): the replica's own speed.
+        self.rebalancer.observe(rows[use, :, 1], rows[use, :, 2], rows[use, :, 4].max(axis=1))
         load = rows[use, :, 1].sum(axis=0)
         seconds = rows[use, :, 2].sum(axis=0)
-        return self.rebalancer.check(load, seconds)
+        last = meta[-1]
+        left = None if self.total_steps is None else max(self.total_steps - (last[0] * self.steps_per_epoch + last[1] + 1), 0)
+        return self.rebalancer.check(load, seconds, steps_left=left)
 
     def replanned(self, cursor: Cursor, before: tuple[float, ...], decision: Decision) -> None:
         """Log a re-plan that starts at ``cursor``."""
@@ -197,7 +217,8 @@ class ReplicaMonitor:
                  "before": list(before), "after": list(decision.weights),
                  "speeds": [round(x, 6) for x in decision.speeds],
                  "imbalance_before": round(decision.imbalance_before, 6),
-                 "imbalance_after": round(decision.imbalance_after, 6), "gain": round(decision.gain, 6)}
+                 "imbalance_after": round(decision.imbalance_after, 6), "gain": round(decision.gain, 6),
+                 "reason": decision.reason}
         self.history.append(event)
         self._write(event)
 
@@ -229,4 +250,6 @@ class ReplicaMonitor:
                 "input_wait_fraction": self.input_wait / self.step_seconds if self.step_seconds > 0 else 0.0,
                 "mean_imbalance": self.imbalance_sum / self.updates if self.updates else 1.0,
                 "speeds": [None if not np.isfinite(x) else float(x) for x in speeds],
-                "weights": list(self.weights), "rebalances": list(self.history)}
+                "weights": list(self.weights), "rebalances": list(self.history),
+                "replan_seconds": self.rebalancer.replan_seconds, "replans_undone": self.rebalancer.undone,
+                "replans_not_worth_it": self.rebalancer.held_back}

@@ -205,6 +205,10 @@ class MonitorOptions:
         "re-plans follow timings, which no two runs share)"))
     rebalance_threshold: float = field(default=1.10, metadata=_help(
         "re-plan when the measured speeds predict steps at least this many times faster, > 1"))
+    rebalance_payback: float = field(default=2.0, metadata=_help(
+        "re-plan only when the predicted saving over the steps left is at least this many times what a re-plan "
+        "costs (measured: rebuilding and refilling the input pipelines), twice that while the fixed part of a "
+        "replica's step is not yet known, >= 0 (0: whenever the threshold is met)"))
     telemetry: bool = field(default=True, metadata=_help(
         "time every replica's step and write OUTPUT_DIR/telemetry.jsonl (read by evenflow report OUTPUT_DIR)"))
     simulate_slow: str = field(default="", metadata=_help(
@@ -219,6 +223,10 @@ class MonitorOptions:
         check_bool("telemetry", self.telemetry)
         threshold = check_float("rebalance_threshold", self.rebalance_threshold, 1.0)
         object.__setattr__(self, "rebalance_threshold", check_finite("rebalance_threshold", threshold, "1.1"))
+        payback = self.rebalance_payback
+        if isinstance(payback, bool) or not isinstance(payback, (int, float)) or not 0 <= payback <= 1e6:
+            raise ValueError(f"rebalance_payback must be a number in [0, 1e6] (2 = a re-plan must save twice "
+                             f"its cost), got {payback!r}")
         if not isinstance(self.simulate_slow, str):
             raise TypeError(f"simulate_slow must be a string like '3:2@100', got {self.simulate_slow!r}")
         ms = self.simulate_sample_ms
@@ -247,4 +255,5 @@ class MonitorOptions:
         emulated = self.simulation().active
         auto = (emulated or not shared_cpu) and not deterministic
         enabled = self.rebalance == "on" or (self.rebalance == "auto" and auto)
-        return RebalanceOptions(enabled=enabled, threshold=self.rebalance_threshold)
+        return RebalanceOptions(enabled=enabled, threshold=self.rebalance_threshold,
+                                payback=float(self.rebalance_payback))

@@ -51,8 +51,10 @@ def _say_monitor(p, session, monitor, out) -> None:
     if monitor is not None:
         if monitor.rebalancer.options.enabled:
             why = "" if mon.rebalance == "on" else " (auto)"
+            pays = f" that repay the re-plan {mon.rebalance_payback:g}x over the steps left" \
+                if mon.rebalance_payback > 0 else ""
             print(f"rebalancing on{why}: replicas measured every {monitor.check_every} steps, re-plan when "
-                  f"{mon.rebalance_threshold:g}x faster steps are predicted", file=out)
+                  f"{mon.rebalance_threshold:g}x faster steps are predicted{pays}", file=out)
         elif mon.rebalance == "auto" and p.config.checkpoint.deterministic:
             print("rebalancing off (auto): --deterministic runs keep their plan, since re-plans follow measured "
                   "timings; telemetry is still written (--rebalance on to force)", file=out)

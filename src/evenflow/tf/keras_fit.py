@@ -52,7 +52,7 @@ __all__ = ["fit"]
 def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose="auto", callbacks=None,
         validation_split: float = 0.0, validation_data=None, shuffle: bool = True, seed: int = 0,
         stratify: bool = False, balance: str = "count", output_dir=None, checkpoint_every: int = 0,
-        keep_checkpoints: int = 3, audit: bool = False, rebalance: bool = False, simulate=None):
+        keep_checkpoints: int = 3, audit: bool = False, rebalance=False, simulate=None):
     """Train a compiled Keras model on an evenflow plan (see the module docstring).
 
     Args:
@@ -74,7 +74,9 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         checkpoint_every: also checkpoint every this many steps of an epoch (0: epoch ends only).
         keep_checkpoints: checkpoints kept.
         audit: record every step's sample ids (needs ``output_dir``).
-        rebalance: re-plan from measured per-replica speeds at epoch ends.
+        rebalance: re-plan from measured per-replica speeds at epoch ends: True, or an
+            :class:`evenflow.plan.RebalanceOptions` (e.g. ``payback=0`` to re-plan whenever
+            the threshold is met, however few steps are left).
         simulate: an :class:`evenflow.run.Simulation` of slow replicas, to try ``rebalance``
             where all devices are equally fast (as ``evenflow train --simulate-slow``).
 
@@ -83,6 +85,8 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
     """
     strategy = _strategy(model)
     _check_options(shuffle, output_dir, checkpoint_every, audit)
+    if not isinstance(rebalance, (bool, RebalanceOptions)):
+        raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
     source = as_source(x, y, "evenflow.tf.fit")
     if validation_data is not None and validation_split:
         raise ValueError("pass validation_data or validation_split, not both (model.fit would silently use "
@@ -172,10 +176,11 @@ def _build(model, strategy, source) -> None:
             model.optimizer.build(model.trainable_variables)
 
 
-def _monitor(plan: Plan, rebalance: bool, telemetry: Path | None, append: bool) -> ReplicaMonitor:
+def _monitor(plan: Plan, rebalance, telemetry: Path | None, append: bool) -> ReplicaMonitor:
     costs = plan.index.costs if plan.options.balance == "cost" else None
+    options = rebalance if isinstance(rebalance, RebalanceOptions) else RebalanceOptions(enabled=bool(rebalance))
     return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
-                          rebalance=RebalanceOptions(enabled=bool(rebalance)), telemetry=telemetry, append=append)
+                          rebalance=options, telemetry=telemetry, append=append)
 
 
 class _Run:
@@ -217,6 +222,8 @@ class _Run:
         val_kw = {} if val is None else {
             "validation_data": keras_dataset(PlanReader(val), val_plan, epochs=1, repeat=True),
             "validation_steps": val_plan.num_steps}
+        if self.monitor is not None:  # a re-plan must pay for itself over the steps left
+            self.monitor.total_steps = self.epochs * self.base.num_steps
         while self.cursor.epoch < self.epochs:
             cursor = self.cursor
             stop = cursor.epoch + 1 if cursor.step > 0 else self.epochs

@@ -1,0 +1,185 @@
+"""Real contention: two workers pinned one per core, a CPU-bound process sharing worker 1's core.
+
+Not an emulation: worker 1 really gets about half a core while the busy process runs, so its
+steps take about twice as long (its fixed costs too, not only the per-sample ones). Each
+case runs the same ``evenflow train`` twice, side by side, in alternating order:
+
+* ``static``: ``--rebalance off`` (equal split, what ``DistributedSampler`` or ``tf.data``
+  sharding gives);
+* ``evenflow``: ``--rebalance on`` (measured speeds, re-plans that must pay for themselves).
+
+Cases: ``none`` (no busy process: what rebalancing costs when nobody is slow), ``start``
+(busy from the first step), ``half`` (busy from the middle of the run: it starts when the
+chief's ``telemetry.jsonl`` holds half the run's steps). Workers: 2 processes, each pinned to
+its own core with ``os.sched_setaffinity``, 1 replica each: TensorFlow workers under
+MultiWorkerMirroredStrategy (``TF_CONFIG`` on 127.0.0.1 ports), or torch ranks under DDP
+(gloo). ``ideal`` is the throughput of a perfect split: the sum over workers of each one's
+measured samples per second of compute in the static run (per phase for ``half``).
+
+Reproduce a slow core by hand the same way::
+
+    taskset -c 1 python -c "while True: pass" &       # the busy process on core 1
+    # worker i of `evenflow launch` or rank i of torchrun pinned to core i (taskset -c i ...)
+
+Examples:
+    python benchmarks/contention.py --framework tf             # 3 cases x 2 modes (~10 min)
+    python benchmarks/contention.py --framework torch --cases start
+    python benchmarks/contention.py --quick                    # a short smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
+from _common import machine, write_result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+SRC = ROOT.parent / "src"
+CASES = ("none", "start", "half")
+MODES = ("static", "evenflow")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__[__doc__.index("Examples:"):])
+    p.add_argument("--framework", choices=("tf", "torch"), default="tf")
+    p.add_argument("--cases", default=",".join(CASES), help="comma list of none, start, half")
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--global-batch-size", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=1, help="rounds; each runs both modes per case")
+    p.add_argument("--quick", action="store_true", help="2 epochs, case start only")
+    p.add_argument("--json-out", default=None, help="default results/contention_<framework>.json")
+    args = p.parse_args(argv)
+    args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    bad = [c for c in args.cases if c not in CASES]
+    if bad:
+        p.error(f"--cases: unknown {bad}; choose among {', '.join(CASES)}")
+    if args.quick:
+        args.epochs, args.cases = 2, ["start"]
+    args.json_out = args.json_out or str(ROOT / "results" / f"contention_{args.framework}.json")
+    return args
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _worker_envs(framework: str) -> list[dict]:
+    base = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    for key in ("TF_CONFIG", "EVENFLOW_REPLICAS_PER_WORKER", "RANK", "WORLD_SIZE"):
+        base.pop(key, None)
+    if framework == "tf":
+        ports = _free_ports(2)
+        cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+        return [dict(base, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
+                for i in range(2)]
+    port = _free_ports(1)[0]
+    return [dict(base, RANK=str(i), LOCAL_RANK=str(i), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)) for i in range(2)]
+
+
+def _hog(when: str, telemetry: Path, half_steps: int) -> subprocess.Popen | None:
+    """A busy loop on core 1: now, or once the chief's telemetry holds ``half_steps`` steps."""
+    if when == "none":
+        return None
+    wait = "" if when == "start" else (
+        f"import time\nwhile True:\n    try:\n        n = sum('\"kind\": \"step\"' in l for l in open({str(telemetry)!r}))\n"
+        f"    except OSError:\n        n = 0\n    if n >= {half_steps}:\n        break\n    time.sleep(0.05)\n")
+    proc = subprocess.Popen([sys.executable, "-c", wait + "while True:\n    pass\n"])
+    os.sched_setaffinity(proc.pid, {1})
+    return proc
+
+
+def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
+    """One training run of 2 pinned workers; its summary and telemetry."""
+    cmd = [sys.executable, "-m", "evenflow", "train", "--framework", args.framework, "--dataset", data,
+           "--model", "cnn", "--replicas", "1", "--threads", "1", "--epochs", str(args.epochs),
+           "--global-batch-size", str(args.global_batch_size), "--test-fraction", "0", "--seed", "0",
+           "--rebalance", "on" if mode == "evenflow" else "off", "--output-dir", str(out)]
+    if args.framework == "torch":
+        cmd += ["--backend", "gloo", "--loader-workers", "0"]
+    steps = args.epochs * -(-1797 // args.global_batch_size)
+    hog = _hog(case, out / "telemetry.jsonl", steps // 2)
+    t0 = time.perf_counter()
+    procs = []
+    for i, env in enumerate(_worker_envs(args.framework)):
+        procs.append(subprocess.Popen(["timeout", "-k", "5", "900", *cmd], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+        os.sched_setaffinity(procs[-1].pid, {i})  # before the interpreter starts its threads: they inherit it
+    logs = [p.communicate()[0] for p in procs]
+    wall = time.perf_counter() - t0
+    if hog is not None:
+        hog.send_signal(signal.SIGKILL)
+        hog.wait()
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"{case}/{mode} failed:\n" + "\n".join(log[-3000:] for log in logs))
+    summary = json.loads((out / "summary.json").read_text())
+    lines = [json.loads(x) for x in (out / "telemetry.jsonl").read_text().splitlines()]
+    return {"summary": summary, "steps": [x for x in lines if x["kind"] == "step"], "wall": wall}
+
+
+def ideal_rate(steps: list[dict]) -> float:
+    """Samples/s of a perfect split: summed per-worker compute speeds, over the run's phases (quarters)."""
+    import numpy as np
+
+    parts = np.array_split(np.arange(len(steps)), 4)
+    samples = seconds = 0.0
+    for idx in parts:
+        rows = [steps[i] for i in idx[1:]]  # skip each quarter's first step (epoch starts, warm-up)
+        if not rows:
+            continue
+        s = np.array([r["samples"] for r in rows], float).sum(axis=0)
+        c = np.array([r["compute"] for r in rows], float).sum(axis=0)
+        n = s.sum()
+        speed = (s / np.maximum(c, 1e-9)).sum()  # samples/s of all workers together
+        samples, seconds = samples + n, seconds + n / speed
+    return samples / seconds
+
+
+def main(args) -> dict:
+    from evenflow.data import convert
+    rows, lines = [], [f"{'case':<6} {'static/s':>9} {'evenflow/s':>11} {'ideal/s':>8} {'evenflow/static':>16} "
+                       f"{'ideal/static':>13} {'re-plans':>9}"]
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "digits-jpeg")
+        convert("builtin:digits", data, shards=2, image_format="jpeg")
+        for case in args.cases:
+            got = {m: [] for m in MODES}
+            for rnd in range(args.repeats):
+                for mode in (MODES if rnd % 2 == 0 else MODES[::-1]):
+                    got[mode].append(run_once(args, data, case, mode, Path(d) / f"{case}-{mode}-{rnd}"))
+            rate = {m: sorted(r["summary"]["samples_per_second"] for r in got[m])[len(got[m]) // 2] for m in MODES}
+            ideal = sorted(ideal_rate(r["steps"]) for r in got["static"])[args.repeats // 2]
+            replans = [len(r["summary"]["telemetry"]["rebalances"]) for r in got["evenflow"]]
+            rows.append({"case": case, "static_samples_per_s": rate["static"], "evenflow_samples_per_s": rate["evenflow"],
+                         "ideal_samples_per_s": ideal, "evenflow_over_static": rate["evenflow"] / rate["static"],
+                         "ideal_over_static": ideal / rate["static"], "replans": replans,
+                         "final_weights": [r["summary"]["telemetry"]["weights"] for r in got["evenflow"]],
+                         "replan_seconds": [r["summary"]["telemetry"].get("replan_seconds") for r in got["evenflow"]],
+                         "all": {m: [r["summary"]["samples_per_second"] for r in got[m]] for m in MODES}})
+            lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
+                         f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "
+                         f"{','.join(map(str, replans)):>9}")
+    result = {"benchmark": "contention", "framework": args.framework, "epochs": args.epochs,
+              "global_batch_size": args.global_batch_size, "repeats": args.repeats, "rows": rows,
+              "machine": machine()}
+    return write_result(result, "\n".join(lines), Path(args.json_out))
+
+
+if __name__ == "__main__":
+    main(parse_args())

@@ -1,0 +1,70 @@
+"""When measured speeds re-plan the rest of an epoch: the options of :class:`~evenflow.plan.speed.Rebalancer`."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["RebalanceOptions"]
+
+
+@dataclass(frozen=True)
+class RebalanceOptions:
+    """When measured speeds re-plan the rest of an epoch.
+
+    Args:
+        enabled: re-plan at all (the measurements and telemetry are taken either way).
+        threshold: re-plan when the predicted gain (time of a step under the current
+            weights / under the measured-best weights) exceeds this, > 1.
+        patience: consecutive checks the gain must exceed ``threshold``, >= 1.
+        urgent: a gain above this re-plans at the first check (an imbalance this large is
+            not timing noise), >= ``threshold``.
+        cooldown: checks after a re-plan during which no other one happens, >= 0.
+        smoothing: weight of the newest window in the exponential moving average of
+            seconds per unit, in (0, 1].
+        jump: a window that differs from a replica's average by more than this fraction
+            replaces the average (a device that really changed speed, e.g. throttled, is
+            followed at once instead of over several windows), > 0.
+        resolution: weights are rounded to multiples of this (fastest replica = 1), in (0, 0.5].
+        warmup: steps after the start of a run or a re-plan whose timings are ignored
+            (they include tracing and pipeline start-up), >= 0.
+        payback: a re-plan must be predicted to save this many times its own measured cost
+            (pipelines rebuilt and refilled) over the steps left, twice that while the fixed
+            part of the replicas' steps is unknown (see :mod:`evenflow.plan.step_model`),
+            >= 0 (0: no such check).
+        review: updates after a re-plan whose median step time is compared with the median
+            before it; a re-plan that did not make steps faster is undone, >= 1.
+    """
+
+    enabled: bool = True
+    threshold: float = 1.10
+    patience: int = 2
+    urgent: float = 1.5
+    cooldown: int = 2
+    smoothing: float = 0.5
+    jump: float = 0.3
+    resolution: float = 0.02
+    warmup: int = 1
+    payback: float = 2.0
+    review: int = 8
+
+    def __post_init__(self):
+        if not isinstance(self.enabled, bool):
+            raise TypeError(f"enabled must be True or False, got {self.enabled!r}")
+        if not (isinstance(self.threshold, (int, float)) and math.isfinite(self.threshold) and self.threshold > 1):
+            raise ValueError(f"threshold must be a number > 1 (1.10 = re-plan when 10% faster steps are "
+                             f"predicted), got {self.threshold!r}")
+        if not (isinstance(self.urgent, (int, float)) and self.urgent >= self.threshold):
+            raise ValueError(f"urgent must be a number >= threshold ({self.threshold:g}), got {self.urgent!r}")
+        if not (isinstance(self.payback, (int, float)) and math.isfinite(self.payback) and self.payback >= 0):
+            raise ValueError(f"payback must be a number >= 0 (2 = a re-plan must save twice its cost), "
+                             f"got {self.payback!r}")
+        for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if not (isinstance(self.smoothing, (int, float)) and 0 < self.smoothing <= 1):
+            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
+        if not (isinstance(self.jump, (int, float)) and self.jump > 0):
+            raise ValueError(f"jump must be a number > 0 (0.3 = a 30% change), got {self.jump!r}")
+        if not (isinstance(self.resolution, (int, float)) and 0 < self.resolution <= 0.5):
+            raise ValueError(f"resolution must be in (0, 0.5], got {self.resolution!r}")

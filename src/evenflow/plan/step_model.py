@@ -1,0 +1,150 @@
+"""What a step costs each replica: a fixed part plus a part per unit of load, and whether a re-plan paid.
+
+A replica's compute time in a step is ``a_r + b_r * load_r``: ``a_r`` is what the step costs
+whatever its batch (kernel launches, the optimizer, framework dispatch), ``b_r`` the time per
+sample (or per unit of cost). Under equal weights every replica sees the same load in every
+full step, so only ``a_r + b_r * load`` is known and the split between ``a`` and ``b`` is not:
+a model that assumes ``a = 0`` predicts that halving a slow replica's batch halves its time,
+which is false where the fixed part dominates (short steps), and a re-plan made on it slows the
+run down. :class:`StepModel` therefore fits the line only from loads that differ enough (an
+epoch's last, partial step; steps after a re-plan; cost-balanced batches), by least squares
+over the median time at each load, and says per replica whether the line is known.
+
+:func:`best_shares` splits a step's load so the slowest replica finishes first-as-possible
+under the fitted lines (water-filling). :class:`ReplanReview` compares the step time measured
+after a re-plan with the one before it: a re-plan that did not make steps faster is undone.
+Framework-free; :class:`~evenflow.plan.speed.Rebalancer` uses all three.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+__all__ = ["ReplanReview", "StepModel", "best_shares", "step_time"]
+
+# Loads differ "enough" to separate the fixed part from the per-unit part when the largest is
+# this many times the smallest (below, timing noise dominates the slope).
+SPREAD = 1.25
+
+
+class StepModel:
+    """Per replica, compute seconds as ``a + b * load``, from the last ``keep`` updates.
+
+    Args:
+        replicas: R.
+        keep: updates remembered per replica; partial and re-planned steps are kept in a
+            second buffer of their own, so a long run of full steps does not push them out.
+    """
+
+    def __init__(self, replicas: int, keep: int = 64):
+        self.replicas = int(replicas)
+        self._recent: deque = deque(maxlen=keep)
+        self._other: deque = deque(maxlen=keep)
+
+    def add(self, load: np.ndarray, seconds: np.ndarray) -> None:
+        """One update: per replica its load and compute seconds."""
+        load, seconds = np.asarray(load, np.float64), np.asarray(seconds, np.float64)
+        if load.shape != (self.replicas,) or seconds.shape != (self.replicas,):
+            raise ValueError(f"load and seconds must have one entry per replica ({self.replicas}), "
+                             f"got shapes {load.shape} and {seconds.shape}")
+        row = np.stack([load, seconds])
+        usual = self._recent[-1][0] if self._recent else None
+        if usual is not None and not np.allclose(load, usual, rtol=0.02):
+            self._other.append(row)
+        else:
+            self._recent.append(row)
+
+    def fit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(a, b, known)``: per replica the fixed seconds, the seconds per unit of load, and
+        whether its loads spread enough for the line (else ``a`` is 0 and ``b`` the mean rate)."""
+        rows = list(self._recent) + list(self._other)
+        a, b, known = np.zeros(self.replicas), np.full(self.replicas, np.nan), np.zeros(self.replicas, bool)
+        if not rows:
+            return a, b, known
+        data = np.stack(rows)  # [n, 2, R]
+        for r in range(self.replicas):
+            load, secs = data[:, 0, r], data[:, 1, r]
+            ok = (load > 0) & (secs > 0) & np.isfinite(secs)
+            if not ok.any():
+                continue
+            load, secs = load[ok], secs[ok]
+            levels = np.unique(np.round(load, 6))
+            med = np.array([np.median(secs[np.round(load, 6) == x]) for x in levels])
+            b[r] = float(np.median(secs / load))
+            if levels.size < 2 or levels.max() < SPREAD * levels.min():
+                continue
+            weight = np.array([np.sum(np.round(load, 6) == x) for x in levels], np.float64)
+            slope, intercept = np.polyfit(levels, med, 1, w=np.sqrt(weight))
+            if slope <= 0:  # time does not grow with load: all of it is fixed
+                slope, intercept = 1e-9 / max(levels.max(), 1.0), float(np.average(med, weights=weight))
+            if intercept < 0:  # through the origin instead
+                slope, intercept = float(np.sum(weight * levels * med) / np.sum(weight * levels ** 2)), 0.0
+            a[r], b[r], known[r] = float(intercept), float(slope), True
+        return a, b, known
+
+
+def step_time(shares: np.ndarray, total: float, a: np.ndarray, b: np.ndarray) -> float:
+    """The slowest replica's compute seconds when each gets ``shares * total`` load."""
+    return float(np.max(np.asarray(a) + np.asarray(b) * np.asarray(shares) * total))
+
+
+def best_shares(total: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Shares of ``total`` load that minimise the slowest replica's ``a_r + b_r * load_r``.
+
+    Every replica working finishes at the same time ``T``: ``load_r = (T - a_r) / b_r``; a
+    replica whose fixed part alone exceeds ``T`` gets nothing (it still runs the step).
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    active = np.ones(a.shape, bool)
+    for _ in range(a.size):
+        t = (total + np.sum(a[active] / b[active])) / np.sum(1.0 / b[active])
+        out = active & (a >= t)
+        if not out.any():
+            break
+        active &= ~out
+    load = np.where(active, (t - a) / b, 0.0)
+    return load / load.sum()
+
+
+class ReplanReview:
+    """Was a re-plan worth it? Median step seconds over ``window`` updates before and after.
+
+    A re-plan that left steps no faster (by ``margin``) is not kept: :meth:`verdict` returns
+    ``"undo"`` and the weights from before it.
+    """
+
+    def __init__(self, window: int = 8, margin: float = 0.02):
+        self.window, self.margin = int(window), float(margin)
+        self._before: deque = deque(maxlen=self.window)
+        self._after: list[float] = []
+        self._pending: tuple[tuple[float, ...], float] | None = None  # weights before, median step before
+
+    def add(self, step_seconds: float) -> None:
+        """One update's step time (the slowest replica's, from start to update applied)."""
+        if self._pending is None:
+            self._before.append(float(step_seconds))
+        else:
+            self._after.append(float(step_seconds))
+
+    @property
+    def reviewing(self) -> bool:
+        return self._pending is not None
+
+    def replanned(self, weights_before: tuple[float, ...]) -> None:
+        """A re-plan happened: the next ``window`` updates are measured against the last ones
+        (not reviewed when no update was measured before it)."""
+        if self._before:
+            self._pending, self._after = (tuple(weights_before), float(np.median(self._before))), []
+
+    def verdict(self) -> tuple[str, tuple[float, ...] | None, float]:
+        """``("wait" | "kept" | "undo", weights to return to, speed-up measured)``."""
+        if self._pending is None or len(self._after) < self.window:
+            return "wait", None, float("nan")
+        weights, before = self._pending
+        after = float(np.median(self._after))
+        self._pending, self._before = None, deque(self._after[-self.window:], maxlen=self.window)
+        speedup = before / after if after > 0 and np.isfinite(before) else float("nan")
+        if np.isfinite(speedup) and speedup < 1 + self.margin:
+            return "undo", weights, speedup
+        return "kept", None, speedup
