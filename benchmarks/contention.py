@@ -13,8 +13,10 @@ Cases: ``none`` (no busy process: what rebalancing costs when nobody is slow), `
 chief's ``telemetry.jsonl`` holds half the run's steps). Workers: 2 processes, each pinned to
 its own core with ``os.sched_setaffinity``, 1 replica each: TensorFlow workers under
 MultiWorkerMirroredStrategy (``TF_CONFIG`` on 127.0.0.1 ports), or torch ranks under DDP
-(gloo). ``ideal`` is the throughput of a perfect split: the sum over workers of each one's
-measured samples per second of compute in the static run (per phase for ``half``).
+(gloo). The data: ``--samples`` synthetic 32x32 grey images, a small CNN (``--model cnn``),
+no evaluation (``--test-fraction 0``). ``ideal`` is the throughput of a perfect split on this
+runtime, from the static run's telemetry: each step's overhead outside the slowest worker's
+compute as measured, its compute as if split in proportion to the workers' measured speeds.
 
 Reproduce a slow core by hand the same way::
 
@@ -22,7 +24,7 @@ Reproduce a slow core by hand the same way::
     # worker i of `evenflow launch` or rank i of torchrun pinned to core i (taskset -c i ...)
 
 Examples:
-    python benchmarks/contention.py --framework tf             # 3 cases x 2 modes (~10 min)
+    python benchmarks/contention.py --framework tf             # 3 cases x 2 modes
     python benchmarks/contention.py --framework torch --cases start
     python benchmarks/contention.py --quick                    # a short smoke run
 """
@@ -53,8 +55,9 @@ def parse_args(argv=None):
                                 epilog=__doc__[__doc__.index("Examples:"):])
     p.add_argument("--framework", choices=("tf", "torch"), default="tf")
     p.add_argument("--cases", default=",".join(CASES), help="comma list of none, start, half")
-    p.add_argument("--epochs", type=int, default=12)
-    p.add_argument("--global-batch-size", type=int, default=128)
+    p.add_argument("--samples", type=int, default=20_000, help="synthetic 32x32 grey images")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--global-batch-size", type=int, default=256)
     p.add_argument("--repeats", type=int, default=1, help="rounds; each runs both modes per case")
     p.add_argument("--quick", action="store_true", help="2 epochs, case start only")
     p.add_argument("--json-out", default=None, help="default results/contention_<framework>.json")
@@ -64,7 +67,7 @@ def parse_args(argv=None):
     if bad:
         p.error(f"--cases: unknown {bad}; choose among {', '.join(CASES)}")
     if args.quick:
-        args.epochs, args.cases = 2, ["start"]
+        args.samples, args.epochs, args.cases = 4_000, 1, ["start"]
     args.json_out = args.json_out or str(ROOT / "results" / f"contention_{args.framework}.json")
     return args
 
@@ -108,12 +111,14 @@ def _hog(when: str, telemetry: Path, half_steps: int) -> subprocess.Popen | None
 def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
     """One training run of 2 pinned workers; its summary and telemetry."""
     cmd = [sys.executable, "-m", "evenflow", "train", "--framework", args.framework, "--dataset", data,
-           "--model", "cnn", "--replicas", "1", "--threads", "1", "--epochs", str(args.epochs),
+           "--model", "cnn", "--threads", "1", "--epochs", str(args.epochs),
            "--global-batch-size", str(args.global_batch_size), "--test-fraction", "0", "--seed", "0",
            "--rebalance", "on" if mode == "evenflow" else "off", "--output-dir", str(out)]
     if args.framework == "torch":
-        cmd += ["--backend", "gloo", "--loader-workers", "0"]
-    steps = args.epochs * -(-1797 // args.global_batch_size)
+        cmd += ["--backend", "gloo", "--loader-workers", "0"]  # the ranks: 1 replica each
+    else:
+        cmd += ["--replicas", "1"]  # 1 replica per worker
+    steps = args.epochs * -(-args.samples // args.global_batch_size)
     hog = _hog(case, out / "telemetry.jsonl", steps // 2)
     t0 = time.perf_counter()
     procs = []
@@ -134,30 +139,41 @@ def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
 
 
 def ideal_rate(steps: list[dict]) -> float:
-    """Samples/s of a perfect split: summed per-worker compute speeds, over the run's phases (quarters)."""
+    """Samples/s of a perfect split on this runtime: each step's overhead outside the slowest
+    worker's compute as measured, its compute as if split in proportion to the workers' measured
+    speeds in that step (``n / sum_r(samples_r / compute_r)``)."""
     import numpy as np
 
-    parts = np.array_split(np.arange(len(steps)), 4)
     samples = seconds = 0.0
-    for idx in parts:
-        rows = [steps[i] for i in idx[1:]]  # skip each quarter's first step (epoch starts, warm-up)
-        if not rows:
-            continue
-        s = np.array([r["samples"] for r in rows], float).sum(axis=0)
-        c = np.array([r["compute"] for r in rows], float).sum(axis=0)
+    for row in steps[1:]:  # the first step traces the model
+        s, c = np.array(row["samples"], float), np.array(row["compute"], float)
         n = s.sum()
-        speed = (s / np.maximum(c, 1e-9)).sum()  # samples/s of all workers together
-        samples, seconds = samples + n, seconds + n / speed
+        balanced = n / np.sum(s / np.maximum(c, 1e-9))
+        samples, seconds = samples + n, seconds + row["step_seconds"] - c.max() + balanced
     return samples / seconds
 
 
+def _dataset(directory: str, n: int) -> str:
+    """``n`` synthetic 32x32 grey images of 10 classes (a class-dependent pattern plus noise)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, n)
+    patterns = rng.normal(size=(10, 32, 32, 1)).astype(np.float32)
+    x = patterns[y] + rng.normal(scale=2.0, size=(n, 32, 32, 1)).astype(np.float32)
+    path = os.path.join(directory, "images.npz")
+    np.savez(path, x=x, y=y)
+    return path
+
+
 def main(args) -> dict:
-    from evenflow.data import convert
     rows, lines = [], [f"{'case':<6} {'static/s':>9} {'evenflow/s':>11} {'ideal/s':>8} {'evenflow/static':>16} "
                        f"{'ideal/static':>13} {'re-plans':>9}"]
     with tempfile.TemporaryDirectory() as d:
-        data = os.path.join(d, "digits-jpeg")
-        convert("builtin:digits", data, shards=2, image_format="jpeg")
+        data = _dataset(d, args.samples)
+        # Untimed: the first run of a process tree pays for cold caches (imports, the dataset's pages).
+        warm = argparse.Namespace(**{**vars(args), "epochs": 1})
+        run_once(warm, data, "none", "static", Path(d) / "warm-up")
         for case in args.cases:
             got = {m: [] for m in MODES}
             for rnd in range(args.repeats):
@@ -175,7 +191,7 @@ def main(args) -> dict:
             lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
                          f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "
                          f"{','.join(map(str, replans)):>9}")
-    result = {"benchmark": "contention", "framework": args.framework, "epochs": args.epochs,
+    result = {"benchmark": "contention", "framework": args.framework, "samples": args.samples, "epochs": args.epochs,
               "global_batch_size": args.global_batch_size, "repeats": args.repeats, "rows": rows,
               "machine": machine()}
     return write_result(result, "\n".join(lines), Path(args.json_out))

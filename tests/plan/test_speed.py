@@ -106,11 +106,14 @@ def test_bad_options_state_the_rule(kwargs, fragment):
         RebalanceOptions(**kwargs)
 
 
-def test_a_real_change_of_speed_replaces_the_average_at_once():
+def test_a_real_change_of_speed_replaces_the_average_once_two_windows_show_it():
     est = SpeedEstimator(2, smoothing=0.5, jump=0.3)
     est.update([10, 10], [1.0, 1.0])
-    est.update([10, 10], [1.1, 3.0])  # +10%: smoothed; x3: a new speed, taken as it is
-    np.testing.assert_allclose(est.seconds_per_unit, [0.105, 0.3])
+    assert not est.update([10, 10], [1.1, 3.0]).any()  # +10%: smoothed; x3 once: maybe noise, smoothed too
+    np.testing.assert_allclose(est.seconds_per_unit, [0.105, 0.2])
+    assert est.update([10, 10], [1.1, 3.0]).tolist() == [False, True]  # x3 again: a new speed, taken as it is
+    np.testing.assert_allclose(est.seconds_per_unit, [0.1075, 0.3])
+    assert not est.update([10, 10], [1.1, 1.0]).any()  # one window back to x1: not (yet) a change
 
 
 # -- fixed parts, payback and undo -------------------------------------------------------------

@@ -41,11 +41,11 @@ class RebalanceOptions:
     urgent: float = 1.5
     cooldown: int = 2
     smoothing: float = 0.5
-    jump: float = 0.3
+    jump: float = 0.5
     resolution: float = 0.02
     warmup: int = 1
-    payback: float = 2.0
-    review: int = 8
+    payback: float = 1.5
+    review: int = 16
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):

@@ -53,6 +53,7 @@ class SpeedEstimator:
         self.replicas, self.smoothing, self.jump = int(replicas), float(smoothing), float(jump)
         self.seconds_per_unit = np.full(self.replicas, np.nan)
         self._last_load = np.full(self.replicas, np.nan)
+        self._pending = np.zeros(self.replicas)  # direction of an unconfirmed jump, per replica
 
     def update(self, load: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         """Add one window: per replica its summed load and summed compute seconds.
@@ -69,10 +70,18 @@ class SpeedEstimator:
         fresh = ok & np.isnan(self.seconds_per_unit)
         with np.errstate(invalid="ignore"):
             fresh |= ok & (np.abs(rate / self.seconds_per_unit - 1) > self.jump)
-        # A jump at an unchanged load is a device that changed speed; at a new load (after a
-        # re-plan) the rate per unit also moves by the step's fixed part, which is no news.
+        # A jump at an unchanged load, seen in two windows in a row in the same direction, is a
+        # device that changed speed (one window off is timing noise: a busy core's scheduler alone
+        # moves a window by 30% or more); at a new load (after a re-plan) the rate per unit also
+        # moves by the step's fixed part, which is no news.
         same = np.isclose(load, self._last_load, rtol=0.02)
-        jumped = fresh & np.isfinite(self.seconds_per_unit) & same
+        known = np.isfinite(self.seconds_per_unit)
+        with np.errstate(invalid="ignore"):
+            side = np.sign(rate / self.seconds_per_unit - 1)
+        candidate = fresh & known & same
+        jumped = candidate & (self._pending == side)
+        self._pending = np.where(candidate & ~jumped, side, 0.0)
+        fresh &= ~known | ~same | jumped
         self._last_load = np.where(ok, load, self._last_load)
         self.seconds_per_unit[fresh] = rate[fresh]
         old = ok & ~fresh
@@ -168,6 +177,7 @@ class Rebalancer:
         self._costs: list[float] = []
         self.undone = 0
         self.held_back = 0
+        self._blocked = False  # a re-plan was undone: none until a device's speed changes
 
     @property
     def shares(self) -> np.ndarray:
@@ -222,8 +232,10 @@ class Rebalancer:
         must save ``options.payback`` times its cost over them.
         """
         jumped = self.estimator.update(load, seconds)
-        if jumped.any():  # a device changed speed: its old lines and step times are stale
+        if jumped.any():  # a device changed speed: its old lines and step times are stale, and
+            # a re-plan that did not pay before may pay now
             self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
+            self._blocked = False
         if not self.estimator.ready:
             return None
         a, b, total = self._lines()
@@ -239,7 +251,9 @@ class Rebalancer:
         self._streak = self._streak + 1 if g > self.options.threshold else 0
         verdict, back, _ = self.review.verdict()
         if verdict == "undo" and self.options.enabled:
-            self.weights, self._streak, self._cooldown = back, 0, self.options.cooldown
+            # Back to the weights before, and no other re-plan until a device's speed changes: the
+            # measurements that predicted this gain were not what limited the step.
+            self.weights, self._streak, self._cooldown, self._blocked = back, 0, self.options.cooldown, True
             self.undone += 1
             return decision(back, "undo")
         if self.review.reviewing:
@@ -248,7 +262,7 @@ class Rebalancer:
             self._cooldown -= 1
             return decision(None, "")
         patient = self._streak >= self.options.patience or g > self.options.urgent
-        if not self.options.enabled or not patient or proposal == self.weights:
+        if not self.options.enabled or not patient or proposal == self.weights or self._blocked:
             return decision(None, "")
         cost = self.replan_seconds
         # Until loads have differed, the fixed part of each replica's step is unknown and the

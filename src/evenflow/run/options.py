@@ -205,7 +205,7 @@ class MonitorOptions:
         "re-plans follow timings, which no two runs share)"))
     rebalance_threshold: float = field(default=1.10, metadata=_help(
         "re-plan when the measured speeds predict steps at least this many times faster, > 1"))
-    rebalance_payback: float = field(default=2.0, metadata=_help(
+    rebalance_payback: float = field(default=1.5, metadata=_help(
         "re-plan only when the predicted saving over the steps left is at least this many times what a re-plan "
         "costs (measured: rebuilding and refilling the input pipelines), twice that while the fixed part of a "
         "replica's step is not yet known, >= 0 (0: whenever the threshold is met)"))
