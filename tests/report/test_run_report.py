@@ -169,3 +169,15 @@ def test_cli_without_telemetry_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("evenflow report: error: ") and "run training first" in err and "\n" not in err
     assert not (tmp_path / "run" / "report.html").exists()
+
+
+def test_a_rebalance_that_was_undone_is_named_as_such(tmp_path):
+    weights = [1.0, 1.0, 0.5, 1.0]
+    replan = {"kind": "rebalance", "epoch": 0, "step": 4, "global_step": 4, "before": [1.0] * R, "after": weights,
+              "reason": "replan"}
+    undo = {"kind": "rebalance", "epoch": 0, "step": 8, "global_step": 8, "before": weights, "after": [1.0] * R,
+            "reason": "undo"}
+    lines = _straggling(4) + [replan] + _straggling(4, start=4) + [undo] + _straggling(4, start=8)
+    d = diagnose(load_telemetry(_write(tmp_path / "run", lines)))
+    assert d.kind == "straggler" and d.straggler == 2
+    assert "steps got no faster, so it went back at update 8" in d.lines[0], d.lines

@@ -236,6 +236,11 @@ def _rebalance_advice(tel: Telemetry, start: int, stop: int, strag: int) -> str:
                 f"slow: replica {strag} is not a slower device, and giving it less work would only make another "
                 f"one look slow (rebalancing stays off for such devices); on separate devices this would be a "
                 f"real straggler")
+    undone = [ev["index"] for ev in tel.rebalances if ev.get("reason") == "undo"]
+    if undone:
+        return (f"rebalancing gave replica {strag} less work, but steps got no faster, so it went back at update "
+                f"{undone[0]} and keeps this split: the time is lost outside the replicas' compute (communication "
+                f"or input on a shared core?)")
     at = [ev["index"] for ev in tel.rebalances]
     inside, later = [i for i in at if start < i < stop], [i for i in at if i >= stop]
     if inside:
