@@ -70,10 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["EVENFLOW_VERBOSE"] = "1"  # read where TensorFlow is imported (and by child processes)
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO")  # PyTorch's c10d and DDP info lines
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # here, where a reader that went away is handled, not at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         print(f"evenflow {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`evenflow audit RUN | head`): stop quietly, as Unix
+        # tools do, with the status of a process ended by SIGPIPE. Standard output goes to
+        # /dev/null so the interpreter's final flush does not complain about it again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
     except (ValueError, TypeError, OSError, KeyError) as e:
         if os.environ.get("EVENFLOW_DEBUG"):
             raise
