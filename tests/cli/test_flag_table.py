@@ -41,7 +41,7 @@ COMMON = ["--feature-key", "feat", "--label-key", "lab", "--test-fraction", str(
           "--no-stratify", "--balance", "cost", "--bucket", "--replicas", "2", "--precision", "mixed_bfloat16",
           "--threads", "1", "--gradient-compression", "fp16", "--accumulate-steps", "2", "--checkpoint-every", "2",
           "--keep-checkpoints", "1", "--audit", "--deterministic", "--rebalance", "on", "--rebalance-threshold",
-          "1.3", "--rebalance-payback", "0", "--simulate-slow", "1:3@4", "--simulate-sample-ms", "0.5"]
+          "1.05", "--rebalance-payback", "0", "--simulate-slow", "1:3@4", "--simulate-sample-ms", "0.5"]
 
 
 @dataclass
@@ -233,9 +233,10 @@ def check_simulation(run: Run) -> None:
 
 
 def check_rebalance(run: Run) -> None:
-    """rebalance on, threshold 1.3: at least one re-plan, each predicted to gain more than 1.3."""
+    """rebalance on, threshold 1.05 (the default is 1.10), payback 0: at least one re-plan, each predicted
+    to make the whole step (the overhead outside the replicas' compute included) more than 1.05x faster."""
     events = run.telemetry("rebalance")
-    assert events and all(e["gain"] > 1.3 for e in events)
+    assert events and all(e["gain"] > 1.05 for e in events if e["reason"] == "replan"), events
     assert events[0]["after"][1] < 0.7  # the slow replica gets less
 
 
