@@ -48,6 +48,7 @@ BAD = {
     "max_restores": ("-1", "max_restores must be at least 0"),
     "rebalance": ("sometimes", "rebalance must be one of"),
     "rebalance_threshold": ("1", "rebalance_threshold must be greater than 1"),
+    "rebalance_payback": ("-1", "rebalance_payback must be a number in [0, 1e6]"),
     "simulate_slow": ("3", "simulate_slow must be REPLICA:FACTOR"),
     "simulate_sample_ms": ("-2", "simulate_sample_ms must be a number of milliseconds"),
 }

@@ -139,7 +139,9 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
     addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
     cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "data.npz"), "--epochs", "40",
            "--replicas", "1", "--collective-timeout", str(timeout), "--gradient-compression", "fp16",
-           "--accumulate-steps", "2", "--audit", "--simulate-slow", "1:2", "--output-dir", str(tmp_path / "run")]
+           "--accumulate-steps", "2", "--audit", "--simulate-slow", "1:2", "--simulate-sample-ms", "1",
+           "--rebalance-payback", "0",
+           "--output-dir", str(tmp_path / "run")]
     logs = [tmp_path / f"w{i}.err" for i in (0, 1)]
     procs = []
     try:

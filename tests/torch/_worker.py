@@ -43,6 +43,11 @@ class ScriptedMonitor:
         self.rebalancer = SimpleNamespace(weights=None)
         self.weights = None
         self.reached = None
+        self.global_step = 0       # what the loop reads of a real ReplicaMonitor
+        self.total_steps = None
+
+    def stream_opened(self, seconds):
+        pass
 
     def record(self, epoch, step, row):
         self.reached = (epoch, step + 1)
