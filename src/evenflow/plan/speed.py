@@ -202,9 +202,12 @@ class Rebalancer:
             self._overhead.append(max(float(st - se.max()), 0.0))
             self._total.append(float(lo.sum()))
 
-    def propose(self) -> tuple[float, ...]:
-        """The measured-best weights, rounded; the fastest replica has weight 1."""
-        a, b, known = self.model.fit()
+    def propose(self, fit: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[float, ...]:
+        """The measured-best weights, rounded; the fastest replica has weight 1.
+
+        ``fit``: :meth:`StepModel.fit` already computed for this check (it loops over replicas).
+        """
+        a, b, known = self.model.fit() if fit is None else fit
         if known.all() and self._total:
             rel = best_shares(float(np.median(self._total)), a, b)
         else:
@@ -218,9 +221,9 @@ class Rebalancer:
         rel = feasible_weights(rel, self.global_batch_size)
         return tuple(float(round(x, 6)) for x in rel)
 
-    def _lines(self) -> tuple[np.ndarray, np.ndarray, float]:
+    def _lines(self, fit) -> tuple[np.ndarray, np.ndarray, float]:
         """Per replica (fixed seconds, seconds per unit) for predictions, and the step's load."""
-        a, b, known = self.model.fit()
+        a, b, known = fit
         u = self.estimator.seconds_per_unit
         a, b = np.where(known, a, 0.0), np.where(known, b, u)
         return a, b, float(np.median(self._total)) if self._total else 1.0
@@ -238,8 +241,9 @@ class Rebalancer:
             self._blocked = False
         if not self.estimator.ready:
             return None
-        a, b, total = self._lines()
-        proposal = self.propose()
+        fit = self.model.fit()
+        a, b, total = self._lines(fit)
+        proposal = self.propose(fit)
         new_shares = np.asarray(proposal) / np.sum(proposal)
         overhead = float(np.median(self._overhead)) if self._overhead else 0.0
         now, then = step_time(self.shares, total, a, b), step_time(new_shares, total, a, b)
@@ -267,7 +271,7 @@ class Rebalancer:
         cost = self.replan_seconds
         # Until loads have differed, the fixed part of each replica's step is unknown and the
         # saving may be much smaller than predicted (time assumed proportional to load): ask twice.
-        payback = self.options.payback * (1 if self.model.fit()[2].all() else 2)
+        payback = self.options.payback * (1 if fit[2].all() else 2)
         if steps_left is not None and cost is not None and steps_left * (now - then) < payback * cost:
             self.held_back += 1
             return decision(None, "payback")

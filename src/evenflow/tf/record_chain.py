@@ -34,8 +34,8 @@ from evenflow.records.dataset import CHECKS, RecordDataset
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.chain_fns import ExampleChain
 from evenflow.tf.pipeline import finish
-from evenflow.tf.pyfunc import numpy_function
 from evenflow.tf.reader import PlanReader
+from evenflow.tf.records_source import serialized_records
 from evenflow.tf.sample_hash import sample_seeds
 
 __all__ = ["RecordChain", "SerializedSource"]
@@ -57,12 +57,7 @@ class SerializedSource:
         return Index(self.num_samples, labels=ds.labels, costs=ds.costs)
 
     def batch(self, ids) -> dict:
-        tf = _tf()
-        raw, starts, lengths = numpy_function(self.dataset.read_batch_bytes, [tf.cast(ids, tf.int64)],
-                                              [tf.string, tf.int64, tf.int64], stateful=False)
-        serialized = tf.strings.substr(tf.ensure_shape(raw, []), tf.ensure_shape(starts, [None]),
-                                       tf.ensure_shape(lengths, [None]), unit="BYTE")
-        return {"serialized": serialized}
+        return {"serialized": serialized_records(self.dataset.read_batch_bytes, _tf().cast(ids, _tf().int64))}
 
 
 class RecordChain(PlanReader):

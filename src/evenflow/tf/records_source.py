@@ -45,7 +45,7 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import numpy_function
 from evenflow.tf.sequences import column_tensor, pad_sequences, parse_feature
 
-__all__ = ["RecordSource", "decode_images"]
+__all__ = ["RecordSource", "decode_images", "serialized_records"]
 
 # Largest static batch whose images decode_images decodes with one op per image written
 # out in the graph; larger or unknown batch sizes use tf.map_fn.
@@ -148,11 +148,7 @@ class RecordSource:
 
     def _serialized(self, ids):
         """tf.string ``[slots]``: the Example payloads of ``ids``, read by offset."""
-        tf = _tf()
-        buf, starts, lengths = numpy_function(self._read, [ids], [tf.string, tf.int64, tf.int64], stateful=False)
-        buf = tf.ensure_shape(buf, [])
-        return tf.strings.substr(buf, tf.ensure_shape(starts, [None]), tf.ensure_shape(lengths, [None]),
-                                 unit="BYTE")
+        return serialized_records(self._read, ids)
 
     def batch(self, ids) -> dict:
         tf = _tf()
@@ -219,6 +215,15 @@ class RecordSource:
     def __repr__(self):
         return (f"RecordSource({self._where!r}, num_samples={self.num_samples}, feature_key={self.feature_key!r}, "
                 f"cache={self.cache})")
+
+
+def serialized_records(read: Callable, ids):
+    """tf.string ``[len(ids)]``: ``read(ids) -> (joined bytes, starts, lengths)`` called once, in
+    Python, then cut into records by one ``tf.strings.substr``."""
+    tf = _tf()
+    buf, starts, lengths = numpy_function(read, [ids], [tf.string, tf.int64, tf.int64], stateful=False)
+    return tf.strings.substr(tf.ensure_shape(buf, []), tf.ensure_shape(starts, [None]),
+                             tf.ensure_shape(lengths, [None]), unit="BYTE")
 
 
 def _no_check(records, encoded):
