@@ -3,7 +3,7 @@ the step time, and the median step's wait.
 
     python _input_wait.py OUT.json
 
-One process, 2 logical CPU replicas. The slow pipeline sleeps 40 ms per replica batch in a
+One process, 2 logical CPU replicas. The slow pipeline sleeps 80 ms per replica batch in a
 map function (a reader that cannot keep up with a ~2 ms step); the fast one serves the same
 in-memory arrays with 16 batches prefetched per replica.
 """
@@ -34,7 +34,7 @@ def main(out: str) -> None:
     trainer = Trainer(strategy, model, optimizer, timing=True)
 
     def slow(batch):
-        with tf.control_dependencies([tf.py_function(lambda: time.sleep(0.04), [], [])]):
+        with tf.control_dependencies([tf.py_function(lambda: time.sleep(0.08), [], [])]):
             return {k: tf.identity(v) for k, v in batch.items()}
 
     found = {}

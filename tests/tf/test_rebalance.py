@@ -208,7 +208,7 @@ def test_a_rewind_after_a_replan_keeps_exactly_once(tmp_path):
 
 
 def test_input_wait_counts_only_batches_made_after_the_step_began(tmp_path):
-    # A pipeline that sleeps 40 ms per batch starves ~2 ms steps: most of the step time is input
+    # A pipeline that sleeps 80 ms per batch starves ~2 ms steps: most of the step time is input
     # wait. With the same arrays served from memory and 16 batches prefetched, batches wait in the
     # buffer and the steps do not wait for them. (A clock read after the batches arrived reported
     # 70% input wait for in-memory digits even with 64 batches prefetched: it queued behind compute.)
@@ -218,7 +218,7 @@ def test_input_wait_counts_only_batches_made_after_the_step_began(tmp_path):
                           capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(out.read_text())
-    # The slow pipeline's steps wait about its 40 ms per batch; most of the fast one's find their batches
+    # The slow pipeline's steps wait about its 80 ms per batch; most of the fast one's find their batches
     # made before they began (0 wait). The median step is robust to a machine busy with other work,
     # which stretches some steps' waits but not most of them.
     assert got["slow"]["fraction"] > 0.6 and got["slow"]["median_wait"] > 0.005, got
