@@ -35,6 +35,7 @@ class ScriptedMonitor:
     """A monitor that re-plans once, to the given weights, when the run reaches ``at`` (epoch, step)."""
 
     needs_ids = False
+    rebalancing = True  # the loop reads the plan's rows through a switchable feed
 
     def __init__(self, at, weights):
         from types import SimpleNamespace
@@ -65,6 +66,9 @@ class ScriptedMonitor:
         if reached != self.at:
             return None
         return Decision(self.new, (1.0,) * len(self.new), 1.5, 1.5, 1.0)
+
+    def switching(self):
+        pass
 
     def replanned(self, cursor, before, decision):
         self.weights = decision.weights

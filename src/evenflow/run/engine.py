@@ -14,14 +14,24 @@ process's replicas.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
+from evenflow.plan.feed import PlanFeed
 from evenflow.plan.plan import Plan
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "Stream"]
+
+
+@dataclass
+class Stream:
+    """An engine's open training stream: its iterator of batches, and the feed its rows come from (or None)."""
+
+    iterator: object
+    feed: PlanFeed | None = None
 
 
 class Engine(Protocol):
@@ -42,8 +52,17 @@ class Engine(Protocol):
     timing: bool
     skip_nonfinite: bool
 
-    def open(self, reader, plan: Plan, start: Cursor, epochs: int):
-        """A stream of the plan's steps from ``start`` through ``epochs`` epochs (from ``start.epoch``)."""
+    def open(self, reader, plan: Plan, start: Cursor, epochs: int, switchable: bool = False):
+        """A stream of the plan's steps from ``start`` through ``epochs`` epochs (from ``start.epoch``).
+
+        ``switchable``: read the rows through a :class:`~evenflow.plan.feed.PlanFeed`, so that
+        :meth:`switch` can change the plan's weights without reopening.
+        """
+
+    def switch(self, stream, plan: Plan, at: int) -> int | None:
+        """Have ``stream`` use ``plan`` from the first step past global step ``at`` that it cannot
+        have read yet (``at`` plus its feed's horizon: the same on every process); returns that
+        step, or None when the stream is not switchable. Optional: without it the loop reopens."""
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool) -> tuple[list, list | None]:
         """Run one optimizer update over the next ``count`` plan steps of ``stream``.

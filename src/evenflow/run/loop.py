@@ -28,8 +28,8 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
-from evenflow.plan.topology import Topology
 from evenflow.run.engine import Engine
+from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
 
 __all__ = ["Engine", "TrainLoop", "LoopFront", "CHUNK_SLOTS", "MAX_ACCUMULATE_STEPS"]
@@ -68,10 +68,18 @@ class TrainLoop:
             raise ValueError(f"accumulate_steps must be an int in [1, {MAX_ACCUMULATE_STEPS}], got "
                              f"{accumulate_steps!r}; use a larger global batch for larger updates")
         self.engine, self.accumulate_steps = engine, accumulate_steps
-        self.plan: Plan | None = None
+        self.switches = PlanSwitches(engine)
         self.cursor: Cursor | None = None
-        self.replans: list[tuple[Cursor, tuple[float, ...]]] = []
-        self._decided = None  # a monitor decision with new weights, not applied yet
+
+    @property
+    def plan(self) -> Plan | None:
+        """The plan :meth:`fit` runs now (the one passed in, or a re-plan with measured weights)."""
+        return self.switches.plan
+
+    @property
+    def replans(self) -> list[tuple[Cursor, tuple[float, ...]]]:
+        """``(cursor, weights)`` of every re-plan."""
+        return self.switches.history
 
     @property
     def skip_nonfinite(self) -> bool:
@@ -115,25 +123,29 @@ class TrainLoop:
             raise ValueError("a monitor needs per-replica timings: create the trainer with timing=True")
         if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
             monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
-        self.plan = plan
+        self.switches.start(plan)
         if monitor is not None:  # a re-plan must pay for itself over the steps left
             monitor.total_steps = epochs * plan.num_steps
         hooks = _Hooks(on_step, on_epoch, on_batch, guard, monitor)
         results: list[EpochResult] = []
         cursor, carry = start, None
         while cursor.epoch < epochs:
-            cursor, carry = self._run_stream(reader, plan, cursor, epochs, carry, hooks, results)
+            cursor, carry = self._run_stream(reader, cursor, epochs, carry, hooks, results)
         if guard is not None:
             guard.finish(cursor)
         return results
 
-    def _run_stream(self, reader, base: Plan, cursor: Cursor, epochs: int, carry, hooks, results):
+    def _run_stream(self, reader, cursor: Cursor, epochs: int, carry, hooks, results):
         # Epochs are read in streams of at most CHUNK_SLOTS planned ids: all of a small dataset's
         # epochs in one stream, one epoch per stream for a large one.
         per_epoch = max(self.plan.num_steps * self.plan.topology.replicas * self.plan.slots, 1)
         last = min(cursor.epoch + max(1, CHUNK_SLOTS // per_epoch), epochs)
         opened = time.perf_counter()
-        stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch)
+        # With rebalancing on, a stream that can switch its plan mid-way (see evenflow.plan.feed)
+        # saves a pipeline rebuild per re-plan.
+        switchable = hooks.monitor is not None and hooks.monitor.rebalancing and hasattr(self.engine, "switch")
+        stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch,
+                                  **({"switchable": True} if switchable else {}))
         if hooks.monitor is not None and hooks.monitor.global_step == 0:
             hooks.monitor.stream_opened(time.perf_counter() - opened)
         for epoch in range(cursor.epoch, last):
@@ -142,33 +154,31 @@ class TrainLoop:
             carry = None
             if isinstance(outcome, Cursor):  # rewound by the guard
                 self.engine.close(stream, finished=False)
+                if self.switches.pending:  # the stream is reopened anyway: under the new weights
+                    self.switches.apply(outcome, hooks)
                 del results[len([r for r in results if r.epoch < outcome.epoch]):]
                 self.cursor = outcome
                 return outcome, None
             if isinstance(outcome, _Replan):
                 self.engine.close(stream, finished=False)
-                self._adopt(base, outcome.cursor, hooks)
+                self.switches.adopt(outcome.cursor, hooks)
                 return outcome.cursor, outcome.tally
             results.append(outcome)
             if hooks.on_epoch is not None:
                 hooks.on_epoch(outcome)
-            if self._decided is not None and epoch + 1 < epochs:  # decided at the epoch's end: re-plan the next
+            if self.switches.decided is not None and epoch + 1 < epochs:  # decided at the epoch's end
+                if self.switches.defer(stream, Cursor(epoch + 1, 0), hooks):
+                    continue
                 self.engine.close(stream, finished=False)
-                self._adopt(base, Cursor(epoch + 1, 0), hooks)
+                self.switches.adopt(Cursor(epoch + 1, 0), hooks)
                 return Cursor(epoch + 1, 0), None
-            self._decided = None
+            self.switches.decided = None
         self.engine.close(stream, finished=True)
+        if self.switches.pending:  # due past this stream's end: the next stream starts with it
+            if last < epochs:
+                self.switches.apply(Cursor(last, 0), hooks)
+            self.switches.drop_pending()
         return Cursor(last, 0), None
-
-    def _adopt(self, base: Plan, cursor: Cursor, hooks) -> None:
-        """Switch to the weights decided by the monitor, from ``cursor`` on."""
-        decision, self._decided = self._decided, None
-        before = tuple(self.plan.topology.weights or (1.0,) * self.plan.topology.replicas)
-        self.plan = base.with_topology(Topology(base.topology.replicas, decision.weights))
-        self.replans.append((cursor, decision.weights))
-        hooks.monitor.replanned(cursor, before, decision)
-        if hooks.guard is not None:  # checkpoints from here on carry the new weights
-            hooks.guard.weights = tuple(self.plan.topology.weights)
 
     # -- one epoch ------------------------------------------------------------------------------
     def _run_epoch(self, stream, epoch: int, first: int, hooks: "_Hooks", tally: Tally | None = None):
@@ -190,11 +200,16 @@ class TrainLoop:
                     hooks.on_batch(Cursor(epoch, step + i + 1), batches[i])
             step += count
             self.cursor = Cursor(epoch, step)
+            switched = self.switches.due(epoch * plan.num_steps + step)
+            if switched is not None:
+                self.switches.apply(switched, hooks)
             if hooks.on_step is not None:
                 hooks.on_step(self.cursor, engine.sums(outs))
             if guard is None and monitor is None:
                 continue
             outcome = self._after_update(pending, tally, epoch, step == plan.num_steps, hooks)
+            if isinstance(outcome, _Replan) and self.switches.defer(stream, self.cursor, hooks):
+                continue
             if outcome is not None:
                 return outcome
         self._settle(pending, tally, epoch, 0, hooks)
@@ -208,18 +223,18 @@ class TrainLoop:
         self._settle(pending, tally, epoch, 0 if due else self.engine.lag, hooks)
         if monitor is not None:
             self._check_speeds(monitor, end)
-        if guard is not None and end and self._decided is not None:
+        if guard is not None and end and self.switches.decided is not None:
             # Decided at the epoch's end: the next epoch runs with these weights, so the checkpoint that
             # resumes there carries them (a resumed run starts from them instead of measuring again).
-            guard.weights = tuple(float(w) for w in self._decided.weights)
+            guard.weights = tuple(float(w) for w in self.switches.decided.weights)
         if guard is not None:
             rewind = guard.after_step(self, self.cursor, tally, self._result(epoch, tally) if end else None)
             if rewind is not None:
-                self._decided = None
+                self.switches.decided = None
                 if monitor is not None:
                     monitor.drop()
                 return rewind
-        if self._decided is not None and not end:
+        if self.switches.decided is not None and not end:
             # Every process decided the same at the same update (same gathered numbers).
             self._settle(pending, tally, epoch, 0, hooks)
             self._check_speeds(monitor, True)  # logs the steps settled just now (in cool-down: no decision)
@@ -232,7 +247,7 @@ class TrainLoop:
             return
         decision = monitor.absorb(self.all_gather(monitor.window()), end_of_epoch=end_of_epoch)
         if decision is not None and decision.weights is not None:
-            self._decided = decision
+            self.switches.decided = decision
 
     def _settle(self, pending: deque, tally: Tally, epoch: int, keep: int, hooks: "_Hooks") -> None:
         # Read back all but the last `keep` step outputs (waits for those steps to finish).

@@ -85,6 +85,8 @@ class ReplicaMonitor:
         self._last_end = None         # host clock at the end of the last recorded update, per local replica
         self._open_seconds = 0.0      # what opening the first pipelines took
         self._since_plan = 0          # updates since the plan's weights last changed (warm-up)
+        self._switching = False       # a re-plan is decided; the stream switches to it a few steps later
+        self._in_use = None           # the weights the steps run with, once a re-plan took effect
         self._rows: list[np.ndarray] = []   # local [local R, FIELDS] per update
         self._meta: list[tuple[int, int, int, bool]] = []  # epoch, step, global step, counts for speed
         self._load = None             # local (samples, cost) of micro-steps of the update in progress
@@ -110,6 +112,11 @@ class ReplicaMonitor:
         return self.costs is not None
 
     @property
+    def rebalancing(self) -> bool:
+        """True when the monitor may decide new weights (the loop then opens switchable streams)."""
+        return bool(self.rebalancer.options.enabled)
+
+    @property
     def weights(self) -> tuple[float, ...]:
         return self.rebalancer.weights
 
@@ -132,7 +139,8 @@ class ReplicaMonitor:
         self._last_end = t[:, 4]
         fields = np.column_stack([self._load, t[:, 3] - t[:, 2], t[:, 1] - began, t[:, 4] - began, gap])
         self._rows.append(np.maximum(fields, 0.0))
-        self._meta.append((int(epoch), int(step), self.global_step, self._since_plan >= self.rebalancer.options.warmup,
+        self._meta.append((int(epoch), int(step), self.global_step,
+                           self._since_plan >= self.rebalancer.options.warmup and not self._switching,
                            self._since_plan == 0))
         self._load = None
         self.global_step += 1
@@ -163,7 +171,7 @@ class ReplicaMonitor:
         """
         rows = np.asarray(gathered, np.float64).reshape(self.replicas, len(self._meta), FIELDS).transpose(1, 0, 2)
         meta, self._rows, self._meta = self._meta, [], []
-        weights = list(self.weights)
+        weights = list(self.weights if self._in_use is None else self._in_use)
         for (epoch, step, gstep, _, first), r in zip(meta, rows):
             if first:  # pipelines (re)opened before this update: what a re-plan costs
                 self.rebalancer.replan_cost(float((r[:, 5] + r[:, 3]).max()))
@@ -210,9 +218,13 @@ class ReplicaMonitor:
         left = None if self.total_steps is None else max(self.total_steps - (last[0] * self.steps_per_epoch + last[1] + 1), 0)
         return self.rebalancer.check(load, seconds, steps_left=left)
 
+    def switching(self) -> None:
+        """A decided re-plan starts a few steps later: until then, steps are not measured as its steps."""
+        self._switching = True
+
     def replanned(self, cursor: Cursor, before: tuple[float, ...], decision: Decision) -> None:
         """Log a re-plan that starts at ``cursor``."""
-        self._since_plan = 0
+        self._since_plan, self._switching, self._in_use = 0, False, tuple(decision.weights)
         event = {"kind": "rebalance", "epoch": cursor.epoch, "step": cursor.step, "global_step": self.global_step,
                  "before": list(before), "after": list(decision.weights),
                  "speeds": [round(x, 6) for x in decision.speeds],

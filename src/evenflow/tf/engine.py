@@ -19,15 +19,20 @@ import sys
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
+from evenflow.plan.feed import PlanFeed
+from evenflow.run.engine import Stream
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.clock import now
+from evenflow.tf.pyfunc import closing as pipelines_closing
 from evenflow.tf.strategy import num_workers, on_cpu
 
-__all__ = ["TFEngine", "LAG", "TIMING_SWITCH_SECONDS"]
+__all__ = ["TFEngine", "LAG", "FEED_SLACK", "TIMING_SWITCH_SECONDS"]
 
 # On accelerators the host reads each step's outputs this many updates behind the newest
 # dispatched one: anomalies are seen promptly without making the host wait for every step.
 LAG = 2
+# Steps a switchable stream's pipelines may read past their prefetch buffers (the loads in flight).
+FEED_SLACK = 4
 # Python's GIL switch interval while timed steps run (see TFEngine.running), seconds.
 TIMING_SWITCH_SECONDS = 0.0005
 
@@ -61,11 +66,28 @@ class TFEngine:
         self._all_gather = tf.function(lambda values: strategy.gather(values, axis=0))
 
     # -- the loop's interface --------------------------------------------------------------------
-    def open(self, reader, plan, start: Cursor, epochs: int):
-        return iter(reader.distribute(self.strategy, plan, start=start, epochs=epochs))
+    def open(self, reader, plan, start: Cursor, epochs: int, switchable: bool = False):
+        feed = None
+        if switchable:
+            # A request waits until training is within `horizon` steps of it: the pipelines' own
+            # read-ahead (prefetch, plus the parallel loads in flight) fits in that.
+            feed = PlanFeed(plan, start, start.epoch + epochs, horizon=reader.prefetch + FEED_SLACK, block=True,
+                            closing=pipelines_closing)
+        return Stream(iter(reader.distribute(self.strategy, plan, start=start, epochs=epochs, feed=feed)), feed)
+
+    def switch(self, stream, plan, at: int) -> int | None:
+        """Switch ``stream`` to ``plan`` from the first step no pipeline can have read: returns that global step."""
+        if stream.feed is None:
+            return None
+        effective = at + stream.feed.horizon
+        stream.feed.switch(plan, effective)
+        return effective
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
         tf = _tf()
+        if stream.feed is not None:
+            stream.feed.allow(global_step + count)
+        stream = stream.iterator
         if not keep_batches:
             at = tf.constant(global_step, tf.int64) if self.timing else None
             return list(self._train_next(stream, count, at)), None
@@ -80,9 +102,13 @@ class TFEngine:
 
     def close(self, stream, finished: bool) -> None:
         if finished:
-            _drain(stream)
-        # Dropped mid-way (a rewind or a re-plan): safe, because the stream's rows are constants
-        # (no Python work in flight; see PlanReader).
+            if stream.feed is not None:
+                stream.feed.allow(stream.feed.end)
+            _drain(stream.iterator)
+        if stream.feed is not None:
+            stream.feed.close()  # a request waiting for training to move on returns (an error nobody reads)
+        # Dropped mid-way (a rewind or a re-plan): deleting an iterator while the interpreter runs
+        # normally is safe, with or without Python calls in flight (see evenflow.tf.pyfunc).
         del stream
 
     def evaluate(self, reader, plan, epoch: int) -> np.ndarray:

@@ -31,7 +31,7 @@ import numpy as np
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["MAX_WAIT_SECONDS", "PipelineClosed", "QUIET_SECONDS", "in_flight", "numpy_function", "quiesce",
+__all__ = ["MAX_WAIT_SECONDS", "PipelineClosed", "QUIET_SECONDS", "closing", "in_flight", "numpy_function", "quiesce",
            "wall_clock"]
 
 # How long no callback may have run before the pipelines count as idle. It covers the
@@ -56,6 +56,11 @@ class _Gate:
 
 
 _GATE = _Gate()
+
+
+def closing() -> bool:
+    """True once the process began to exit (:func:`quiesce` ran): pipeline callbacks should stop waiting."""
+    return _GATE.closed
 
 
 def in_flight() -> int:

@@ -45,6 +45,7 @@ from typing import Sequence
 import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
+from evenflow.plan.feed import PlanFeed
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.chain_fns import check_batch_fn
 from evenflow.tf.epoch_rows import EpochRows
@@ -216,11 +217,35 @@ class PlanReader:
             "id": np.ascontiguousarray(ids, dtype=np.int64), "global_real_count": counts,
             "epoch": np.full(counts.shape, ep.epoch, dtype=np.int64)}))
 
+    def feed_dataset(self, feed: PlanFeed, replicas: int | range):
+        """The dataset of one replica (an int) or one worker's replicas (a range) reading ``feed``.
+
+        The rows come from the feed step by step (one Python call per step), so the feed can
+        switch the plan's weights mid-stream without rebuilding the pipeline; the batches'
+        leading axis is dynamic. Elements are ordered as in :meth:`replica_dataset` and
+        :meth:`worker_dataset`.
+        """
+        tf = _tf()
+        n = 1 if isinstance(replicas, int) else len(replicas)
+
+        def step_rows(g):
+            ids, counts, epoch = numpy_function(lambda x: feed.rows(int(x), replicas), [g],
+                                                [tf.int64, tf.int64, tf.int64], stateful=True)
+            shape = [None] if isinstance(replicas, int) else [n, None]
+            return {"id": tf.ensure_shape(ids, shape), "global_real_count": tf.ensure_shape(counts, shape[:-1]),
+                    "epoch": tf.ensure_shape(epoch, shape[:-1])}
+
+        rows_ds = tf.data.Dataset.range(feed.first, feed.end).map(step_rows)
+        if not isinstance(replicas, int):
+            rows_ds = rows_ds.unbatch()
+        return self._load(rows_ds, prefetch=self.prefetch * n)
+
     def _load(self, rows_ds, prefetch: int | None = None):
         return load_batches(rows_ds, self.source, self.map_fns, trim_padding=self.trim_padding, stamp=self.stamp,
                             prefetch=self.prefetch if prefetch is None else prefetch)
 
-    def distribute(self, strategy, plan: Plan, start: Cursor | None = None, epochs: int | None = None):
+    def distribute(self, strategy, plan: Plan, start: Cursor | None = None, epochs: int | None = None,
+                   feed: PlanFeed | None = None):
         """A distributed dataset that feeds replica r exactly row ``ids[:, r, :]`` of the plan.
 
         One worker (MirroredStrategy): ``distribute_datasets_from_function`` in
@@ -229,6 +254,9 @@ class PlanReader:
         mode): one pipeline per worker (:meth:`worker_dataset`) over the rows of that
         worker's replicas ``w * R .. w * R + R - 1``. Every worker computes the same
         plan (it is deterministic), so no ids travel between workers.
+
+        With a ``feed`` (:class:`~evenflow.plan.feed.PlanFeed` of ``plan`` from ``start``), the
+        pipelines read their rows from it (:meth:`feed_dataset`) instead of planned constants.
 
         Returns:
             A ``tf.distribute.DistributedDataset``; one element per global step.
@@ -244,6 +272,9 @@ class PlanReader:
         multi_worker = strategy.num_replicas_in_sync > local
 
         def dataset_fn(ctx):
+            if feed is not None:
+                return self.feed_dataset(feed, range(ctx.input_pipeline_id * local, (ctx.input_pipeline_id + 1) * local)
+                                         if multi_worker else ctx.input_pipeline_id)
             if multi_worker:
                 first = ctx.input_pipeline_id * local
                 return self.worker_dataset(plan, range(first, first + local), start=start, epochs=epochs, rows=rows)

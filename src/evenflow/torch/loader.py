@@ -9,7 +9,8 @@ records: one gather per shard and a batched Example decode, no per-sample Python
 Because the sampler carries the ids, one loader streams any number of epochs from
 a :class:`~evenflow.plan.cursor.Cursor`, and workers never plan anything.
 
-A batch is a dict of tensors whose first axis is the plan's ``slots``:
+A batch is a dict of tensors whose first axis is the plan's ``slots`` (the rank's real
+count in that step with ``trim_padding``):
 
 * whatever the source returns, at least ``features`` and ``label``;
 * ``id``: int64 ``[slots]`` sample ids, -1 for padding;
@@ -31,10 +32,14 @@ from typing import Callable, Iterator
 import numpy as np
 
 from evenflow.plan import Cursor, Plan
+from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
 from evenflow.data.source import RESERVED_KEYS, Source
 
-__all__ = ["PlanLoader", "PlanSteps", "rank_and_world_size", "worker_record_error"]
+__all__ = ["PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size", "worker_record_error"]
+
+# Batches each DataLoader worker loads ahead (the DataLoader's own default).
+PREFETCH_FACTOR = 2
 
 
 def rank_and_world_size(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -70,7 +75,8 @@ class PlanSteps:
         epochs: epoch to stop before (like ``range``); default ``start.epoch + 1``.
     """
 
-    def __init__(self, plan: Plan, rank: int, start: Cursor | None = None, epochs: int | None = None):
+    def __init__(self, plan: Plan, rank: int, start: Cursor | None = None, epochs: int | None = None,
+                 feed: PlanFeed | None = None):
         if not isinstance(plan, Plan):
             raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
         start = Cursor(0, 0) if start is None else start
@@ -83,12 +89,20 @@ class PlanSteps:
         if start.step > plan.num_steps:
             raise ValueError(f"the start cursor's step must be at most the epoch's {plan.num_steps} steps, "
                              f"got {start.step}")
-        self.plan, self.rank, self.start, self.epochs = plan, int(rank), start, int(epochs)
+        if feed is not None and (feed.first != start.epoch * plan.num_steps + start.step
+                                 or feed.end != epochs * plan.num_steps):
+            raise ValueError("the feed must cover the same steps as the sampler (from start to the end of epochs - 1)")
+        self.plan, self.rank, self.start, self.epochs, self.feed = plan, int(rank), start, int(epochs), feed
 
     def __len__(self) -> int:
         return (self.epochs - self.start.epoch) * self.plan.num_steps - self.start.step
 
     def __iter__(self) -> Iterator[tuple[int, int, np.ndarray, int]]:
+        if self.feed is not None:  # row by row, so the feed can switch the weights mid-way
+            for g in range(self.feed.first, self.feed.end):
+                ids, count, epoch = self.feed.rows(g, self.rank)
+                yield int(epoch), g - int(epoch) * self.plan.num_steps, ids, int(count)
+            return
         for epoch in range(self.start.epoch, self.epochs):
             cursor = self.start if epoch == self.start.epoch else None
             ep = self.plan.epoch(epoch, start=cursor)
@@ -101,11 +115,13 @@ class PlanSteps:
 class _StepBatches:
     """The map-style dataset the ``DataLoader`` workers index with :class:`PlanSteps` keys."""
 
-    def __init__(self, source: Source, transform: Callable[[dict], dict] | None):
-        self.source, self.transform = source, transform
+    def __init__(self, source: Source, transform: Callable[[dict], dict] | None, trim_padding: bool = False):
+        self.source, self.transform, self.trim_padding = source, transform, trim_padding
 
     def __getitem__(self, key) -> dict:
         epoch, step, ids, count = key
+        if self.trim_padding:  # the real slots only (one padding slot if there is none)
+            ids = ids[ids >= 0] if (ids >= 0).any() else ids[:1]
         real = ids >= 0
         # A padding slot repeats the largest id of its own batch (0 if the batch is all padding).
         batch = dict(self.source.batch(np.where(real, ids, max(int(ids.max(initial=0)), 0))))
@@ -167,14 +183,21 @@ class PlanLoader:
             arrays, ``id`` (-1 for padding) and ``global_real_count``, ``epoch`` and ``step``
             as ints; ``mask`` is added after it.
         multiprocessing_context: passed to the ``DataLoader`` (default: the platform's).
+        trim_padding: drop the padding slots of each batch, so its first axis is this rank's real
+            count in that step (at least 1: a step without real samples keeps one masked row).
+            Padding then costs no loading or compute, which matters when weighted plans give
+            ranks different counts.
+        feed: optional :class:`~evenflow.plan.feed.PlanFeed` of ``plan`` over the same steps: the
+            sampler reads each step's row from it, so the plan's weights can switch mid-way.
 
     Iterating yields ``len(self)`` batches (see the module docstring for their keys).
     """
 
     def __init__(self, source: Source, plan: Plan, *, rank: int | None = None, world_size: int | None = None,
                  start: Cursor | None = None, epochs: int | None = None, num_workers: int = 0,
-                 prefetch_factor: int = 2, pin_memory: bool = False,
-                 transform: Callable[[dict], dict] | None = None, multiprocessing_context=None):
+                 prefetch_factor: int = PREFETCH_FACTOR, pin_memory: bool = False,
+                 transform: Callable[[dict], dict] | None = None, multiprocessing_context=None,
+                 trim_padding: bool = False, feed: PlanFeed | None = None):
         if not isinstance(source, Source):
             raise TypeError(f"source must follow the evenflow.data Source protocol (num_samples, index(), "
                             f"batch(ids)), got {type(source).__name__}")
@@ -192,7 +215,10 @@ class PlanLoader:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be a function batch -> batch, got {type(transform).__name__}")
         self.source, self.plan = source, plan
-        self.steps = PlanSteps(plan, self.rank, start, epochs)
+        if not isinstance(trim_padding, bool):
+            raise TypeError(f"trim_padding must be True or False, got {trim_padding!r}")
+        self.steps = PlanSteps(plan, self.rank, start, epochs, feed=feed)
+        self.trim_padding = trim_padding
         self.num_workers, self.prefetch_factor, self.pin_memory = num_workers, prefetch_factor, bool(pin_memory)
         self.transform, self.multiprocessing_context = transform, multiprocessing_context
 
@@ -209,7 +235,8 @@ class PlanLoader:
         # every new iterator, which would shift the training's random stream (dropout) by one draw
         # per loader and make a resumed run differ from an uninterrupted one. The loading itself
         # draws nothing at random (augmentation is keyed by seed, epoch and sample id).
-        return torch.utils.data.DataLoader(_StepBatches(self.source, self.transform), batch_size=None,
+        return torch.utils.data.DataLoader(_StepBatches(self.source, self.transform, self.trim_padding),
+                                           batch_size=None,
                                            sampler=self.steps, num_workers=self.num_workers,
                                            pin_memory=self.pin_memory, generator=torch.Generator().manual_seed(0),
                                            **extra)

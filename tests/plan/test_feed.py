@@ -1,0 +1,95 @@
+"""PlanFeed: a plan's rows step by step, switching weights from a step no reader has reached."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import evenflow as ef
+from evenflow.plan.feed import FeedClosed, PlanFeed
+
+
+def _plan(weights=None, **kw):
+    index = ef.Index(1000, labels=np.arange(1000) % 7, costs=1 + np.arange(1000) % 13)
+    return ef.Plan(index, ef.Topology(3, weights), global_batch_size=96, seed=3, **kw)
+
+
+def _read(feed, first, end, replica):
+    return [feed.rows(g, replica) for g in range(first, end)]
+
+
+@pytest.mark.parametrize("options", [{}, {"stratify": True}, {"balance": "cost"}, {"balance": "cost", "bucket": True}])
+def test_rows_are_the_plans_and_a_switch_changes_only_the_split_of_later_steps(options):
+    old, new = _plan(**options), _plan((1.0, 0.5, 0.25), **options)
+    steps = old.num_steps
+    feed = PlanFeed(old, ef.Cursor(1, 3), end_epoch=3, horizon=2 * steps, block=False)
+    at = 2 * steps + 4  # epoch 2, step 4
+    before = _read(feed, steps + 3, steps + 5, None)
+    feed.switch(new, at)
+    feed.allow(3 * steps)
+    got = _read(feed, steps + 3, 3 * steps, None)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(before, got))
+    expect = [old.epoch(1).ids[s].reshape(-1) for s in range(3, steps)] + \
+        [old.epoch(2).ids[s].reshape(-1) for s in range(4)] + \
+        [new.epoch(2, ef.Cursor(2, 4)).ids[s].reshape(-1) for s in range(steps - 4)]
+    assert len(got) == len(expect)
+    for (ids, count, epoch), want in zip(got, expect):
+        assert np.array_equal(ids, want)
+        assert count == (want >= 0).sum()
+    # Exactly once per epoch across the switch: every sample of epoch 2 once.
+    seen = np.concatenate([ids[ids >= 0] for ids, _, e in got if e == 2])
+    assert np.array_equal(np.sort(seen), np.arange(1000))
+    # Per replica, and a worker's range of replicas, agree with the whole step.
+    g = 2 * steps + 6
+    ids, count, epoch = feed.rows(g, range(1, 3))
+    assert ids.shape[0] == 2 and list(count) == [count[0]] * 2 and list(epoch) == [2, 2]
+    assert np.array_equal(ids[1], feed.rows(g, 2)[0])
+
+
+def test_a_switch_must_come_after_every_step_read():
+    feed = PlanFeed(_plan(), ef.Cursor(0, 0), end_epoch=1, horizon=4, block=False)
+    feed.rows(3, 0)
+    with pytest.raises(RuntimeError, match="after step 3 was read"):
+        feed.switch(_plan((1, 1, 0.5)), 3)
+    feed.switch(_plan((1, 1, 0.5)), 4)
+    with pytest.raises(ValueError, match="steps per epoch"):
+        feed.switch(ef.Plan(ef.Index(1000), ef.Topology(3), global_batch_size=50), 5)
+
+
+def test_requests_past_the_horizon_wait_or_raise():
+    plan = _plan()
+    eager = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, horizon=2, block=False)
+    eager.rows(1, 0)
+    with pytest.raises(RuntimeError, match="before training allowed it"):
+        eager.rows(2, 0)
+    eager.allow(1)  # steps below 1 taken: up to step 2 may be read
+    assert eager.rows(2, 0)[0].shape == (plan.slots,)
+    with pytest.raises(IndexError, match="outside"):
+        eager.rows(plan.num_steps, 0)
+
+    waiting = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, horizon=1, block=True)
+    got = {}
+    reader = threading.Thread(target=lambda: got.setdefault("rows", waiting.rows(3, 1)))
+    reader.start()
+    time.sleep(0.2)
+    assert reader.is_alive() and "rows" not in got  # step 3 is not allowed yet
+    waiting.allow(3)
+    reader.join(5)
+    assert np.array_equal(got["rows"][0], plan.epoch(0).ids[3, 1])
+
+    closed = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, horizon=0, block=True)
+    errors = []
+
+    def blocked():
+        try:
+            closed.rows(2, 0)
+        except FeedClosed as e:
+            errors.append(e)
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    closed.close()
+    t.join(5)
+    assert not t.is_alive() and len(errors) == 1
