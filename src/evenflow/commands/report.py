@@ -41,6 +41,8 @@ def run(args) -> int:
 
     tel = load_telemetry(args.run_dir)
     phases = diagnose_phases(tel)
+    # The page first: a reader that stops early (`evenflow report RUN | head`) still gets it written.
+    path, _ = write_report(args.run_dir, args.output, tel=tel)
     rows = [[r["replica"], r["samples"], f"{r['cost']:.1f}", f"{r['compute_s']:.2f}", f"{r['s_per_sample']:.4g}",
              f"{r['final_weight']:.4g}", f"{r['waited_for_s']:.2f}"] for r in replica_rows(tel, phases["whole run"])]
     print(format_table(["replica", "samples", "cost", "compute s", "s/sample", "final weight", "others waited s"],
@@ -49,6 +51,5 @@ def run(args) -> int:
         print(f"note: skipped line {tel.truncated_line} of {tel.path}: truncated")
     for name, d in phases.items():
         print(f"\n{name} (updates {d.start}..{d.stop - 1}): " + " ".join(d.lines))
-    path, _ = write_report(args.run_dir, args.output, tel=tel)
     print(f"\nwrote {path}")
     return 0
