@@ -45,7 +45,7 @@ def test_balanced_run(tmp_path):
     d = diagnose(load_telemetry(_write(tmp_path / "run", _balanced(50))))
     assert d.kind == "balanced"
     assert d.straggler_fraction < 0.01 and d.imbalance < 1.01
-    assert d.lines[0].startswith("balanced:") and not any("input-bound" in s for s in d.lines)
+    assert d.lines == (d.lines[0],) and d.lines[0].startswith("balanced: ") and "nothing to fix" in d.lines[0]
 
 
 def test_straggler_charged_with_hand_computed_wait(tmp_path):
@@ -57,21 +57,20 @@ def test_straggler_charged_with_hand_computed_wait(tmp_path):
     assert d.imbalance == pytest.approx(2.0 / 1.25)
     assert d.waited_for == pytest.approx((0.0, 0.0, 30.0, 0.0))
     assert "replica 2 took 2.0x the others' compute time" in d.lines[0]
-    assert "waited 30.0 s" in d.lines[0] and "rebalancing is off" in d.lines[0]
+    assert "for replica 2 (30.0 s)" in d.lines[0] and "rebalancing is off" in d.lines[0]
 
 
-@pytest.mark.parametrize("wait, kind, moderate", [
-    (0.30, "input-bound", False),  # 30% of step time waiting for input
-    (0.08, "balanced", True),      # 8%: a note, the kind stays balanced
-    (0.02, "balanced", False),     # 2%: nothing said
+@pytest.mark.parametrize("wait, kind", [
+    (0.30, "input-bound"),             # 30% of step time waiting for input
+    (0.08, "moderately input-bound"),  # 8%
+    (0.02, "balanced"),                # 2%
 ])
-def test_input_wait_rules(tmp_path, wait, kind, moderate):
+def test_input_wait_rules(tmp_path, wait, kind):
     d = diagnose(load_telemetry(_write(tmp_path / "run", _balanced(20, input_wait=wait))))
-    assert d.kind == kind
+    assert d.kind == kind and len(d.lines) == 1 and d.lines[0].startswith(kind + ": ")
     assert d.input_wait_fraction == pytest.approx(wait)
-    assert any(s.startswith("moderately input-bound") for s in d.lines) == moderate
-    if kind == "input-bound":
-        assert "evenflow convert" in d.lines[0] and "--augment" in d.lines[0]
+    assert f"input wait {wait:.1%} of step time" in d.lines[0]
+    assert ("evenflow convert" in d.lines[0] and "--augment" in d.lines[0]) == (kind != "balanced")
 
 
 def test_input_bound_and_straggler_larger_problem_wins_and_both_are_said(tmp_path):
@@ -79,7 +78,10 @@ def test_input_bound_and_straggler_larger_problem_wins_and_both_are_said(tmp_pat
     steps = [_step(i, [1, 1, 2, 1], step_seconds=2.2, input_wait=0.55) for i in range(10)]
     d = diagnose(load_telemetry(_write(tmp_path / "run", steps)))
     assert d.kind == "straggler" and d.input_wait_fraction == pytest.approx(0.25)
-    assert d.lines[0].startswith("straggler:") and d.lines[1].startswith("input-bound:")
+    line, = d.lines
+    assert line.startswith("straggler: the others waited 45.5% of their step time for replica 2 (30.0 s)")
+    assert "input wait 25.0% of step time (5.50 s of 22.0 s over 10 steps)" in line
+    assert line.index("rebalancing is off") < line.index("feed faster")  # the verdict's advice first
 
 
 def test_rebalance_splits_run_into_before_and_after(tmp_path):
@@ -181,3 +183,77 @@ def test_a_rebalance_that_was_undone_is_named_as_such(tmp_path):
     d = diagnose(load_telemetry(_write(tmp_path / "run", lines)))
     assert d.kind == "straggler" and d.straggler == 2
     assert "steps got no faster, so it went back at update 8" in d.lines[0], d.lines
+
+
+# -- the one diagnosis line: its verdict agrees with the figures it prints ---------------------------------------
+
+_LINE = re.compile(r"^(?P<kind>[a-z -]+): .*input wait (?P<iwf>[\d.]+)% of step time \((?P<wait>[\d.,]+) s of ")
+_STRAG = re.compile(r"the others waited (?P<sf>[\d.]+)% of their step time for replica \d+ \((?P<s>[\d.,]+) s\)")
+
+
+def _verdict_of_printed_figures(line: str) -> str:
+    """The verdict the rules give for the percentages the line prints (thresholds 20%, 10%, 5%)."""
+    m, s = _LINE.match(line), _STRAG.search(line)
+    assert m, line
+    iwf, sf = float(m["iwf"]), float(s["sf"]) if s else 0.0
+    if float(m["iwf"]) > 0:
+        assert float(m["wait"].replace(",", "")) > 0, line  # a wait that counted is never shown as 0 s
+    if iwf >= 20 and sf >= 10:
+        return "input-bound" if iwf >= sf else "straggler"
+    return "input-bound" if iwf >= 20 else "straggler" if sf >= 10 else \
+        "moderately input-bound" if iwf >= 5 else "balanced"
+
+
+def _input_steps(fraction, n=40):
+    # equal compute: nobody waits for a replica; input wait is `fraction` of each 1 s step
+    return [_step(i, [0.5] * R, step_seconds=1.0, input_wait=fraction) for i in range(n)]
+
+
+def _straggler_steps(fraction, n=40, r=2):
+    # 2 replicas, replica 1 computes 2 * fraction s longer in 2 s steps: the other waits `fraction` of its step time
+    return [_step(i, [0.5, 0.5 + 2 * fraction], step_seconds=2.0) for i in range(n)]
+
+
+@pytest.mark.parametrize("fraction, kind, shown", [
+    (0.0494, "balanced", "4.9%"),
+    (0.0496, "moderately input-bound", "5.0%"),   # rounds to the threshold as printed: the verdict follows the print
+    (0.1994, "moderately input-bound", "19.9%"),
+    (0.1996, "input-bound", "20.0%"),
+    (0.0021, "balanced", "0.2%"),
+])
+def test_input_verdict_boundaries(tmp_path, fraction, kind, shown):
+    d = diagnose(load_telemetry(_write(tmp_path / "run", _input_steps(fraction))))
+    line, = d.lines
+    assert d.kind == kind and line.startswith(f"{kind}: input wait {shown} of step time")
+    assert _verdict_of_printed_figures(line) == kind
+    assert " 0.0 s" not in line and "0.00 s" not in line
+
+
+@pytest.mark.parametrize("fraction, kind, shown", [
+    (0.0994, "balanced", "9.9%"),
+    (0.0996, "straggler", "10.0%"),
+    (0.30, "straggler", "30.0%"),
+])
+def test_straggler_verdict_boundaries(tmp_path, fraction, kind, shown):
+    d = diagnose(load_telemetry(_write(tmp_path / "run", _straggler_steps(fraction), replicas=2)))
+    line, = d.lines
+    assert d.kind == kind and f"the others waited {shown} of their step time for replica 1" in line
+    assert _verdict_of_printed_figures(line) == kind
+    assert ("rebalancing is off" in line) == (kind == "straggler") and ("nothing to fix" in line) == (kind != "straggler")
+
+
+def test_both_over_their_thresholds_the_larger_decides_and_the_line_agrees(tmp_path):
+    # input wait 0.42 of 2 s = 21%; the other replica waits 0.5 s per step = 25%: straggler wins
+    steps = [_step(i, [0.5, 1.0], step_seconds=2.0, input_wait=0.42) for i in range(20)]
+    d = diagnose(load_telemetry(_write(tmp_path / "run", steps, replicas=2)))
+    line, = d.lines
+    assert d.kind == "straggler" == _verdict_of_printed_figures(line)
+    assert "25.0% of their step time" in line and "input wait 21.0%" in line and "feed faster" in line
+
+
+def test_the_help_states_the_thresholds_the_code_uses():
+    from evenflow.commands.report import EPILOG
+    from evenflow.report import telemetry as t
+    text = " ".join(EPILOG.split())
+    assert f"input-bound when the steps waited >= {t.INPUT_BOUND:.0%}" in text
+    assert f">= {t.STRAGGLER:.0%} of their step time" in text and f"from {t.INPUT_MODERATE:.0%} input wait" in text

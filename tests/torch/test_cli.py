@@ -40,7 +40,7 @@ def test_torchrun_trains_two_ranks_and_a_single_process_rerun_resumes(digits, ca
     capsys.readouterr()
     assert main([*args[:5], "--epochs", "2", *args[7:]]) == 0
     out = capsys.readouterr().out
-    assert "resuming from" in out and "ckpt-00001-000000: epoch 2 step 0" in out
+    assert "resuming from" in out and "ckpt-00001-000000: epoch 1 step 0" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["resumed_from"] == {"epoch": 1, "step": 0} and summary["replicas"] == 1
     assert [h["epoch"] for h in summary["history"]] == [0, 1]  # the lineage of the final weights

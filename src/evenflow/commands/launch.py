@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from evenflow.cli_flags import add_verbose_flag
+
 EXAMPLES = """examples:
   evenflow launch --workers 2 -- evenflow train --dataset builtin:digits --output-dir runs/mw
   evenflow launch --workers 2 --replicas-per-worker 2 -- evenflow train --config run.toml
@@ -43,6 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--share-network", action="store_true", default=False,
                         help="run the workers on this machine's network instead of a private one (for commands "
                              "that must reach other hosts); their TensorFlow ports then listen on every interface")
+    add_verbose_flag(parser, "every worker's ")
     parser.add_argument("worker_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the command every worker runs")
     parser.set_defaults(run=run)

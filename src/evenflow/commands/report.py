@@ -13,17 +13,19 @@ replica's totals and the diagnosis, and writes one self-contained HTML page (inl
 charts, no scripts or external files): per-replica load and compute seconds per step, the
 step imbalance max/mean compute and the input-wait fraction, with rebalances marked.
 
-Diagnosis: input-bound when the steps waited >= 20% of their time for input (5-20%:
-"moderately"); a straggler when the others waited for one replica >= 10% of their step
-time; the larger of the two when both; else balanced. A run that rebalanced is also
-diagnosed before its first and after its last rebalance. Bad input exits 2.
+Diagnosis, one line per part of the run: input-bound when the steps waited >= 20% of their
+time for input; a straggler when the others waited for one replica >= 10% of their step
+time; the larger of the two when both; else moderately input-bound from 5% input wait; else
+balanced. The line shows both percentages (to 0.1%, the value the verdict is decided on) and
+their seconds. A run that rebalanced is also diagnosed before its first and after its last
+rebalance. Bad input exits 2.
 """
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "report", help="diagnose a run from its telemetry and write an HTML report",
-        description="Diagnose a training run (input-bound, straggler or balanced) from the telemetry "
+        description="Diagnose a training run (input-bound, straggler, moderately input-bound or balanced) from the telemetry "
                     "`evenflow train` writes, and write a self-contained HTML page of charts.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding telemetry.jsonl")
@@ -39,6 +41,8 @@ def run(args) -> int:
 
     tel = load_telemetry(args.run_dir)
     phases = diagnose_phases(tel)
+    # The page first: a reader that stops early (`evenflow report RUN | head`) still gets it written.
+    path, _ = write_report(args.run_dir, args.output, tel=tel)
     rows = [[r["replica"], r["samples"], f"{r['cost']:.1f}", f"{r['compute_s']:.2f}", f"{r['s_per_sample']:.4g}",
              f"{r['final_weight']:.4g}", f"{r['waited_for_s']:.2f}"] for r in replica_rows(tel, phases["whole run"])]
     print(format_table(["replica", "samples", "cost", "compute s", "s/sample", "final weight", "others waited s"],
@@ -46,9 +50,6 @@ def run(args) -> int:
     if tel.truncated_line:
         print(f"note: skipped line {tel.truncated_line} of {tel.path}: truncated")
     for name, d in phases.items():
-        print(f"\n{name} (updates {d.start}..{d.stop - 1}): {d.kind}")
-        for line in d.lines:
-            print(f"  {line}")
-    path, _ = write_report(args.run_dir, args.output, tel=tel)
+        print(f"\n{name} (updates {d.start}..{d.stop - 1}): " + " ".join(d.lines))
     print(f"\nwrote {path}")
     return 0

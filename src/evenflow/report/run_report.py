@@ -73,6 +73,7 @@ h1{font-size:22px}h2{font-size:17px;margin-top:28px}table{border-collapse:collap
 td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}th{background:#f4f4f4}
 td:first-child,th:first-child{text-align:left}.kind{font-weight:600;padding:1px 7px;border-radius:4px}
 .balanced{background:#d9f2d9}.straggler{background:#ffe0b3}.input-bound{background:#ffd0d0}
+.moderately-input-bound{background:#fff0c0}
 .chart{max-width:100%;height:auto;display:block}.ct{font-size:14px;font-weight:600}.tick{font-size:11px;fill:#444}
 .lab{font-size:12px;fill:#222}.frame{fill:none;stroke:#999}.grid{stroke:#eee}.axis{stroke:#999}
 line.rebalance{stroke:#d62728;stroke-dasharray:5 4;stroke-width:1.5}line.resume{stroke:#888;stroke-dasharray:2 3}
@@ -130,15 +131,14 @@ def _header(tel: Telemetry, summary: dict) -> list[str]:
 
 
 def _diagnosis_section(phases: dict[str, Diagnosis]) -> list[str]:
-    """HTML lines: each phase's kind, measures and lines of advice."""
+    """HTML lines: each phase's verdict and its one line (figures, rule, advice)."""
     p = ["<h2>Diagnosis</h2>"]
     for name, d in phases.items():
         span = f"updates {d.start}..{d.stop - 1}"
-        p.append(f'<p><b>{_e(name)}</b> ({_e(span)}): <span class="kind {_e(d.kind)}">{_e(d.kind)}</span> '
-                 f'&mdash; input wait {d.input_wait_fraction:.1%}, mean imbalance {d.imbalance:.3f}, others waited '
-                 f'{d.straggler_wait_seconds:.1f} s for the slowest replica ({d.straggler_fraction:.1%})</p><ul>')
-        p += [f"<li>{_e(line)}</li>" for line in d.lines]
-        p.append("</ul>")
+        text = " ".join(d.lines)
+        rest = text[len(d.kind) + 2:] if text.startswith(d.kind + ": ") else text
+        p.append(f'<p class="diagnosis"><b>{_e(name)}</b> ({_e(span)}): <span class="kind {d.kind.replace(" ", "-")}">'
+                 f'{_e(d.kind)}</span>: {_e(rest)}</p>')
     return p
 
 

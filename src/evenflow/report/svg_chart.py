@@ -16,6 +16,9 @@ __all__ = ["svg_line_chart"]
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 _e = html.escape
+# Markers carry their look as attributes too, so they are drawn where the page's stylesheet is not applied.
+_MARKER_LOOK = {"rebalance": 'stroke="#d62728" stroke-dasharray="5 4" stroke-width="1.5"',
+                "resume": 'stroke="#888888" stroke-dasharray="2 3"'}
 
 
 def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -71,7 +74,8 @@ def svg_line_chart(series: list[tuple[str, np.ndarray, np.ndarray]], *, title: s
                f'<text transform="translate(14,{top + ph / 2}) rotate(-90)" class="lab" '
                f'text-anchor="middle">{_e(ylabel)}</text>')
     for x, tip, cls in markers:
-        out.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top}" y2="{top + ph}" class="{_e(cls)}">'
+        look = _MARKER_LOOK.get(cls, _MARKER_LOOK["resume"])
+        out.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top}" y2="{top + ph}" class="{_e(cls)}" {look}>'
                    f'<title>{_e(tip)}</title></line>')
     for i, (name, x, y) in enumerate(series):
         x, y = np.asarray(x, float), np.asarray(y, float)

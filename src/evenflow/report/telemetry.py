@@ -5,7 +5,8 @@ The trainer writes one JSON object per line to ``<run_dir>/telemetry.jsonl``: a 
 samples, cost and compute seconds, the step's input wait and wall time) and a ``rebalance``
 line whenever the weights change. :func:`load_telemetry` turns the step lines into arrays;
 :func:`diagnose` decides, over a window of steps, whether the run was input-bound, had a
-straggler replica, or was balanced, and says what to do about it in plain lines.
+straggler replica, was moderately input-bound, or was balanced, and says so in one line: the
+verdict, the two figures it was decided on, the rule, and what to do.
 
 Unknown keys and kinds are ignored, so older readers accept newer files; a truncated last
 line (the trainer crashed mid-write) is skipped (:mod:`evenflow.report.telemetry_jsonl` reads
@@ -20,12 +21,13 @@ import numpy as np
 
 from evenflow.report.telemetry_jsonl import read_telemetry_lines
 
-__all__ = ["Telemetry", "Diagnosis", "load_telemetry", "diagnose", "diagnose_phases",
-           "INPUT_BOUND", "INPUT_MODERATE", "STRAGGLER"]
+__all__ = ["Telemetry", "Diagnosis", "load_telemetry", "diagnose", "diagnose_phases", "shown_fraction",
+           "INPUT_BOUND", "INPUT_MODERATE", "STRAGGLER", "RULES"]
 
 TELEMETRY_FILE = "telemetry.jsonl"
+# The verdicts' thresholds, stated once: the verdict and the line that prints it both use these.
 INPUT_BOUND = 0.20     # input wait / step time at or above which a run is input-bound
-INPUT_MODERATE = 0.05  # ... at or above which it is "moderately" input-bound (a note only)
+INPUT_MODERATE = 0.05  # ... at or above which it is "moderately input-bound"
 STRAGGLER = 0.10       # others' wait for one replica / ((R-1) * step time) for a straggler
 
 
@@ -82,7 +84,7 @@ class Telemetry:
 class Diagnosis:
     """What slowed steps ``start..stop-1`` of a run, and what to do (see :func:`diagnose`)."""
 
-    kind: str  # "input-bound" | "straggler" | "balanced"
+    kind: str  # "input-bound" | "straggler" | "moderately input-bound" | "balanced"
     # straggler: the replica the others waited for most, also when below the threshold (the
     # kind says whether it matters); None with one replica or when no one waited.
     input_wait_fraction: float
@@ -90,7 +92,7 @@ class Diagnosis:
     straggler: int | None
     straggler_wait_seconds: float
     straggler_fraction: float
-    lines: tuple[str, ...]
+    lines: tuple[str, ...]  # one line: the verdict, its figures, the rule, what to do
     start: int = 0
     stop: int = 0
     waited_for: tuple[float, ...] = field(default=())  # per replica: seconds the others waited for it
@@ -135,10 +137,12 @@ def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnos
             most, and this is its charge.
         straggler_fraction: straggler_wait_seconds / ((R - 1) * sum(step_seconds)).
 
-    Rules: input-bound when input_wait_fraction >= 0.20; straggler when straggler_fraction
-    >= 0.10 and R > 1; when both hold the larger fraction decides ``kind`` and both are in
-    ``lines``; otherwise balanced. 0.05 <= input_wait_fraction < 0.20 adds a "moderately
-    input-bound" line without changing ``kind``.
+    Rules, on the fractions rounded to 0.1% as the line shows them (:func:`shown_fraction`):
+    input-bound when input_wait_fraction >= INPUT_BOUND (20%); straggler when
+    straggler_fraction >= STRAGGLER (10%) and R > 1; when both hold the larger fraction
+    decides ``kind`` and the advice covers both; else moderately input-bound when
+    input_wait_fraction >= INPUT_MODERATE (5%); else balanced. ``lines`` holds one line that
+    shows both fractions and their seconds next to the verdict.
 
     Raises:
         ValueError: the window holds no steps.
@@ -150,11 +154,11 @@ def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnos
     iwf = wait_total / step_total if step_total > 0 else 0.0
     charged = _charges(comp, tel.replicas)
     strag, waited, sf = _straggler(charged, step_total)
-    d = Diagnosis(kind=_kind(iwf, strag, sf), input_wait_fraction=iwf, imbalance=_mean_imbalance(comp),
+    d = Diagnosis(kind=_kind(shown_fraction(iwf), strag, shown_fraction(sf)), input_wait_fraction=iwf, imbalance=_mean_imbalance(comp),
                   straggler=strag, straggler_wait_seconds=waited, straggler_fraction=sf, lines=(),
                   start=start, stop=stop, waited_for=tuple(float(c) for c in charged))
-    # The lines explain the measures, so they are written from the measured diagnosis.
-    return replace(d, lines=tuple(_lines(tel, d, wait_total, step_total)))
+    # The line explains the measures, so it is written from the measured diagnosis.
+    return replace(d, lines=(_line(tel, d, wait_total, step_total),))
 
 
 def _window(tel: Telemetry, start: int, stop: int | None) -> tuple[int, int]:
@@ -190,44 +194,66 @@ def _straggler(charged: np.ndarray, step_total: float) -> tuple[int | None, floa
 
 
 def _kind(iwf: float, strag: int | None, sf: float) -> str:
-    """The diagnosis's kind by the rules of :func:`diagnose`."""
+    """The verdict by the rules of :func:`diagnose`, on the fractions as shown (:func:`shown_fraction`)."""
     is_input, is_strag = iwf >= INPUT_BOUND, strag is not None and sf >= STRAGGLER
-    return ("input-bound" if iwf >= sf else "straggler") if is_input and is_strag else \
-        "input-bound" if is_input else "straggler" if is_strag else "balanced"
+    if is_input and is_strag:
+        return "input-bound" if iwf >= sf else "straggler"
+    if is_input or is_strag:
+        return "input-bound" if is_input else "straggler"
+    return "moderately input-bound" if iwf >= INPUT_MODERATE else "balanced"
 
 
-def _lines(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -> list[str]:
-    """The diagnosis in plain lines, its kind first: what held the steps back and what to do about it."""
+def shown_fraction(x: float) -> float:
+    """A fraction rounded as the diagnosis shows it (0.1%); the verdict is decided on this value,
+    so the word and the printed percentage always agree at a threshold."""
+    return round(float(x), 3)
+
+
+def _pct(x: float) -> str:
+    return f"{shown_fraction(x):.1%}"
+
+
+def _seconds(x: float) -> str:
+    """Seconds with 3 significant digits (never "0.0 s" for a wait that counted)."""
+    return f"{x:,.0f} s" if x >= 99.95 else f"{x:#.3g} s"
+
+
+RULES = (f"input-bound from {INPUT_BOUND:.0%} input wait (moderately from {INPUT_MODERATE:.0%}), "
+         f"a straggler from {STRAGGLER:.0%}")
+_FEED = ("feed faster: more parallel reads and decoding, cache the decoded dataset, a deeper prefetch; convert "
+         "images or arrays to indexed records with `evenflow convert`; `--augment` costs CPU per sample (try a run "
+         "without it)")
+
+
+def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -> str:
+    """The diagnosis in one line: the verdict, the two figures it was decided on, the rule, what to do."""
     steps = d.stop - d.start
-    iwf, strag, waited, sf = d.input_wait_fraction, d.straggler, d.straggler_wait_seconds, d.straggler_fraction
-    input_line = (f"input-bound: steps waited {wait_total:.1f} s for their input batches, {iwf:.0%} of "
-                  f"{step_total:.1f} s step time over {steps} steps; feed faster: more parallel reads and "
-                  f"decoding, cache the decoded dataset, a deeper prefetch; convert images or arrays to indexed "
-                  f"records with `evenflow convert`; `--augment` costs CPU per sample (try a run without it)")
-    lines: list[str] = []
-    if strag is not None and sf >= STRAGGLER:
-        lines.append(_straggler_line(tel, d))
-    if iwf >= INPUT_BOUND:
-        lines.insert(0 if d.kind == "input-bound" else len(lines), input_line)
-    elif iwf >= INPUT_MODERATE:
-        lines.append("moderately input-bound: " + input_line.split(": ", 1)[1])
-    if d.kind == "balanced":
-        who = f"; the others waited {waited:.1f} s for replica {strag} ({sf:.0%} of step time)" if strag is not None \
-            else ""
-        lines.insert(0, f"balanced: the slowest replica's compute was on average {d.imbalance:.2f}x the mean over "
-                        f"{steps} steps{who}; input wait {iwf:.1%} of step time; nothing to fix")
-    return lines
+    input_fig = (f"input wait {_pct(d.input_wait_fraction)} of step time ({_seconds(wait_total)} of "
+                 f"{_seconds(step_total)} over {steps} step{'s' * (steps != 1)})")
+    if d.straggler is None:
+        strag_fig = "no replica waited for another"
+    else:
+        strag_fig = (f"the others waited {_pct(d.straggler_fraction)} of their step time for replica {d.straggler} "
+                     f"({_seconds(d.straggler_wait_seconds)})")
+    if d.kind == "straggler":
+        figures = f"{strag_fig}, {_compute_ratio(tel, d)}; {input_fig}"
+    else:
+        figures = f"{input_fig}; {strag_fig}"
+    todo = []
+    if d.kind in ("input-bound", "moderately input-bound") or d.kind == "straggler" and \
+            shown_fraction(d.input_wait_fraction) >= INPUT_BOUND:
+        todo.append(_FEED)
+    if d.straggler is not None and shown_fraction(d.straggler_fraction) >= STRAGGLER:
+        todo.insert(0 if d.kind == "straggler" else 1, _rebalance_advice(tel, d.start, d.stop, d.straggler))
+    return f"{d.kind}: {figures} [{RULES}]; {'; '.join(todo) or 'nothing to fix'}"
 
 
-def _straggler_line(tel: Telemetry, d: Diagnosis) -> str:
-    """How much slower the straggler was, how long the others waited for it, and what to do."""
+def _compute_ratio(tel: Telemetry, d: Diagnosis) -> str:
+    """How much more compute time the straggler took than the mean of the others."""
     comp = tel.compute[d.start:d.stop]
-    strag = d.straggler
-    others = np.delete(comp.sum(axis=0), strag)
-    ratio = float(comp[:, strag].sum() / others.mean()) if others.mean() > 0 else float("inf")
-    todo = _rebalance_advice(tel, d.start, d.stop, strag)
-    return (f"straggler: replica {strag} took {ratio:.1f}x the others' compute time; the others waited "
-            f"{d.straggler_wait_seconds:.1f} s for it ({d.straggler_fraction:.0%} of step time); {todo}")
+    others = np.delete(comp.sum(axis=0), d.straggler)
+    ratio = float(comp[:, d.straggler].sum() / others.mean()) if others.mean() > 0 else float("inf")
+    return f"replica {d.straggler} took {ratio:.1f}x the others' compute time"
 
 
 def _rebalance_advice(tel: Telemetry, start: int, stop: int, strag: int) -> str:

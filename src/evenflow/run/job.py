@@ -224,7 +224,7 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
         print(f"resuming with the measured replica weights {', '.join(f'{w:g}' for w in guard.weights)}", file=out)
     print_header(p, session, title, out)
     if start != Cursor(0, 0):
-        print(f"resuming from {guard.saved.path}: epoch {start.epoch + 1} step {start.step} "
+        print(f"resuming from {guard.saved.path}: epoch {start.epoch} step {start.step} "
               f"(learning rate {session.state.learning_rate:g})", file=out)
     out.flush()
     resumed = start != Cursor(0, 0)

@@ -27,7 +27,7 @@ def print_header(p, session, title: str, out) -> None:
     print(f"model {cfg.model.model} ({session.num_weights:,} weights{dropout}), {cfg.optimizer.optimizer} "
           f"lr {cfg.optimizer.learning_rate:g}, {cfg.compute.precision}; {session.description}", file=out)
     print(f"global batch {sched.global_batch_size} ({p.train_plan.slots} slots per replica), "
-          f"{p.train_plan.num_steps} steps per epoch, {sched.epochs} epochs, seed {sched.seed}, "
+          f"{p.train_plan.num_steps} steps per epoch, {_epochs(sched.epochs)}, seed {sched.seed}, "
           f"{'stratified' if sched.stratify else 'unstratified'} plan"
           f"{', ' + sched.balance + '-balanced' if sched.balance != 'count' else ''}"
           f"{', bucketed' if sched.bucket else ''}", file=out)
@@ -38,6 +38,11 @@ def print_header(p, session, title: str, out) -> None:
     for note in (*p.data.notes, *p.notes):
         print(note, file=out)
     print(f"\nper-replica balance, epoch 0:\n{balance_table(p.train_plan.epoch(0))}\n", file=out)
+
+
+def _epochs(n: int) -> str:
+    """``"3 epochs (0-2)"``: evenflow numbers epochs from 0 in every message and file."""
+    return f"{n} epoch{'s' * (n != 1)} ({'0' if n == 1 else f'0-{n - 1}'})"
 
 
 def evaluation(p) -> dict | None:
@@ -78,10 +83,7 @@ def diagnose_run(run_dir: Path) -> list[str] | None:
     phases = diagnose_phases(tel)
     if len(phases) == 1:
         return list(next(iter(phases.values())).lines)
-    lines = []
-    for name, d in phases.items():
-        lines += [f"{name}: {d.kind}"] + [f"  {line}" for line in d.lines]
-    return lines
+    return [f"{name} (updates {d.start}..{d.stop - 1}): " + " ".join(d.lines) for name, d in phases.items()]
 
 
 def run_summary(p, session, trained, guard, began: float) -> dict:
@@ -136,7 +138,7 @@ def print_results(p, session, trained, summary: dict, log, out) -> None:
     print(f"trained {samples:,} samples at {summary['samples_per_second']:,.0f} samples/s; {wrote}", file=out)
     if trained.monitor is not None:
         for cursor, weights in session.loop.replans:
-            print(f"rebalanced at epoch {cursor.epoch + 1} step {cursor.step}: weights "
+            print(f"rebalanced at epoch {cursor.epoch} step {cursor.step}: weights "
                   f"{', '.join(f'{w:g}' for w in weights)} (from measured speeds)", file=out)
         if summary.get("diagnosis"):
             print("diagnosis: " + "\n  ".join(summary["diagnosis"]) + f"\n(plots: evenflow report {p.run_dir})",

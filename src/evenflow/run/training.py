@@ -79,8 +79,9 @@ def train_and_evaluate(p, session, train_plan: Plan, start: Cursor, guard, log, 
     loop = session.loop
 
     def new_bar(epoch: int) -> ProgressBar:
-        return ProgressBar(p.train_plan.num_steps, f"epoch {epoch + 1:>{len(str(sched.epochs))}}/{sched.epochs}",
-                           stream=err)
+        # Epochs are numbered from 0 everywhere (messages, telemetry, audit, summary.json); "(k/N)" is progress.
+        w = len(str(sched.epochs))
+        return ProgressBar(p.train_plan.num_steps, f"epoch {epoch:>{w}} ({epoch + 1:>{w}}/{sched.epochs})", stream=err)
 
     bar = new_bar(start.epoch)
     bar.done = start.step

@@ -206,7 +206,8 @@ class _Run:
         found = self.guard.resume()
         if found is not None:
             self.cursor = found
-            print(f"evenflow.tf.fit: resuming from {run_dir}'s checkpoint at epoch {found.epoch + 1}, step {found.step}"
+            print(f"evenflow.tf.fit: resuming from {run_dir}'s checkpoint at epoch {found.epoch} step {found.step} "
+                  f"(Keras's Epoch {found.epoch + 1}/{self.epochs})"
                   + (f" (that epoch's figures cover its remaining {self.base.num_steps - found.step} steps)"
                      if found.step else ""), file=sys.stderr, flush=True)
             if self.guard.weights is not None:

@@ -5,7 +5,7 @@ thread, so a fast loop is never slowed by drawing). When the stream is a file or
 nothing is drawn while the work runs and one final line per bar is written, so logs and
 captured output stay readable::
 
-    epoch 3/20 [########################] 22/22 2,905 samples/s  loss 0.2213  accuracy 0.9350
+    epoch  2 ( 3/20) [########################] 22/22 2,905 samples/s  loss 0.2213  accuracy 0.9350
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class ProgressBar:
 
     Args:
         total: units of work, >= 0.
-        label: text in front of the bar, e.g. ``"epoch 3/10"``.
+        label: text in front of the bar, e.g. ``"epoch 2 (3/10)"``.
         stream: where to write (default ``sys.stderr``).
         unit: what the rate counts, e.g. ``"samples"`` or ``"records"``.
         width: bar width in characters.
