@@ -97,7 +97,7 @@ class ScriptedMonitor:
         self.steps_per_epoch = None
         self.seen, self.events, self._due = {}, [], None
 
-    def stream_opened(self, seconds):
+    def stream_opened(self, seconds, reopens=True):
         pass
 
     def record(self, epoch, step, row):

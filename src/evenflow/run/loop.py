@@ -13,8 +13,9 @@ small rows between processes. Everything else is here, once, for every framework
 * the :class:`~evenflow.run.guard.TrainingGuard` after every update (checkpoints, audit,
   anomaly restores, which rewind the loop to a checkpoint's cursor);
 * the :class:`~evenflow.run.monitor.ReplicaMonitor`: per-replica timings all-gathered every
-  few updates, and re-plans of the rest of an epoch with measured weights
-  (``plan.with_topology``), which every process decides identically from the same numbers;
+  few updates, and re-plans with measured weights (``plan.with_topology``), which every
+  process decides identically from the same numbers and its open stream switches to a few
+  steps later without being rebuilt (:mod:`evenflow.run.replans`);
 * exact epoch figures: per-replica ``[loss sum, hits, real count]`` all-gathered once per epoch.
 """
 from __future__ import annotations
@@ -147,7 +148,7 @@ class TrainLoop:
         stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch,
                                   **({"switchable": True} if switchable else {}))
         if hooks.monitor is not None and hooks.monitor.global_step == 0:
-            hooks.monitor.stream_opened(time.perf_counter() - opened)
+            hooks.monitor.stream_opened(time.perf_counter() - opened, reopens=not switchable)
         for epoch in range(cursor.epoch, last):
             first = cursor.step if epoch == cursor.epoch else 0
             outcome = self._run_epoch(stream, epoch, first, hooks, carry)
