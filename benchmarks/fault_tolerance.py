@@ -4,7 +4,7 @@ All variants train the same MLP on the same in-memory data with ``Trainer.fit`` 
 the same MirroredStrategy (R logical CPUs or GPUs) and plan:
 
 * ``bare``: ``Trainer(skip_nonfinite=False)``, no guard — no agreement on non-finite
-  steps, no checkpoints (what the trainer did before this issue);
+  steps, no checkpoints;
 * ``tf-manager``: ``bare`` plus what a user would write by hand: a
   ``tf.train.CheckpointManager`` (model + optimizer variables, keep 3) saved every K
   steps from ``on_step`` — not atomic with the cursor, nothing else;

@@ -3,8 +3,8 @@
 Four replicas train the same MLP on the same synthetic data with the same plan
 (``Trainer.fit``, MirroredStrategy over 4 logical CPU devices). Each replica is an
 *emulated device*: its step takes ``--sample-ms`` per real sample (a sleep inside the
-replica's step, during which the other replicas run: the 2-core reference machine
-has no four parallel devices), and one replica is slower by a factor the trainer is
+replica's step, during which the other replicas run, so a machine without four
+parallel devices can stand in for them), and one replica is slower by a factor the trainer is
 not told (``evenflow.tf.simulate``). Cases:
 
 * ``2x from start``: replica 3 twice as slow for the whole epoch;
@@ -25,7 +25,7 @@ re-plans included). One untimed warm-up of a few steps traces the step function
 first. Rounds alternate (a) and (b); the table shows medians.
 
 The per-step cost of this emulation (dispatch of one function over 4 logical devices, 10
-host-clock callbacks, all-reduce, update: 12-22 ms per step on the 2-core reference machine)
+host-clock callbacks, all-reduce, update; measured: see docs/benchmarks.md)
 does not shrink with the step, so the default steps are long ones (G = 512: ~0.6 s, like a
 large model's step on a GPU); ``--global-batch-size 128`` shows the same on ~0.15 s steps.
 

@@ -33,8 +33,8 @@ epoch R dedicated devices would take (a model built from measured batch times;
 the all-reduce, the same for all schemes, left out); ``test acc`` the exact test
 accuracy after the last epoch.
 
-Epoch time here is measured on logical CPU devices that share the machine's cores
-(2 on the reference machine), so it is a proxy: the slowest replica's work adds up
+Epoch time here is measured on logical CPU devices that share the machine's cores,
+so it is a proxy: the slowest replica's work adds up
 less sharply than on R real devices, where a step waits for the busiest one.
 
 Examples:

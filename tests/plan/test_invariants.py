@@ -150,7 +150,7 @@ def test_stratified(case, epoch):
         seen += ids.shape[0]
         assert np.all(np.abs(nc - ids.shape[0] * p) < 2)
         # Running largest remainder keeps prefixes within one in nearly every case; with very
-        # skewed classes and tiny steps it can exceed one slightly (README: worst measured 1.07).
+        # skewed classes and tiny steps it can exceed one slightly (docs/plan.md: worst measured 1.07).
         assert np.all(np.abs(cum - seen * p) < 1.5)
     per_step, _ = metrics.label_deviation(ep)
     assert per_step <= 1 + 1e-9

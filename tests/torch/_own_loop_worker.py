@@ -7,7 +7,7 @@ torchrun would), or alone without them (one process, no process group)::
 
 For each dataset kind of ``_own_datasets`` it trains a fresh model (same seed) for two epochs
 of N = 203 samples with a global batch of 30 (the last step has 23), exactly the way the
-README shows: ``plan_loader``, ``exact_ddp``, ``masked_mean``, ``loss.backward()``,
+docs/pytorch.md shows: ``plan_loader``, ``exact_ddp``, ``masked_mean``, ``loss.backward()``,
 ``optimizer.step()``. With 2 ranks it also trains once with plain DDP (DDP's own averaging
 hook), the mistake the helpers prevent. It writes, per run: ``<kind>_loss`` the step's loss
 (the ranks' shares all-reduced: the mean over the step's real samples), ``<kind>_ids`` the ids

@@ -25,7 +25,7 @@ TensorFlow ports, which TensorFlow opens on every interface without authenticati
 no namespace can be made).
 
 Several machines: set TF_CONFIG on each one yourself and run the command there
-(see the README's multi-worker section); launch is for one machine.
+(see docs/multiworker.md); launch is for one machine.
 """
 
 

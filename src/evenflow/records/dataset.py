@@ -206,9 +206,8 @@ class RecordDataset:
         Small records (under :data:`GATHER_BYTES` on average) are gathered byte by byte
         with one vectorised fancy index per distinct shard in the batch; larger ones are
         copied as one slice each from the memory map. The byte gather needs an int64
-        source index per byte, which stops paying off above a few dozen bytes per record:
-        on the 2-core reference machine it cost 5.0 µs per 306-byte record and 11.6 µs
-        per 791-byte one, against 0.8-1.3 µs for the slice copies.
+        source index per byte, which stops paying off above a few dozen bytes per record
+        (measured: see docs/benchmarks.md).
 
         Args:
             ids: sample ids, int ``[B]``, each in ``0..N-1``, repeats allowed.
@@ -239,9 +238,8 @@ class RecordDataset:
     def read_batch_bytes(self, ids) -> tuple[bytes, np.ndarray, np.ndarray]:
         """Like :meth:`read_batch_buffer` (without ``verify``), as one ``bytes`` object.
 
-        One ``bytes.join`` of slices of the file maps: 0.5-1 µs per 800-byte record on the
-        2-core reference machine, against 1.7-2.5 µs for the slice copies into a numpy
-        buffer plus its ``tobytes()``. This is what a TensorFlow reader wants: it becomes one
+        One ``bytes.join`` of slices of the file maps, cheaper than slice copies into a numpy
+        buffer plus its ``tobytes()`` (measured: see docs/benchmarks.md). This is what a TensorFlow reader wants: it becomes one
         ``tf.string`` scalar, cut into records by ``tf.strings.substr``.
         """
         shard, begin, lengths, starts = self._spans(self._ids(ids))

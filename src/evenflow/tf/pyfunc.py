@@ -1,9 +1,8 @@
 """``tf.numpy_function`` for ``tf.data`` pipelines that cannot hang the process at exit.
 
 A pipeline that runs Python in its map threads (``tf.numpy_function``: reading
-records by offset, planning the next epoch of an endless stream) hung the process
-at exit in 2 to 3 runs out of 8 on the 2-core reference machine, whenever a call was
-in flight or about to start when the script ended. During interpreter finalisation
+records by offset, planning the next epoch of an endless stream) can hang the process
+at exit whenever a call is in flight or about to start when the script ends. During interpreter finalisation
 a thread that asks for the GIL is stopped for good, and the iterator's destructor,
 run by finalisation's garbage collection, waits for that call forever (gdb: the main
 thread in ``ParallelMapDatasetOp::Dataset::Iterator::~Iterator``, no thread left

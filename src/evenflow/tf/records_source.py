@@ -14,10 +14,8 @@ With ``cache=True`` every record is read and decoded once, by the numpy Example 
 :mod:`evenflow.records` (so a record that does not parse is named before TensorFlow starts),
 into a feature tensor ``[N, ...]`` (a ``tf.string`` ``[N]`` of encoded images) and a label
 tensor ``[N]``; a batch is then two ``tf.gather`` calls: no Python and no parsing on the data
-path (1.8 µs per 32x32 JPEG record for a batch of 256 on the 2-core reference machine,
-against 2.8 µs for a first version that cached the serialized records and parsed every batch,
-and 9-12 µs for reading by offset when a batch was first copied into a numpy buffer, 6 µs since
-it is one ``bytes.join``; ``batch()`` in a ``tf.function``, without decoding).
+path (measured against caching the serialized records and against reading by offset:
+see docs/benchmarks.md).
 
 Encoded images (a ``bytes`` feature) come back undecoded under ``"image"``; pass
 ``decode=decode_images(...)`` (or add it to the reader's ``map_fns``) to turn them into
@@ -70,9 +68,9 @@ class RecordSource:
             source reads it (the whole dataset at once with ``cache``). Once is enough:
             shards are memory-mapped, and ``evenflow convert`` replaces a file by renaming
             a new one over it, which leaves an open map on the old data. Checking every read
-            (what ``TFRecordDataset`` does) cost 1.2-3.5 µs per 300-800-byte record in Python
-            on the 2-core reference machine: 40 % of the throughput of reading 64-float
-            records by offset. Without ``verify`` a damaged payload that still parses is
+            (what ``TFRecordDataset`` does) costs a few µs per record in Python, a large
+            share of the throughput of reading small records by offset (measured: see
+            docs/benchmarks.md). Without ``verify`` a damaged payload that still parses is
             used as it is.
 
     Raises:
@@ -237,8 +235,8 @@ def decode_images(channels: int = 1, size: tuple[int, int] | None = None, key: s
 
     With a static batch size of at most :data:`UNROLL_MAX` and a known image size
     (``size`` or ``shape``), the graph holds one decode op per image instead of a
-    ``tf.map_fn`` loop: 17-23 µs instead of 26-40 µs of CPU per 32x32 JPEG on the
-    2-core reference machine (the loop's per-iteration bookkeeping).
+    ``tf.map_fn`` loop, which pays a per-iteration bookkeeping cost (measured: see
+    docs/benchmarks.md, "Input pipeline").
 
     Args:
         channels: output channels (1 grey, 3 RGB).

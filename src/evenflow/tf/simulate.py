@@ -12,7 +12,7 @@ def reserve_threads(replicas: int) -> None:
     """Give TensorFlow's inter-op pool room for every replica's delay at once.
 
     A delay blocks one inter-op thread while it sleeps; with the default pool (one
-    thread per core) four replicas on a 2-core machine would sleep two at a time.
+    thread per core) four replicas on a machine with two cores would sleep two at a time.
     Call before TensorFlow starts (before the strategy is made).
     """
     tf = _tf()

@@ -4,9 +4,8 @@ A MirroredStrategy keeps one copy of every variable per device and sums
 gradients across them each step. The cross-device reduction is chosen by device
 kind: on GPUs TensorFlow's default (NCCL all-reduce where available); on logical
 CPU devices, which all live in the same host memory, reducing onto one device
-and broadcasting back (``ReductionToOneDevice``) has the least overhead — it
-measured ~15% more steps/s than the collective all-reduce TensorFlow picks by
-default on a 2-core machine with 4 logical CPUs.
+and broadcasting back (``ReductionToOneDevice``) has the least overhead: more
+steps/s than the collective all-reduce TensorFlow picks by default.
 
 Several workers (processes, usually machines) run MultiWorkerMirroredStrategy,
 TensorFlow's own collective runtime: gRPC between workers, all-reduce over all
