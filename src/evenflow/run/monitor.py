@@ -61,9 +61,8 @@ class ReplicaMonitor:
             for being scheduled last.
         log_every: updates averaged into one point of the TensorBoard scalars, >= 1. Each
             point is 4R + 3 eager summary writes on the training thread, which holds the
-            GIL meanwhile and so also delays the replicas' clock callbacks: on the 2-core
-            reference machine, writing them every 2 updates of a 9 ms digits step cost about
-            5 ms per update.
+            GIL meanwhile and so also delays the replicas' clock callbacks: writing them every
+            2 updates of a 9 ms digits step measured about 5 ms per update.
     """
 
     def __init__(self, replicas: int, global_batch_size: int, steps_per_epoch: int, costs: np.ndarray | None = None,

@@ -52,7 +52,7 @@ def finish(ds, *, stamp: bool, prefetch: int):
     # tf.data's autotuner runs a model thread per iterator that sleeps on a growing timer
     # (up to a minute); deleting the iterator waits for it while holding the GIL. With R
     # replica pipelines that froze the end of a training run for 15 s to over 3 minutes
-    # on the 2-core reference machine. Without it, AUTOTUNE map parallelism falls back to
+    # (measured). Without it, AUTOTUNE map parallelism falls back to
     # the size of tf.data's thread pool, and prefetching uses the fixed buffer above.
     options = tf.data.Options()
     options.autotune.enabled = False

@@ -2,8 +2,8 @@
 
 Replica r reads row ``ids[:, r, :]`` of the plan, one step at a time: each element
 is the whole per-replica batch of that step, loaded with one vectorised call to the
-source (a gather, not a per-example map: on the 2-core reference machine a
-per-example ``map`` measured ~4k examples/s, a batched gather ~110k/s).
+source (a gather, not a per-example map, which measured about 25x slower; see
+docs/benchmarks.md).
 
 A batch is a dict of tensors whose first axis is the replica's ``slots`` (its real
 count in that step with ``trim_padding``):
@@ -68,9 +68,11 @@ class PlanReader:
     plan on the fly, in a :func:`evenflow.tf.pyfunc.numpy_function` callback: a
     plain ``tf.numpy_function`` that runs when the interpreter shuts down hangs
     the process at exit (see :mod:`evenflow.tf.pyfunc`).
-    One long-lived pipeline per run also saves time: a first version that rebuilt
-    the distributed dataset every epoch spent 0.5-2.5 s per epoch on that on the
-    2-core reference machine, against 0.15 s for an epoch of digits.
+    One long-lived pipeline per run also saves time: building a distributed dataset
+    measured 0.5-2.5 s, several epochs of a small dataset. A re-plan with measured
+    weights does not rebuild it either: with a :class:`~evenflow.plan.feed.PlanFeed`
+    (:meth:`feed_dataset`) the pipelines read each step's row from the feed, which
+    switches the weights from a later step on.
 
     Args:
         source: a TensorFlow :class:`TensorSource`, or an :class:`evenflow.data.Source` (numpy), which
@@ -82,9 +84,8 @@ class PlanReader:
             ``id`` and ``epoch``, and must keep the reserved keys.
         prefetch: batches to prefetch per replica, >= 1. The default, 4, is deeper than
             usual because tf.data's autotuner is off in these pipelines (see
-            :func:`~evenflow.tf.pipeline.load_batches`): on the 2-core reference machine
-            4 replica pipelines of 32x32 JPEGs delivered 18.8k records/s with 2 and 25.4k
-            with 8 while other work shared the cores.
+            :func:`~evenflow.tf.pipeline.load_batches`); deeper buffers measured faster
+            while other work shared the cores (see docs/benchmarks.md).
         trim_padding: drop the padding slots of each replica's batch, so its leading
             axis is the replica's real count in that step (at least 1: a step with no
             real sample keeps one masked dummy row). Padding then costs no compute,
@@ -281,9 +282,8 @@ class PlanReader:
             return self.replica_dataset(plan, ctx.input_pipeline_id, start=start, epochs=epochs, rows=rows)
 
         # Prefetching onto the device (a MultiDeviceIterator per replica) pays off for GPUs. For
-        # logical CPU devices, which share host memory, it only adds cost: on the 2-core reference
-        # machine it made iterator start-up 4x slower (0.25 s vs 0.06 s), steps ~10% slower, and
-        # deleting the iterator took ~0.5 s instead of ~0.
+        # logical CPU devices, which share host memory, it only adds cost: measured, it made
+        # iterator start-up 4x slower, steps ~10% slower, and deleting the iterator ~0.5 s slower.
         if multi_worker and epochs is None:
             raise ValueError("epochs must be an int for a multi-worker strategy (endless streams plan in Python "
                              "inside the pipeline; see replica_dataset); pass the number of epochs to read")

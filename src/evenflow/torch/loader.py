@@ -133,7 +133,7 @@ class _StepBatches:
         # Plain ints here, tensors in the consuming process (_finish): every tensor a worker returns
         # travels through its own shared-memory segment. Returning 7 tensors per batch instead of 3
         # was the difference between 0.8x and 1.7x DistributedSampler's batched variant in
-        # benchmarks/torch_loader.py (2 workers per rank, 2-core machine).
+        # benchmarks/torch_loader.py (2 workers per rank).
         batch.update(id=ids, global_real_count=count, epoch=epoch, step=step)
         return self.transform(batch) if self.transform is not None else batch
 
