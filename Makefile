@@ -31,8 +31,11 @@ venv: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(BIN)/evenflow demo
 
+# Two passes (see tests/conftest.py): the tests that may share the cores on two workers, then
+# the serial ones (several cooperating processes under deadlines, or measured speeds) alone.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not serial" -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -1,0 +1,34 @@
+"""Suite-wide: which tests run alone.
+
+``make test`` runs the suite in two passes: first every test not marked ``serial`` on two
+pytest-xdist workers (``-n 2 --dist loadfile``: a file's tests share one worker, so its
+module fixtures run once), then the ``serial`` tests one at a time. Serial are the tests that
+start several cooperating processes (workers, ranks) under deadlines or kill them, and those
+whose assertions rest on measured speeds: run beside other tests, their peers or their
+timings would be starved by work that is not theirs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_fault_tolerance.py",
+          "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_own_loop_ddp.py", "torch/test_cli_resume.py",
+          "cli/test_flag_table.py", "examples/test_torch_ddp_own_dataset.py")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: runs alone, after the parallel pass (see tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        try:
+            rel = path.relative_to(HERE).as_posix()
+        except ValueError:
+            continue
+        if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SERIAL):
+            item.add_marker(pytest.mark.serial)
