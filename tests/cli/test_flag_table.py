@@ -125,7 +125,7 @@ def runs(tmp_path_factory):
     shutil.copytree(root / "tf", root / "tf_resumed")
     r["tf_resume"] = _tf(root, "tf_resumed", "--dataset", str(data), *COMMON, "--epochs", "3")
     # Long enough for a re-plan to take effect: the TensorFlow pipelines switch plans at the first step
-    # they cannot have read (8 steps after the decision), past the end of the main run's 12 steps.
+    # they have not read (their prefetch buffers ahead of the decision), past the main run's 12 steps.
     r["tf_long"] = _tf(root, "tf_long", "--dataset", str(data), *COMMON, "--epochs", "4")
     r["tf_nan"] = _tf(root, "tf_nan", "--config", str(root / "run.toml"), "--no-telemetry", "--restore-after", "2",
                       "--restore-lr-factor", "0.25", "--max-restores", "5", "--communication", "ring")

@@ -24,11 +24,10 @@ def _read(feed, first, end, replica):
 def test_rows_are_the_plans_and_a_switch_changes_only_the_split_of_later_steps(options):
     old, new = _plan(**options), _plan((1.0, 0.5, 0.25), **options)
     steps = old.num_steps
-    feed = PlanFeed(old, ef.Cursor(1, 3), end_epoch=3, horizon=2 * steps, block=False)
+    feed = PlanFeed(old, ef.Cursor(1, 3), end_epoch=3, block=False)
     at = 2 * steps + 4  # epoch 2, step 4
     before = _read(feed, steps + 3, steps + 5, None)
     feed.switch(new, at)
-    feed.allow(3 * steps)
     got = _read(feed, steps + 3, 3 * steps, None)
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(before, got))
     expect = [old.epoch(1).ids[s].reshape(-1) for s in range(3, steps)] + \
@@ -49,8 +48,9 @@ def test_rows_are_the_plans_and_a_switch_changes_only_the_split_of_later_steps(o
 
 
 def test_a_switch_must_come_after_every_step_read():
-    feed = PlanFeed(_plan(), ef.Cursor(0, 0), end_epoch=1, horizon=4, block=False)
+    feed = PlanFeed(_plan(), ef.Cursor(0, 0), end_epoch=1, block=False)
     feed.rows(3, 0)
+    assert feed.freeze() == 4  # the first step not read
     with pytest.raises(RuntimeError, match="after step 3 was read"):
         feed.switch(_plan((1, 1, 0.5)), 3)
     feed.switch(_plan((1, 1, 0.5)), 4)
@@ -58,28 +58,33 @@ def test_a_switch_must_come_after_every_step_read():
         feed.switch(ef.Plan(ef.Index(1000), ef.Topology(3), global_batch_size=50), 5)
 
 
-def test_requests_past_the_horizon_wait_or_raise():
+def test_a_frozen_feed_holds_new_requests_until_thawed_or_closed():
     plan = _plan()
-    eager = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, horizon=2, block=False)
+    eager = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, block=False)
     eager.rows(1, 0)
-    with pytest.raises(RuntimeError, match="before training allowed it"):
+    eager.freeze()
+    assert eager.rows(1, 1)[0].shape == (plan.slots,)  # a step already read is served
+    with pytest.raises(RuntimeError, match="frozen for a switch"):
         eager.rows(2, 0)
-    eager.allow(1)  # steps below 1 taken: up to step 2 may be read
+    eager.thaw()
     assert eager.rows(2, 0)[0].shape == (plan.slots,)
     with pytest.raises(IndexError, match="outside"):
         eager.rows(plan.num_steps, 0)
 
-    waiting = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, horizon=1, block=True)
+    waiting = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, block=True)
+    waiting.freeze()
     got = {}
     reader = threading.Thread(target=lambda: got.setdefault("rows", waiting.rows(3, 1)))
     reader.start()
     time.sleep(0.2)
-    assert reader.is_alive() and "rows" not in got  # step 3 is not allowed yet
-    waiting.allow(3)
+    assert reader.is_alive() and "rows" not in got  # held while frozen
+    waiting.switch(_plan((1.0, 0.5, 1.0)), 2)
+    waiting.thaw()
     reader.join(5)
-    assert np.array_equal(got["rows"][0], plan.epoch(0).ids[3, 1])
+    assert np.array_equal(got["rows"][0], _plan((1.0, 0.5, 1.0)).epoch(0, ef.Cursor(0, 2)).ids[1, 1])
 
-    closed = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, horizon=0, block=True)
+    closed = PlanFeed(plan, ef.Cursor(0, 0), end_epoch=1, block=True)
+    closed.freeze()
     errors = []
 
     def blocked():

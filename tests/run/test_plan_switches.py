@@ -18,7 +18,7 @@ from evenflow.run.loop import TrainLoop
 class FeedEngine:
     """Trains nothing; returns each step's ids and counts. Its stream reads ``ahead`` steps before training."""
 
-    lag, timing, skip_nonfinite, num_processes = 0, True, False, 1
+    lag, timing, skip_nonfinite, num_processes, can_switch = 0, True, False, 1, True
 
     def __init__(self, replicas: int, ahead: int):
         self.local_replicas, self.ahead = replicas, ahead
@@ -26,7 +26,7 @@ class FeedEngine:
 
     def open(self, reader, plan, start, epochs, switchable=False):
         self.opened += 1
-        feed = PlanFeed(plan, start, start.epoch + epochs, horizon=self.ahead + 1, block=False) if switchable else None
+        feed = PlanFeed(plan, start, start.epoch + epochs, block=False) if switchable else None
 
         def rows():
             for g in range(start.epoch * plan.num_steps + start.step, (start.epoch + epochs) * plan.num_steps):
@@ -37,15 +37,7 @@ class FeedEngine:
         buffer = [next(it, None) for _ in range(self.ahead)]  # what a prefetching reader has in hand
         return Stream(_Ahead(it, buffer), feed)
 
-    def switch(self, stream, plan, at):
-        if stream.feed is None:
-            return None
-        stream.feed.switch(plan, at + stream.feed.horizon)
-        return at + stream.feed.horizon
-
     def update(self, stream, global_step, count, keep_batches):
-        if stream.feed is not None:
-            stream.feed.allow(global_step + count)
         outs = []
         for _ in range(count):
             ids = next(stream.iterator)
@@ -140,11 +132,11 @@ def test_many_switches_in_one_stream_keep_every_sample_once_per_epoch_and_follow
     loop.fit(None, plan, epochs=3, monitor=monitor)
     assert engine.opened == 1  # five re-plans, no reopening
     assert len(loop.replans) == 5
-    # Each switch took effect where the stream could not have read yet: its decision step + horizon.
-    horizon = 3 + 1
+    # Each switch took effect at the first step the stream had not read: the decision's step plus the
+    # rows the reader holds in hand (3).
     starts = [c.epoch * steps + c.step for c, _ in loop.replans]
     decided = [e[1] for e in monitor.events if e[0] == "switching"]
-    assert starts == [d + horizon for d in decided]
+    assert starts == [d + 3 for d in decided]
     for e in range(3):
         ids = np.concatenate([monitor.seen[(e, s)].reshape(-1) for s in range(steps)])
         assert np.array_equal(np.sort(ids[ids >= 0]), np.arange(500))  # exactly once per epoch

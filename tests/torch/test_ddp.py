@@ -68,11 +68,11 @@ def test_rebalanced_rank_gets_twice_the_samples_after_the_hook(runs):
     for k in range(2 * plan.num_steps):
         n0, n1 = int((r0["seen"][k] >= 0).sum()), int((r1["seen"][k] >= 0).sum())
         # Decided after step 3, in effect from the first step the sampler has not read: with no loader
-        # workers it reads no step ahead, so the switch waits for the one step in hand (horizon 1).
-        if k < REBALANCE[1] + 1:
+        # workers it reads no step ahead, so from step 3 itself.
+        if k < REBALANCE[1]:
             assert abs(n0 - n1) <= 1, (k, n0, n1)         # equal weights before the switch
         else:
-            total = n0 + n1                                  # weights 1:2 from Cursor(0, 4) on, later epochs too
+            total = n0 + n1                                  # weights 1:2 from Cursor(0, 3) on, later epochs too
             assert abs(n1 - 2 * total / 3) < 1, (k, n0, n1)
 
 

@@ -7,14 +7,13 @@ Rebuilding them costs a pipeline start (a second or more under several workers).
 they reach it, and :meth:`PlanFeed.switch` changes the plan for every step from a given
 one on — a step no pipeline has asked for yet.
 
-The switch step must be the same on every process of a job, so it cannot depend on how
-far each one's pipelines happen to have read. The feed bounds that instead: it serves
-step ``g`` only once the consumer has allowed it (:meth:`PlanFeed.allow`, called with the
-steps training is about to take), at most ``horizon`` steps ahead. A switch decided when
-training is at step ``s`` then takes effect at ``s + horizon`` on every process. With
-``block=True`` (a pipeline's own threads ask) a request past the allowed steps waits;
-with ``block=False`` (the consumer's thread asks, so waiting would never end) it is an
-error, because the reader promised never to run further ahead than ``horizon``.
+The switch step must be the same on every process of a job, and past every step any of
+their pipelines has read. :meth:`PlanFeed.freeze` holds new requests (a pipeline's threads
+wait, ``block=True``; a request from the consumer's own thread would never be answered, so
+with ``block=False`` it is an error) and returns the first step this process has not read;
+the processes agree on the largest (an all-gather), :meth:`PlanFeed.switch` there, and
+:meth:`PlanFeed.thaw` lets the pipelines go on. Between switches the pipelines read ahead
+freely, as far as their own buffers let them.
 
 Whatever the weights, a global step holds the same samples (world-size invariance): a
 switch only moves samples between replicas within a step, so every sample of an epoch is
@@ -37,7 +36,7 @@ __all__ = ["PlanFeed", "FeedClosed"]
 
 # Epoch plans kept per feed: the one being read, the next, and one of an older plan after a switch.
 _KEEP = 4
-# How often a blocked request re-checks whether the feed or the process is closing, seconds.
+# How often a held request re-checks whether the feed or the process is closing, seconds.
 _POLL = 0.05
 
 
@@ -52,42 +51,43 @@ class PlanFeed:
         plan: the plan in effect from the first step.
         start: the cursor of the first step.
         end_epoch: the epoch to stop before.
-        horizon: how many steps past the allowed ones a pipeline may read, >= 0.
-        block: whether a request past the allowed steps waits (a pipeline's threads) or raises.
-        closing: optional ``fn() -> bool``: True once the process is exiting (a blocked request
-            then raises :class:`FeedClosed` instead of waiting).
+        block: whether a request while frozen waits (a pipeline's threads) or raises.
+        closing: optional ``fn() -> bool``: True once the process is exiting (a waiting request
+            then raises :class:`FeedClosed`).
     """
 
-    def __init__(self, plan: Plan, start: Cursor, end_epoch: int, horizon: int, block: bool = True,
+    def __init__(self, plan: Plan, start: Cursor, end_epoch: int, block: bool = True,
                  closing: Callable[[], bool] | None = None):
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 0:
-            raise ValueError(f"horizon must be an int >= 0, got {horizon!r}")
         self.steps = plan.num_steps
         self.first = start.epoch * self.steps + start.step
         self.end = int(end_epoch) * self.steps
-        self.horizon, self.block = horizon, bool(block)
+        self.block = bool(block)
         self._segments: list[tuple[int, Plan]] = [(self.first, plan)]
         self._epochs: OrderedDict[tuple[int, int], EpochPlan] = OrderedDict()
-        self._limit = self.first + horizon  # steps below it may be served
         self._high = self.first - 1         # the highest step served so far
+        self._frozen = False
         self._cond = threading.Condition()
         self._planning = threading.Lock()
         self._closed = False
         self._closing = closing
 
     # -- the consumer's side ------------------------------------------------------------------
-    def allow(self, upto: int) -> None:
-        """Training is about to take the steps below ``upto``: serve up to ``horizon`` steps past them."""
+    def freeze(self) -> int:
+        """Hold every new request; returns the first global step not read yet (a switch may start there)."""
         with self._cond:
-            if upto + self.horizon > self._limit:
-                self._limit = upto + self.horizon
-                self._cond.notify_all()
+            self._frozen = True
+            return self._high + 1
+
+    def thaw(self) -> None:
+        """Let held requests go on."""
+        with self._cond:
+            self._frozen = False
+            self._cond.notify_all()
 
     def switch(self, plan: Plan, at: int) -> None:
         """Use ``plan`` (the same steps, other weights) for every step from global step ``at`` on.
 
-        ``at`` must be past every step served so far: the caller passes the step it is at plus
-        :attr:`horizon`, which no request can have reached.
+        ``at`` must be past every step served so far (see :meth:`freeze`).
         """
         if plan.num_steps != self.steps:
             raise ValueError(f"a switch must keep the plan's {self.steps} steps per epoch, got {plan.num_steps}")
@@ -140,12 +140,11 @@ class PlanFeed:
         while True:
             if self._closed or (self._closing is not None and self._closing()):
                 raise FeedClosed("this plan feed is closed")
-            if g < self._limit:
+            if not self._frozen or g <= self._high:
                 return
             if not self.block:
-                raise RuntimeError(f"global step {g} was asked for before training allowed it (steps below "
-                                   f"{self._limit}); the reader reads further ahead than the feed's horizon "
-                                   f"{self.horizon}; please report this as a bug")
+                raise RuntimeError(f"global step {g} was asked for while the feed was frozen for a switch, from "
+                                   f"the thread that switches it; please report this as a bug")
             self._cond.wait(_POLL)
 
     def _index(self, g: int) -> tuple[int, tuple[int, Plan]]:

@@ -55,14 +55,10 @@ class Engine(Protocol):
     def open(self, reader, plan: Plan, start: Cursor, epochs: int, switchable: bool = False):
         """A stream of the plan's steps from ``start`` through ``epochs`` epochs (from ``start.epoch``).
 
-        ``switchable``: read the rows through a :class:`~evenflow.plan.feed.PlanFeed`, so that
-        :meth:`switch` can change the plan's weights without reopening.
+        ``switchable`` (only asked of engines whose ``can_switch`` is True): return a
+        :class:`Stream` whose rows come from a :class:`~evenflow.plan.feed.PlanFeed`, so the
+        loop can change the plan's weights without reopening.
         """
-
-    def switch(self, stream, plan: Plan, at: int) -> int | None:
-        """Have ``stream`` use ``plan`` from the first step past global step ``at`` that it cannot
-        have read yet (``at`` plus its feed's horizon: the same on every process); returns that
-        step, or None when the stream is not switchable. Optional: without it the loop reopens."""
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool) -> tuple[list, list | None]:
         """Run one optimizer update over the next ``count`` plan steps of ``stream``.

@@ -142,9 +142,9 @@ class TrainLoop:
         per_epoch = max(self.plan.num_steps * self.plan.topology.replicas * self.plan.slots, 1)
         last = min(cursor.epoch + max(1, CHUNK_SLOTS // per_epoch), epochs)
         opened = time.perf_counter()
-        # With rebalancing on, a stream that can switch its plan mid-way (see evenflow.plan.feed)
-        # saves a pipeline rebuild per re-plan.
-        switchable = hooks.monitor is not None and hooks.monitor.rebalancing and hasattr(self.engine, "switch")
+        # With rebalancing on, a stream that switches its plan mid-way saves a rebuild per re-plan.
+        switchable = hooks.monitor is not None and hooks.monitor.rebalancing \
+            and getattr(self.engine, "can_switch", False)
         stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch,
                                   **({"switchable": True} if switchable else {}))
         if hooks.monitor is not None and hooks.monitor.global_step == 0:
@@ -168,7 +168,7 @@ class TrainLoop:
             if hooks.on_epoch is not None:
                 hooks.on_epoch(outcome)
             if self.switches.decided is not None and epoch + 1 < epochs:  # decided at the epoch's end
-                if self.switches.defer(stream, Cursor(epoch + 1, 0), hooks):
+                if self.switches.defer(stream, Cursor(epoch + 1, 0), hooks, self.all_gather):
                     continue
                 self.engine.close(stream, finished=False)
                 self.switches.adopt(Cursor(epoch + 1, 0), hooks)
@@ -209,7 +209,7 @@ class TrainLoop:
             if guard is None and monitor is None:
                 continue
             outcome = self._after_update(pending, tally, epoch, step == plan.num_steps, hooks)
-            if isinstance(outcome, _Replan) and self.switches.defer(stream, self.cursor, hooks):
+            if isinstance(outcome, _Replan) and self.switches.defer(stream, self.cursor, hooks, self.all_gather):
                 continue
             if outcome is not None:
                 return outcome

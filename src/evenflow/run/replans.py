@@ -5,9 +5,9 @@ speeds (identically on every process). :class:`PlanSwitches` turns a decision in
 the loop runs from some step on, in one of two ways:
 
 * **in the open stream** (:meth:`PlanSwitches.defer`), when the engine's stream reads its
-  rows from a :class:`~evenflow.plan.feed.PlanFeed`: the stream switches at the first step
-  its pipelines cannot have read yet (the step training is at plus the feed's horizon, the
-  same on every process), and the loop follows when training reaches it
+  rows from a :class:`~evenflow.plan.feed.PlanFeed`: the feed is held for a moment, the
+  processes agree (an all-gather) on the first step none of their pipelines has read yet,
+  the feed switches there, and the loop follows when training reaches it
   (:meth:`PlanSwitches.due`, :meth:`PlanSwitches.apply`). Nothing is rebuilt.
 * **by reopening** (:meth:`PlanSwitches.adopt`): the loop closes the stream and opens one
   of the new plan at the step it is at (engines without switchable streams).
@@ -19,6 +19,8 @@ carry the weights in use) follow the switch when it takes effect.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
@@ -61,16 +63,24 @@ class PlanSwitches:
     def _with(self, weights) -> Plan:
         return self._base.with_topology(Topology(self._base.topology.replicas, weights))
 
-    def defer(self, stream, cursor: Cursor, hooks) -> bool:
-        """Have the open ``stream`` switch to the decided weights; False if it cannot (then reopen)."""
-        switch = getattr(self.engine, "switch", None)
-        if self.decided is None or switch is None:
+    def defer(self, stream, cursor: Cursor, hooks, all_gather) -> bool:
+        """Have the open ``stream`` switch to the decided weights; False if it cannot (then reopen).
+
+        ``all_gather``: the loop's all-gather; every process calls this at the same update (they
+        decided alike), so they agree on the switch step.
+        """
+        feed = getattr(stream, "feed", None)
+        if self.decided is None or feed is None:
             return False
         plan = self._with(self.decided.weights)
-        at = switch(stream, plan, cursor.epoch * plan.num_steps + cursor.step)
-        if at is None:
-            return False
-        self._pending, self.decided = _Pending(int(at), self.decided, plan), None
+        first = feed.freeze()
+        try:
+            at = max(first, cursor.epoch * plan.num_steps + cursor.step)
+            at = int(np.max(all_gather(np.array([[float(at)]]))))
+            feed.switch(plan, at)
+        finally:
+            feed.thaw()
+        self._pending, self.decided = _Pending(at, self.decided, plan), None
         hooks.monitor.switching()  # its steps until the switch still run the old weights
         return True
 

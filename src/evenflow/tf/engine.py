@@ -26,13 +26,11 @@ from evenflow.tf.clock import now
 from evenflow.tf.pyfunc import closing as pipelines_closing
 from evenflow.tf.strategy import num_workers, on_cpu
 
-__all__ = ["TFEngine", "LAG", "FEED_SLACK", "TIMING_SWITCH_SECONDS"]
+__all__ = ["TFEngine", "LAG", "TIMING_SWITCH_SECONDS"]
 
 # On accelerators the host reads each step's outputs this many updates behind the newest
 # dispatched one: anomalies are seen promptly without making the host wait for every step.
 LAG = 2
-# Steps a switchable stream's pipelines may read past their prefetch buffers (the loads in flight).
-FEED_SLACK = 4
 # Python's GIL switch interval while timed steps run (see TFEngine.running), seconds.
 TIMING_SWITCH_SECONDS = 0.0005
 
@@ -52,6 +50,7 @@ class TFEngine:
         self.num_processes = num_workers(strategy)
         self.lag = 0 if on_cpu(strategy) else LAG
         self.timing, self.skip_nonfinite = step.timing, step.skip_nonfinite
+        self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
         # autograph=False: the steps branch with tf.cond only (never `if tensor:`), and skipping
         # AutoGraph's source conversion makes the first call (the trace) 35-70% faster, paid by every
         # process. reduce_retracing: batches passed in from Python carry their concrete shapes, and
@@ -67,26 +66,14 @@ class TFEngine:
 
     # -- the loop's interface --------------------------------------------------------------------
     def open(self, reader, plan, start: Cursor, epochs: int, switchable: bool = False):
-        feed = None
-        if switchable:
-            # A request waits until training is within `horizon` steps of it: the pipelines' own
-            # read-ahead (prefetch, plus the parallel loads in flight) fits in that.
-            feed = PlanFeed(plan, start, start.epoch + epochs, horizon=reader.prefetch + FEED_SLACK, block=True,
-                            closing=pipelines_closing)
+        # A switchable stream's pipelines read their rows from a feed (see evenflow.plan.feed); a
+        # request held while the loop switches plans waits in the pipeline's own thread.
+        feed = PlanFeed(plan, start, start.epoch + epochs, block=True, closing=pipelines_closing) \
+            if switchable else None
         return Stream(iter(reader.distribute(self.strategy, plan, start=start, epochs=epochs, feed=feed)), feed)
-
-    def switch(self, stream, plan, at: int) -> int | None:
-        """Switch ``stream`` to ``plan`` from the first step no pipeline can have read: returns that global step."""
-        if stream.feed is None:
-            return None
-        effective = at + stream.feed.horizon
-        stream.feed.switch(plan, effective)
-        return effective
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
         tf = _tf()
-        if stream.feed is not None:
-            stream.feed.allow(global_step + count)
         stream = stream.iterator
         if not keep_batches:
             at = tf.constant(global_step, tf.int64) if self.timing else None
@@ -102,8 +89,6 @@ class TFEngine:
 
     def close(self, stream, finished: bool) -> None:
         if finished:
-            if stream.feed is not None:
-                stream.feed.allow(stream.feed.end)
             _drain(stream.iterator)
         if stream.feed is not None:
             stream.feed.close()  # a request waiting for training to move on returns (an error nobody reads)

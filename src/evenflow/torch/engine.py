@@ -32,7 +32,7 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.run.engine import Stream
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
-from evenflow.torch.loader import PREFETCH_FACTOR, PlanLoader, rank_and_world_size
+from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 
 __all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS"]
@@ -55,11 +55,6 @@ class TorchReader:
     def loader(self, plan, rank: int, world: int, start: Cursor, epochs: int, feed=None) -> PlanLoader:
         return PlanLoader(self.source, plan, rank=rank, world_size=world, start=start, epochs=epochs,
                           num_workers=self.num_workers, transform=self.transform, trim_padding=True, feed=feed)
-
-    @property
-    def read_ahead(self) -> int:
-        """Steps the ``DataLoader`` asks its sampler for before training takes them."""
-        return PREFETCH_FACTOR * self.num_workers
 
 
 class TorchEngine:
@@ -100,29 +95,19 @@ class TorchEngine:
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids, **extra)
             self.ddp.register_comm_hook(None, gradient_hook(gradient_sum, compression))
         self.local_replicas, self.num_processes, self.lag = 1, self.world, 0
+        self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
         self.timing, self.skip_nonfinite, self.simulate = bool(timing), bool(skip_nonfinite), simulate
         self.precision = precision
 
     # -- the loop's interface --------------------------------------------------------------------
     def open(self, reader: TorchReader, plan, start: Cursor, epochs: int, switchable: bool = False):
-        # The sampler runs on this thread, asked by the DataLoader at most `read_ahead` steps ahead
-        # of training: a feed request past that would be a bug, so it raises instead of waiting.
-        feed = PlanFeed(plan, start, start.epoch + epochs, horizon=reader.read_ahead + 1, block=False) \
-            if switchable else None
+        # The sampler runs on this thread, the one that switches plans: a request while the feed is
+        # held for a switch would be a bug, so it raises instead of waiting.
+        feed = PlanFeed(plan, start, start.epoch + epochs, block=False) if switchable else None
         return Stream(iter(reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed)), feed)
-
-    def switch(self, stream, plan, at: int) -> int | None:
-        """Switch ``stream`` to ``plan`` from the first step the sampler cannot have read: returns that step."""
-        if stream.feed is None:
-            return None
-        effective = at + stream.feed.horizon
-        stream.feed.switch(plan, effective)
-        return effective
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
         began = time.time()
-        if stream.feed is not None:
-            stream.feed.allow(global_step + count)
         batches = [next(stream.iterator) for _ in range(count)]
         ready = time.time()
         outs, clock = self._train(batches, global_step)
