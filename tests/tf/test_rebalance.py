@@ -251,20 +251,3 @@ def test_the_monitor_measures_what_opening_the_pipelines_and_a_replan_cost():
     update(end + 0.4, wait=0.05)  # reopening took 0.4 s, refilling 50 ms
     assert mon.summary()["replan_seconds"] == pytest.approx((0.251 + 0.45) / 2)
 
-
-def test_a_stream_that_switches_in_place_does_not_count_its_opening_as_a_replan():
-    from evenflow.plan import Cursor
-    from evenflow.plan.speed import Decision
-
-    mon = ReplicaMonitor(2, 64, 100, check_every=1)
-    mon.stream_opened(0.9, reopens=False)
-    row = _row([32, 32], [0.01, 0.01], wait=0.2, began=10.0)
-    mon.record(0, 0, row)
-    mon.absorb(mon.window())
-    assert mon.rebalancer.replan_seconds is None  # unknown until a switch happened
-    end = float(row["timing"][:, 4].max())
-    mon.switching()
-    mon.replanned(Cursor(0, 9), (1.0, 1.0), Decision((1.0, 0.5), (1.0, 1.0), 1.5, 1.2, 1.0, "replan"))
-    mon.record(0, 1, _row([43, 21], [0.01, 0.01], wait=0.003, began=end + 0.002))
-    mon.absorb(mon.window())
-    assert mon.rebalancer.replan_seconds == pytest.approx(0.005)  # the first update after the switch

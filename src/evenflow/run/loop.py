@@ -148,7 +148,10 @@ class TrainLoop:
         stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch,
                                   **({"switchable": True} if switchable else {}))
         if hooks.monitor is not None and hooks.monitor.global_step == 0:
-            hooks.monitor.stream_opened(time.perf_counter() - opened, reopens=not switchable)
+            # Also with a switchable stream: until a switch has been measured, what opening the
+            # pipelines took stands in for a re-plan's cost, so timing noise on short steps does
+            # not start re-plans that a few milliseconds seem to pay for (see docs/rebalancing.md).
+            hooks.monitor.stream_opened(time.perf_counter() - opened)
         for epoch in range(cursor.epoch, last):
             first = cursor.step if epoch == cursor.epoch else 0
             outcome = self._run_epoch(stream, epoch, first, hooks, carry)

@@ -83,7 +83,6 @@ class ReplicaMonitor:
         self.total_steps: int | None = None  # plan steps of the whole run, when the loop knows them
         self._last_end = None         # host clock at the end of the last recorded update, per local replica
         self._open_seconds = 0.0      # what opening the first pipelines took
-        self._open_is_replan = True   # whether that is also what a re-plan costs (it reopens them)
         self._since_plan = 0          # updates since the plan's weights last changed (warm-up)
         self._switching = False       # a re-plan is decided; the stream switches to it a few steps later
         self._in_use = None           # the weights the steps run with, once a re-plan took effect
@@ -141,21 +140,15 @@ class ReplicaMonitor:
         self._rows.append(np.maximum(fields, 0.0))
         self._meta.append((int(epoch), int(step), self.global_step,
                            self._since_plan >= self.rebalancer.options.warmup and not self._switching,
-                           self._since_plan == 0 and (self.history != [] or self._open_is_replan)))
+                           self._since_plan == 0))
         self._load = None
         self.global_step += 1
         self._since_plan += 1
 
-    def stream_opened(self, seconds: float, reopens: bool = True) -> None:
-        """The loop opened the run's first pipelines in ``seconds`` (a re-plan's reopening is
-        measured from the clock stamps).
-
-        ``reopens``: a re-plan reopens the pipelines, so opening them is what a re-plan costs.
-        False for a stream that switches plans in place: a re-plan's cost is then what the
-        first update after a switch measures, and unknown until one happened.
-        """
+    def stream_opened(self, seconds: float) -> None:
+        """The loop opened the run's first pipelines in ``seconds`` (a re-plan's reopening or
+        switch is measured from the clock stamps)."""
         self._open_seconds = float(seconds)
-        self._open_is_replan = bool(reopens)
 
     def due(self, end_of_epoch: bool) -> bool:
         """Whether the trainer should gather and :meth:`absorb` now (the same answer on every worker)."""
