@@ -132,9 +132,14 @@ class ReplanReview:
         return self._pending is not None
 
     def replanned(self, weights_before: tuple[float, ...]) -> None:
-        """A re-plan happened: the next ``window`` updates are measured against the last ones
-        (not reviewed when no update was measured before it)."""
-        if self._before:
+        """A re-plan happened: the next ``window`` updates are measured against the last ones.
+
+        Not reviewed when fewer than half a window was measured before it (a re-plan right
+        after the start, or right after a device changed speed, which restarts the review):
+        the median of one or two steps is timing noise, and judging by it undid re-plans that
+        paid.
+        """
+        if len(self._before) >= max(2, self.window // 2):
             self._pending, self._after = (tuple(weights_before), float(np.median(self._before))), []
 
     def verdict(self) -> tuple[str, tuple[float, ...] | None, float]:

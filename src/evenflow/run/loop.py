@@ -8,15 +8,13 @@ small rows between processes. Everything else is here, once, for every framework
 
 * updates of ``accumulate_steps`` plan steps, grouped from multiples of k within an epoch
   (a run resumed at a group boundary groups its steps as an uninterrupted one does);
-* step outputs read back ``engine.lag`` updates late (an accelerator keeps working while
-  the host reads), all of them before a checkpoint;
+* step outputs read back ``engine.lag`` updates late (all of them before a checkpoint);
 * the :class:`~evenflow.run.guard.TrainingGuard` after every update (checkpoints, audit,
   anomaly restores, which rewind the loop to a checkpoint's cursor);
 * the :class:`~evenflow.run.monitor.ReplicaMonitor`: per-replica timings all-gathered every
-  few updates, and re-plans with measured weights (``plan.with_topology``), which every
-  process decides identically from the same numbers and its open stream switches to a few
-  steps later without being rebuilt (:mod:`evenflow.run.replans`);
-* exact epoch figures: per-replica ``[loss sum, hits, real count]`` all-gathered once per epoch.
+  few updates, and re-plans with measured weights, decided alike on every process and
+  switched to in the open stream (:mod:`evenflow.run.replans`);
+* exact epoch figures: per-replica ``[loss sum, hits, real count]`` gathered once per epoch.
 """
 from __future__ import annotations
 
@@ -148,9 +146,8 @@ class TrainLoop:
         stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch,
                                   **({"switchable": True} if switchable else {}))
         if hooks.monitor is not None and hooks.monitor.global_step == 0:
-            # Also with a switchable stream: until a switch has been measured, what opening the
-            # pipelines took stands in for a re-plan's cost, so timing noise on short steps does
-            # not start re-plans that a few milliseconds seem to pay for (see docs/rebalancing.md).
+            # Switchable streams too: until a switch is measured, this stands in for a re-plan's cost
+            # (noise on short steps then starts no re-plan that a few ms seem to pay for).
             hooks.monitor.stream_opened(time.perf_counter() - opened)
         for epoch in range(cursor.epoch, last):
             first = cursor.step if epoch == cursor.epoch else 0
