@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
 from _common import machine, write_result  # noqa: E402
+
+from evenflow.tf.launcher import free_ports  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SRC = ROOT.parent / "src"
@@ -72,26 +73,16 @@ def parse_args(argv=None):
     return args
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _worker_envs(framework: str) -> list[dict]:
     base = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     for key in ("TF_CONFIG", "EVENFLOW_REPLICAS_PER_WORKER", "RANK", "WORLD_SIZE"):
         base.pop(key, None)
     if framework == "tf":
-        ports = _free_ports(2)
+        ports = free_ports(2)
         cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
         return [dict(base, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
                 for i in range(2)]
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     return [dict(base, RANK=str(i), LOCAL_RANK=str(i), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)) for i in range(2)]
 

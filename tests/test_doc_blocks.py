@@ -33,7 +33,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -42,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from evenflow.tf.launcher import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -263,16 +264,6 @@ def _wrappers(workdir: Path, train_flags: str) -> None:
         f.chmod(0o755)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _two_hosts(code: str) -> str:
     """Run the '# on hostA:' and '# on hostB:' parts of a block at once, on 127.0.0.1 ports."""
     parts, current = {"": []}, ""
@@ -285,7 +276,7 @@ def _two_hosts(code: str) -> str:
             parts[current].append(line)
     hosts = [h for h in parts if h]
     assert len(hosts) >= 2, "a two-hosts block needs '# on hostA:' and '# on hostB:' parts"
-    ports = dict(zip(hosts, _free_ports(len(hosts))))
+    ports = dict(zip(hosts, free_ports(len(hosts))))
     script = "\n".join(parts[""]) + "\n"
     for h in hosts:
         text = "\n".join(parts[h])
