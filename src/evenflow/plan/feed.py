@@ -97,11 +97,6 @@ class PlanFeed:
                                    f"under the old plan; please report this as a bug")
             self._segments = [s for s in self._segments if s[0] < at] + [(int(at), plan)]
 
-    def plan_at(self, g: int) -> Plan:
-        """The plan in effect at global step ``g``."""
-        with self._cond:
-            return self._index(g)[1][1]
-
     def close(self) -> None:
         """Release every waiting request (they raise :class:`FeedClosed`); later requests raise too."""
         with self._cond:
@@ -122,7 +117,7 @@ class PlanFeed:
         with self._cond:
             self._wait_for(g)
             self._high = max(self._high, g)
-            _, (begin, plan) = self._index(g)
+            begin, plan = self._segment(g)
         epoch, step = divmod(g, self.steps)
         ep = self._epoch_plan(begin, plan, epoch)
         row = ep.ids[step - ep.start_step]
@@ -147,9 +142,9 @@ class PlanFeed:
                                    f"the thread that switches it; please report this as a bug")
             self._cond.wait(_POLL)
 
-    def _index(self, g: int) -> tuple[int, tuple[int, Plan]]:
-        k = max(i for i, (begin, _) in enumerate(self._segments) if begin <= g)
-        return k, self._segments[k]
+    def _segment(self, g: int) -> tuple[int, Plan]:
+        """``(first step, plan)`` of the segment that holds global step ``g`` (the lock held)."""
+        return max((seg for seg in self._segments if seg[0] <= g), key=lambda seg: seg[0])
 
     def _epoch_plan(self, begin: int, plan: Plan, epoch: int) -> EpochPlan:
         # One lock for planning, apart from the one requests wait on: the pipelines of all replicas
