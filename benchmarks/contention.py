@@ -94,9 +94,14 @@ def _hog(when: str, telemetry: Path, half_steps: int) -> subprocess.Popen | None
     wait = "" if when == "start" else (
         f"import time\nwhile True:\n    try:\n        n = sum('\"kind\": \"step\"' in l for l in open({str(telemetry)!r}))\n"
         f"    except OSError:\n        n = 0\n    if n >= {half_steps}:\n        break\n    time.sleep(0.05)\n")
-    proc = subprocess.Popen([sys.executable, "-c", wait + "while True:\n    pass\n"])
-    os.sched_setaffinity(proc.pid, {1})
-    return proc
+    return subprocess.Popen([sys.executable, "-c", wait + "while True:\n    pass\n"], preexec_fn=_pin(1))
+
+
+def _pin(core: int):
+    """A ``preexec_fn`` pinning the child to ``core`` before it execs: its own children and threads
+    inherit the mask. (Pinning a started process by pid races with what it forks meanwhile:
+    ``timeout`` had forked the worker before the parent pinned it in about 1 start in 4.)"""
+    return lambda: os.sched_setaffinity(0, {core})
 
 
 def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
@@ -115,8 +120,7 @@ def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
     procs = []
     for i, env in enumerate(_worker_envs(args.framework)):
         procs.append(subprocess.Popen(["timeout", "-k", "5", "900", *cmd], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-        os.sched_setaffinity(procs[-1].pid, {i})  # before the interpreter starts its threads: they inherit it
+                                      stderr=subprocess.STDOUT, text=True, preexec_fn=_pin(i)))
     logs = [p.communicate()[0] for p in procs]
     wall = time.perf_counter() - t0
     if hog is not None:
@@ -142,6 +146,14 @@ def ideal_rate(steps: list[dict]) -> float:
         balanced = n / np.sum(s / np.maximum(c, 1e-9))
         samples, seconds = samples + n, seconds + row["step_seconds"] - c.max() + balanced
     return samples / seconds
+
+
+def _tenths(steps: list[dict]) -> list[float]:
+    """Median step seconds in each tenth of the run (where a run lost or gained its time)."""
+    import numpy as np
+
+    seconds = np.array([row["step_seconds"] for row in steps], float)
+    return [round(float(np.median(part)), 4) for part in np.array_split(seconds, 10) if part.size]
 
 
 def _dataset(directory: str, n: int) -> str:
@@ -178,6 +190,9 @@ def main(args) -> dict:
                          "ideal_over_static": ideal / rate["static"], "replans": replans,
                          "final_weights": [r["summary"]["telemetry"]["weights"] for r in got["evenflow"]],
                          "replan_seconds": [r["summary"]["telemetry"].get("replan_seconds") for r in got["evenflow"]],
+                         "replan_events": [[(e["global_step"], e["after"], e["reason"])
+                                            for e in r["summary"]["telemetry"]["rebalances"]] for r in got["evenflow"]],
+                         "step_seconds_by_tenth": {m: [_tenths(r["steps"]) for r in got[m]] for m in MODES},
                          "all": {m: [r["summary"]["samples_per_second"] for r in got[m]] for m in MODES}})
             lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
                          f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "

@@ -1,6 +1,7 @@
 """`evenflow launch` with small Python workers (no TensorFlow): prefixes, exit codes, stopping the rest."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -76,6 +77,10 @@ def test_a_worker_killed_by_a_signal_counts_as_128_plus_the_signal():
     (["--workers", "2", "--replicas-per-worker", "0", "--", "true"], "replicas_per_worker must be an int >= 1"),
     (["--workers", "2", "--", "no-such-program-evenflow"], "command 'no-such-program-evenflow' was not found"),
     (["--workers", "2", "--grace", "-1", "--", "true"], "grace_seconds must be a finite number >= 0"),
+    (["--workers", "2", "--slow-core", "4096", "--", "true"], "--slow-core 4096: this process may run on cores"),
+    (["--workers", "2", "--slow-core", "-1", "--", "true"], "slow_core must be a core number >= 0, got -1"),
+    (["--workers", "2", "--slow-after", "3", "--", "true"], "give --slow-core CORE too, or drop --slow-after"),
+    (["--workers", "2", "--slow-core", "0", "--slow-after", "nan", "--", "true"], "slow_after must be a finite"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):
     assert main(["launch", *argv]) == 2
@@ -89,3 +94,39 @@ def test_options_and_ports():
         LaunchOptions(2.0)
     ports = free_ports(4)
     assert len(set(ports)) == 4 and all(1024 <= p < 65536 for p in ports)
+
+
+# Each worker reports its CPU affinity and the busy processes it can see, with their affinity.
+PINNED = """
+import json, os
+i = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+busy = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if b"\\0-c\\0# evenflow-busy-core" in open(f"/proc/{pid}/cmdline", "rb").read():
+            busy.append(sorted(os.sched_getaffinity(int(pid))))
+    except OSError:
+        pass
+print("worker", i, "cores", sorted(os.sched_getaffinity(0)), "busy", busy)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and 2 usable cores")
+def test_pinned_workers_and_a_busy_core_that_ends_with_them():
+    cores = sorted(os.sched_getaffinity(0))
+    proc = _launch("--workers", "3", "--pin-cores", "--slow-core", str(cores[1]), "--", sys.executable, "-c", PINNED)
+    assert proc.returncode == 0, proc.stderr
+    expected = [cores[i % len(cores)] for i in range(3)]
+    lines = sorted(proc.stdout.splitlines())
+    assert lines == [f"[worker {i}] worker {i} cores [{c}] busy [[{cores[1]}]]" for i, c in enumerate(expected)]
+    assert "evenflow launch: pinned: " + ", ".join(f"worker {i} on core {c}" for i, c in enumerate(expected)) \
+        in proc.stderr.splitlines()
+    pid = int(proc.stderr.split("a busy process (pid ")[1].split(")")[0])
+    assert not os.path.exists(f"/proc/{pid}"), "the busy process outlived the launcher"
+
+
+def test_unpinned_workers_keep_every_core_and_no_busy_process():
+    proc = _launch("--workers", "1", "--", sys.executable, "-c", PINNED)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"[worker 0] worker 0 cores {sorted(os.sched_getaffinity(0))} busy []"

@@ -9,6 +9,7 @@ EXAMPLES = """examples:
   evenflow launch --workers 2 -- evenflow train --dataset builtin:digits --output-dir runs/mw
   evenflow launch --workers 2 --replicas-per-worker 2 -- evenflow train --config run.toml
   evenflow launch --workers 4 --grace 30 -- python my_training_script.py --epochs 5
+  evenflow launch --workers 2 --pin-cores --slow-core 1 -- evenflow train --dataset builtin:digits --rebalance on
 
 Each worker gets TF_CONFIG for a cluster on free 127.0.0.1 ports and its own index
 (worker 0 is the chief, which writes the run's outputs); --replicas-per-worker R is
@@ -23,6 +24,11 @@ namespaces): they reach each other on 127.0.0.1 and nothing outside can reach th
 TensorFlow ports, which TensorFlow opens on every interface without authentication.
 --share-network keeps them on the machine's network (a line says so, as it does where
 no namespace can be made).
+
+--pin-cores runs worker i on the i-th core this process may use (Linux), so local
+workers are truly parallel devices; --slow-core C adds a busy loop pinned to core C
+(from --slow-after seconds on) until the workers end: a real slowdown of the worker
+on that core, to try rebalancing on one machine.
 
 Several machines: set TF_CONFIG on each one yourself and run the command there
 (see docs/multiworker.md); launch is for one machine.
@@ -45,6 +51,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--share-network", action="store_true", default=False,
                         help="run the workers on this machine's network instead of a private one (for commands "
                              "that must reach other hosts); their TensorFlow ports then listen on every interface")
+    parser.add_argument("--pin-cores", action="store_true", default=False,
+                        help="pin worker i to the i-th core this process may use, round-robin (Linux)")
+    parser.add_argument("--slow-core", type=int, default=None, metavar="CORE",
+                        help="keep CORE busy with a CPU-bound process while the workers run: a real slowdown of "
+                             "the worker pinned there (with --pin-cores)")
+    parser.add_argument("--slow-after", type=float, default=0.0, metavar="SECONDS",
+                        help="start the --slow-core process this many seconds after the workers (default 0)")
     add_verbose_flag(parser, "every worker's ")
     parser.add_argument("worker_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the command every worker runs")
@@ -59,5 +72,6 @@ def run(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     options = LaunchOptions(workers=args.workers, replicas_per_worker=args.replicas_per_worker,
-                            grace_seconds=args.grace, private_network=not args.share_network)
+                            grace_seconds=args.grace, private_network=not args.share_network,
+                            pin_cores=args.pin_cores, slow_core=args.slow_core, slow_after=args.slow_after)
     return launch(command, options)

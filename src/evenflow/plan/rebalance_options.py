@@ -28,11 +28,14 @@ class RebalanceOptions:
         warmup: steps after the start of a run or a re-plan whose timings are ignored
             (they include tracing and pipeline start-up), >= 0.
         payback: a re-plan must be predicted to save this many times its own measured cost
-            (pipelines rebuilt and refilled) over the steps left, twice that while the fixed
-            part of the replicas' steps is unknown (see :mod:`evenflow.plan.step_model`),
-            >= 0 (0: no such check).
+            (a switch of the pipelines' plan, or pipelines rebuilt and refilled) over the steps
+            left, >= 0 (0: no such check).
         review: updates after a re-plan whose median step time is compared with the median
-            before it; a re-plan that did not make steps faster is undone, >= 1.
+            before it; a re-plan that did not make steps faster is corrected or undone, >= 1.
+        corrections: a re-plan that did not make steps faster is first re-aimed from the
+            per-replica lines its own steps measured (see :mod:`evenflow.plan.step_model`), up
+            to this many times in a row, each reviewed against the steps before the first;
+            then undone, >= 0.
     """
 
     enabled: bool = True
@@ -46,6 +49,7 @@ class RebalanceOptions:
     warmup: int = 1
     payback: float = 1.5
     review: int = 16
+    corrections: int = 2
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
@@ -58,7 +62,7 @@ class RebalanceOptions:
         if not (isinstance(self.payback, (int, float)) and math.isfinite(self.payback) and self.payback >= 0):
             raise ValueError(f"payback must be a number >= 0 (2 = a re-plan must save twice its cost), "
                              f"got {self.payback!r}")
-        for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1)):
+        for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1), ("corrections", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")

@@ -22,9 +22,12 @@ Fed per-update rows too (:meth:`Rebalancer.observe`), it predicts better and nev
 re-plans at a loss: each replica's time is a fixed part plus a part per unit of load
 (:class:`~evenflow.plan.step_model.StepModel`, known once loads have differed), the
 proposal minimises the slowest replica under those lines, the predicted gain counts
-the step's overhead outside the replicas' compute, a re-plan must save ``payback``
-times its measured cost over the steps left, and one that did not make steps faster
-is undone (:class:`~evenflow.plan.step_model.ReplanReview`).
+the step's overhead outside the replicas' compute, and a re-plan must save ``payback``
+times its measured cost over the steps left. While the fixed parts are unknown (equal
+loads so far) the first re-plan goes only half way to the proposal; once one made steps
+faster, re-plans go all the way. A re-plan that did not make steps faster
+(:class:`~evenflow.plan.step_model.ReplanReview`) is re-aimed from the lines its own steps
+measured (``corrections`` times at most), else undone.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evenflow.plan.rebalance_options import RebalanceOptions
-from evenflow.plan.step_model import ReplanReview, StepModel, best_shares, step_time
+from evenflow.plan.step_model import ReplanReview, SpeedChange, StepModel, best_shares, step_time
 
 __all__ = ["RebalanceOptions", "SpeedEstimator", "Rebalancer", "Decision", "gain", "step_imbalance",
            "feasible_weights"]
@@ -88,6 +91,12 @@ class SpeedEstimator:
         a = self.smoothing
         self.seconds_per_unit[old] = (1 - a) * self.seconds_per_unit[old] + a * rate[old]
         return jumped
+
+    def restart(self, which: np.ndarray, load: np.ndarray, seconds: np.ndarray) -> None:
+        """Replace the estimates of replicas ``which`` by ``seconds / load`` (a speed change seen elsewhere)."""
+        which = np.asarray(which, bool) & (np.asarray(load) > 0) & (np.asarray(seconds) > 0)
+        self.seconds_per_unit[which] = np.asarray(seconds, np.float64)[which] / np.asarray(load, np.float64)[which]
+        self._pending[which] = 0.0
 
     @property
     def ready(self) -> bool:
@@ -169,6 +178,7 @@ class Rebalancer:
         self.estimator = SpeedEstimator(replicas, options.smoothing, options.jump)
         self.model = StepModel(replicas)
         self.review = ReplanReview(options.review)
+        self.change = SpeedChange(replicas, options.jump)
         self.weights = tuple(float(x) for x in (np.ones(replicas) if weights is None else weights))
         self._streak = 0
         self._cooldown = 0
@@ -178,6 +188,8 @@ class Rebalancer:
         self.undone = 0
         self.held_back = 0
         self._blocked = False  # a re-plan was undone: none until a device's speed changes
+        self._corrections = 0  # re-plans corrected from measured lines since the last one judged
+        self._paid = False     # a re-plan was reviewed and made steps faster (since the last speed change)
 
     @property
     def shares(self) -> np.ndarray:
@@ -197,6 +209,16 @@ class Rebalancer:
         """Per-update rows: load and compute seconds ``[updates, R]``, step seconds ``[updates]``."""
         load, seconds = np.atleast_2d(np.asarray(load, np.float64)), np.atleast_2d(np.asarray(seconds, np.float64))
         for lo, se, st in zip(load, seconds, np.asarray(step_seconds, np.float64).reshape(-1)):
+            changed = self.change.add(lo, se, st, self.model.fit()) if len(self.model) else None
+            if changed is not None and changed.any():
+                # Steps off the line, several in a row: measure the lines again from those steps on.
+                self._restart()
+                recent = list(self.change.recent)
+                for lo_, se_, st_ in recent[:-1]:
+                    self.model.add(lo_, se_)
+                    self.review.add(st_)
+                lo_sum, se_sum = np.sum([r[0] for r in recent], axis=0), np.sum([r[1] for r in recent], axis=0)
+                self.estimator.restart(changed, lo_sum, se_sum)
             self.model.add(lo, se)
             self.review.add(st)
             self._overhead.append(max(float(st - se.max()), 0.0))
@@ -234,47 +256,74 @@ class Rebalancer:
         ``steps_left``: steps the run has left; with :attr:`replan_seconds` known, a re-plan
         must save ``options.payback`` times its cost over them.
         """
-        jumped = self.estimator.update(load, seconds)
-        if jumped.any():  # a device changed speed: its old lines and step times are stale, and
-            # a re-plan that did not pay before may pay now
-            self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
-            self._blocked = False
+        if self.estimator.update(load, seconds).any():
+            self._restart()
         if not self.estimator.ready:
             return None
         fit = self.model.fit()
+        known = bool(fit[2].all()) or not len(self.model)  # no per-update rows: nothing to learn by waiting
         a, b, total = self._lines(fit)
-        proposal = self.propose(fit)
-        new_shares = np.asarray(proposal) / np.sum(proposal)
+        target = self.propose(fit)
+        # While each replica's fixed part is unknown, time is taken as proportional to load, which
+        # overstates what moving samples saves where fixed costs dominate: the first move goes half
+        # way. Once one has made steps faster (or the lines are known), moves go all the way.
+        proposal = target if known or self._paid else self._toward(target)
         overhead = float(np.median(self._overhead)) if self._overhead else 0.0
-        now, then = step_time(self.shares, total, a, b), step_time(new_shares, total, a, b)
-        # The predicted speed-up of the proposal itself (rounded, floored) over the weights in use.
-        g = (now + overhead) / (then + overhead)
-        before, after = step_imbalance(self.shares * total * b + a, 1), step_imbalance(new_shares * total * b + a, 1)
+        now = step_time(self.shares, total, a, b)
+
+        def speedup(weights) -> tuple[float, float]:  # (predicted speed-up over the weights in use, step time)
+            then = step_time(np.asarray(weights) / np.sum(weights), total, a, b)
+            return (now + overhead) / (then + overhead), then
+
+        g, then = speedup(proposal)
+        g_target = speedup(target)[0]
+        before, after = step_imbalance(self.shares * total * b + a, 1), \
+            step_imbalance(np.asarray(proposal) / np.sum(proposal) * total * b + a, 1)
         speeds = tuple(float(x) for x in self.estimator.speeds())
         decision = lambda w, why: Decision(w, speeds, g, before, after, why)  # noqa: E731
-        self._streak = self._streak + 1 if g > self.options.threshold else 0
+        self._streak = self._streak + 1 if g_target > self.options.threshold else 0
         verdict, back, _ = self.review.verdict()
+        if verdict == "kept":
+            self._corrections, self._paid = 0, True
         if verdict == "undo" and self.options.enabled:
+            if known and self._corrections < self.options.corrections and target not in (self.weights, back) \
+                    and g_target > self.options.threshold:
+                # The re-plan missed, but its own steps measured the lines it lacked: aim again from
+                # them, still judged against the steps before the first re-plan.
+                self.review.retry()
+                self._corrections += 1
+                self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+                return Decision(target, speeds, g_target, before, after, "correct")
             # Back to the weights before, and no other re-plan until a device's speed changes: the
             # measurements that predicted this gain were not what limited the step.
             self.weights, self._streak, self._cooldown, self._blocked = back, 0, self.options.cooldown, True
             self.undone += 1
+            self._corrections = 0
             return decision(back, "undo")
         if self.review.reviewing:
             return decision(None, "review")
         if self._cooldown > 0:
             self._cooldown -= 1
             return decision(None, "")
-        patient = self._streak >= self.options.patience or g > self.options.urgent
+        patient = self._streak >= self.options.patience or g_target > self.options.urgent
         if not self.options.enabled or not patient or proposal == self.weights or self._blocked:
             return decision(None, "")
         cost = self.replan_seconds
-        # Until loads have differed, the fixed part of each replica's step is unknown and the
-        # saving may be much smaller than predicted (time assumed proportional to load): ask twice.
-        payback = self.options.payback * (1 if fit[2].all() else 2)
-        if steps_left is not None and cost is not None and steps_left * (now - then) < payback * cost:
+        if steps_left is not None and cost is not None and steps_left * (now - then) < self.options.payback * cost:
             self.held_back += 1
             return decision(None, "payback")
         self.review.replanned(self.weights)
         self.weights, self._streak, self._cooldown = proposal, 0, self.options.cooldown
         return decision(proposal, "replan")
+
+    def _restart(self) -> None:
+        """A device changed speed: its old lines and step times are stale, and a re-plan that did
+        not pay before may pay now."""
+        self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
+        self._blocked, self._corrections, self._paid = False, 0, False
+
+    def _toward(self, target: tuple[float, ...]) -> tuple[float, ...]:
+        """Half way from the weights in use to ``target`` (both with the fastest replica at 1), rounded."""
+        now = np.asarray(self.weights, np.float64)
+        mid = 0.5 * (now / now.max() + np.asarray(target, np.float64))
+        return self._round(mid / mid.max())

@@ -13,7 +13,9 @@ over the median time at each load, and says per replica whether the line is know
 :func:`best_shares` splits a step's load so the slowest replica finishes first-as-possible
 under the fitted lines (water-filling). :class:`ReplanReview` compares the step time measured
 after a re-plan with the one before it: a re-plan that did not make steps faster is undone.
-Framework-free; :class:`~evenflow.plan.speed.Rebalancer` uses all three.
+:class:`SpeedChange` notices a replica whose steps left its line (a device that slowed down or
+recovered), so the lines are measured again instead of being outvoted by old steps.
+Framework-free; :class:`~evenflow.plan.speed.Rebalancer` uses all four.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from collections import deque
 
 import numpy as np
 
-__all__ = ["ReplanReview", "StepModel", "best_shares", "step_time"]
+__all__ = ["ReplanReview", "SpeedChange", "StepModel", "best_shares", "step_time"]
 
 # Loads differ "enough" to separate the fixed part from the per-unit part when the largest is
 # this many times the smallest (below, timing noise dominates the slope).
@@ -54,6 +56,10 @@ class StepModel:
             self._other.append(row)
         else:
             self._recent.append(row)
+
+    def __len__(self) -> int:
+        """Updates remembered."""
+        return len(self._recent) + len(self._other)
 
     def fit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(a, b, known)``: per replica the fixed seconds, the seconds per unit of load, and
@@ -119,6 +125,7 @@ class ReplanReview:
         self._before: deque = deque(maxlen=self.window)
         self._after: list[float] = []
         self._pending: tuple[tuple[float, ...], float] | None = None  # weights before, median step before
+        self._judged: tuple[tuple[float, ...], float] | None = None   # the last pending judged "undo"
 
     def add(self, step_seconds: float) -> None:
         """One update's step time (the slowest replica's, from start to update applied)."""
@@ -148,8 +155,53 @@ class ReplanReview:
             return "wait", None, float("nan")
         weights, before = self._pending
         after = float(np.median(self._after))
+        self._judged = self._pending
         self._pending, self._before = None, deque(self._after[-self.window:], maxlen=self.window)
         speedup = before / after if after > 0 and np.isfinite(before) else float("nan")
         if np.isfinite(speedup) and speedup < 1 + self.margin:
             return "undo", weights, speedup
         return "kept", None, speedup
+
+    def retry(self) -> None:
+        """The re-plan judged ``"undo"`` is corrected instead: measure the next ``window`` updates
+        against the same step time from before the first re-plan (and undo back to its weights)."""
+        if self._judged is not None:
+            self._pending, self._after, self._judged = self._judged, [], None
+
+
+class SpeedChange:
+    """A replica whose compute left its line: ``confirm`` updates in a row off it by more than
+    ``jump`` (a fraction of the predicted time), all the same way.
+
+    One update off is timing noise (a busy core's scheduler alone moves one by 30% or more);
+    several in a row are a device that changed speed. Judging each update against the line at
+    its own load also sees a change that comes with a new load (a re-plan, an epoch's last step).
+
+    Args:
+        replicas: R.
+        jump: the fraction off the line that counts, > 0.
+        confirm: updates in a row, >= 1.
+    """
+
+    def __init__(self, replicas: int, jump: float, confirm: int = 3):
+        self.jump, self.confirm = float(jump), int(confirm)
+        self._side = np.zeros(int(replicas))
+        self._count = np.zeros(int(replicas), int)
+        self.recent: deque = deque(maxlen=self.confirm)  # the last updates: (load, seconds, step seconds)
+
+    def add(self, load: np.ndarray, seconds: np.ndarray, step_seconds: float,
+            fit: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """One update, judged against ``fit`` (:meth:`StepModel.fit` before it); which replicas changed speed."""
+        a, b, _ = fit
+        load, seconds = np.asarray(load, np.float64), np.asarray(seconds, np.float64)
+        self.recent.append((load, seconds, float(step_seconds)))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            predicted = a + b * load
+            ok = (load > 0) & (seconds > 0) & np.isfinite(predicted) & (predicted > 0)
+            off = np.where(ok, seconds / np.where(ok, predicted, 1.0) - 1, 0.0)
+        side = np.where(np.abs(off) > self.jump, np.sign(off), 0.0)
+        self._count = np.where((side != 0) & (side == self._side), self._count + 1, (side != 0).astype(int))
+        self._side = side
+        changed = self._count >= self.confirm
+        self._count[changed], self._side[changed] = 0, 0.0
+        return changed

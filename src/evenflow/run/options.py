@@ -207,8 +207,8 @@ class MonitorOptions:
         "re-plan when the measured speeds predict steps at least this many times faster, > 1"))
     rebalance_payback: float = field(default=1.5, metadata=_help(
         "re-plan only when the predicted saving over the steps left is at least this many times what a re-plan "
-        "costs (measured: rebuilding and refilling the input pipelines), twice that while the fixed part of a "
-        "replica's step is not yet known, >= 0 (0: whenever the threshold is met)"))
+        "costs (measured: switching the input pipelines' plan, or rebuilding them where they cannot switch), "
+        ">= 0 (0: whenever the threshold is met)"))
     telemetry: bool = field(default=True, metadata=_help(
         "time every replica's step and write OUTPUT_DIR/telemetry.jsonl (read by evenflow report OUTPUT_DIR)"))
     simulate_slow: str = field(default="", metadata=_help(

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from evenflow.tf.cluster import REPLICAS_ENV, tf_config
+from evenflow.tf.cores import BusyCore, check_core, pin_to, usable_cores, worker_cores
 from evenflow.tf.worker_signals import Interrupts, describe_exit, exit_code, stop_workers
 
 __all__ = ["LaunchOptions", "launch", "free_ports", "MAX_WORKERS"]
@@ -60,6 +61,12 @@ class LaunchOptions:
             :mod:`evenflow.tf.private_network`), so their TensorFlow ports are not reachable from
             the machine's network; where the machine allows none, they run on its network and a
             line says so.
+        pin_cores: pin worker i to the i-th core this process may use (round-robin), so local
+            workers are truly parallel devices (Linux; see :mod:`evenflow.tf.cores`).
+        slow_core: keep this core busy with a CPU-bound process while the workers run (a real
+            slowdown of the worker pinned there), or None.
+        slow_after: seconds after the start at which the busy process begins, >= 0; needs
+            ``slow_core``.
     """
 
     workers: int
@@ -67,6 +74,9 @@ class LaunchOptions:
     grace_seconds: float = 10.0
     host: str = "127.0.0.1"
     private_network: bool = False
+    pin_cores: bool = False
+    slow_core: int | None = None
+    slow_after: float = 0.0
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int):
@@ -79,6 +89,15 @@ class LaunchOptions:
         g = self.grace_seconds
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not (g >= 0 and math.isfinite(g)):
             raise ValueError(f"grace_seconds must be a finite number >= 0, got {g!r}")
+        c = self.slow_core
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 0):
+            raise ValueError(f"slow_core must be a core number >= 0, got {c!r}")
+        a = self.slow_after
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not (a >= 0 and math.isfinite(a)):
+            raise ValueError(f"slow_after must be a finite number of seconds >= 0, got {a!r}")
+        if a > 0 and c is None:
+            raise ValueError(f"slow_after ({a:g} s) delays the busy process of slow_core, which is not set; "
+                             f"give --slow-core CORE too, or drop --slow-after")
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -132,11 +151,16 @@ def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, e
         (``128 + S`` for a worker killed by signal S); 130 after Ctrl-C.
 
     Raises:
-        ValueError: an empty command, or a program that cannot be found.
+        ValueError: an empty command, a program that cannot be found, or a ``slow_core`` this
+            process may not run on.
     """
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     command = _checked_command(command)
+    if options.slow_core is not None:
+        check_core(options.slow_core, "--slow-core")
+    if options.pin_cores:
+        usable_cores()  # a platform without CPU affinity says so now
     if options.private_network:
         from evenflow.tf.private_network import run_in_private_network
 
@@ -155,13 +179,27 @@ def _run(command: list[str], options: LaunchOptions, out, err, env, network: str
     lock = threading.Lock()
     say = functools.partial(_say, err, lock)
     say(f"{options.workers} worker(s) on {', '.join(addresses)} ({network}): {shlex.join(command)}")
-    procs, pumps = _start_workers(command, addresses, base, out, err, lock)
+    cores = worker_cores(options.workers) if options.pin_cores else None
+    if cores is not None:
+        say("pinned: " + ", ".join(f"worker {i} on core {c}" for i, c in enumerate(cores)))
+    busy = None if options.slow_core is None else BusyCore(options.slow_core, options.slow_after)
+    if busy is not None:
+        say(f"a busy process (pid {busy.proc.pid}) keeps core {busy.core} busy"
+            + (f" from {busy.after:g} s on" if busy.after else "") + " until the workers end")
+    try:
+        procs, pumps = _start_workers(command, addresses, base, out, err, lock, cores)
+    except BaseException:
+        if busy is not None:
+            busy.stop()
+        raise
     interrupted = Interrupts()
     try:
         failure = _supervise(procs, options.grace_seconds, interrupted, say)
     finally:
         interrupted.restore()
         stop_workers(procs, 0.0)  # nothing outlives the launcher
+        if busy is not None:
+            busy.stop()
         for pump in pumps:
             pump.join(timeout=5)
     return _exit_status(procs, failure, interrupted.signum, say)
@@ -198,14 +236,17 @@ def _say(err, lock: threading.Lock, text: str) -> None:
 
 
 def _start_workers(command: list[str], addresses: list[str], base: dict[str, str], out, err,
-                   lock: threading.Lock) -> tuple[list[subprocess.Popen], list[_Pump]]:
-    """Start one worker per address, each in its own session, with a pump for each of its output streams."""
+                   lock: threading.Lock, cores: list[int] | None = None
+                   ) -> tuple[list[subprocess.Popen], list[_Pump]]:
+    """Start one worker per address, each in its own session (pinned to ``cores[i]`` when given),
+    with a pump for each of its output streams."""
     procs: list[subprocess.Popen] = []
     pumps: list[_Pump] = []
     for i in range(len(addresses)):
         worker_env = dict(base, TF_CONFIG=tf_config(addresses, i))
         proc = subprocess.Popen(command, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=None if cores is None else pin_to(cores[i]))
         procs.append(proc)
         for stream, target in ((proc.stdout, out), (proc.stderr, err)):
             pump = _Pump(stream, f"[worker {i}] ", target, lock)

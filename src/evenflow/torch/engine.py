@@ -93,7 +93,8 @@ class TorchEngine:
             ids = [self.device.index] if self.device.type == "cuda" else None
             extra = {"bucket_cap_mb": bucket_bytes / 2**20} if bucket_bytes else {}
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids, **extra)
-            self.ddp.register_comm_hook(None, gradient_hook(gradient_sum, compression))
+            self.ddp.register_comm_hook(None, self._stamped(gradient_hook(gradient_sum, compression)))
+        self._grads_ready = None  # when DDP handed this rank's last gradient bucket to the hook
         self.local_replicas, self.num_processes, self.lag = 1, self.world, 0
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
         self.timing, self.skip_nonfinite, self.simulate = bool(timing), bool(skip_nonfinite), simulate
@@ -172,19 +173,33 @@ class TorchEngine:
                     loss.backward()  # no peer involved: this rank's own work
                 own += time.time() - t0
                 if last:
-                    done = self._emulate(batches, start, own, global_step)
+                    emulated = self._emulate(batches, start, own, global_step)
+                    self._grads_ready = None
                     loss.backward()  # DDP sums the gradients over ranks here
+                    # This rank's own work ends when its last bucket is ready (the hook's call), not
+                    # when the all-reduce that waits for the slowest rank returns; an emulated
+                    # device's, when its emulated time is up.
+                    done = emulated if emulated is not None else self._grads_ready or time.time()
             loss_sum += float(loss.detach())
             seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask))
         flags = self._apply(loss_sum)
         outs = [_outputs(*s, rank=self.rank, flags=flags) for s in seen]
         return outs, [start, done]
 
-    def _emulate(self, batches: list, start: float, own: float, global_step: int) -> float:
-        """Sleep like an emulated slow device would (before the all-reduce); returns when its work ends."""
+    def _stamped(self, hook):
+        """``hook`` that first notes the host clock: DDP calls it once a bucket's gradients are all
+        computed here, so its last call is when this rank's backward pass is done."""
+        def stamped(state, bucket):
+            self._grads_ready = time.time()
+            return hook(state, bucket)
+        return stamped
+
+    def _emulate(self, batches: list, start: float, own: float, global_step: int) -> float | None:
+        """Sleep like an emulated slow device would (before the backward pass and its all-reduce);
+        returns when its emulated work ends (None without emulation)."""
         sim = self.simulate
         if sim is None:
-            return time.time()
+            return None
         factor = 1.0
         for slow in sim.slow:
             if slow.replica == self.rank and global_step >= slow.from_step:
