@@ -11,17 +11,22 @@ case runs the same ``evenflow train`` twice, side by side, in alternating order:
 Cases: ``none`` (no busy process: what rebalancing costs when nobody is slow), ``start``
 (busy from the first step), ``half`` (busy from the middle of the run: it starts when the
 chief's ``telemetry.jsonl`` holds half the run's steps). Workers: 2 processes, each pinned to
-its own core with ``os.sched_setaffinity``, 1 replica each: TensorFlow workers under
+its own core with ``os.sched_setaffinity`` between fork and exec (what ``evenflow launch
+--pin-cores`` does), 1 replica each: TensorFlow workers under
 MultiWorkerMirroredStrategy (``TF_CONFIG`` on 127.0.0.1 ports), or torch ranks under DDP
 (gloo). The data: ``--samples`` synthetic 32x32 grey images, a small CNN (``--model cnn``),
 no evaluation (``--test-fraction 0``). ``ideal`` is the throughput of a perfect split on this
-runtime, from the static run's telemetry: each step's overhead outside the slowest worker's
-compute as measured, its compute as if split in proportion to the workers' measured speeds.
+runtime, from the static run's telemetry: the time outside its steps and each step's overhead
+outside the slowest worker's compute as measured, its compute as if split in proportion to the
+workers' measured speeds. ``step static/evenflow`` is the ratio of the runs' median step times:
+the speed-up of the steps themselves, without the start-up and the loop's own time between
+steps that both modes spend alike.
 
 Reproduce a slow core by hand the same way::
 
-    taskset -c 1 python -c "while True: pass" &       # the busy process on core 1
-    # worker i of `evenflow launch` or rank i of torchrun pinned to core i (taskset -c i ...)
+    evenflow launch --workers 2 --pin-cores --slow-core 1 -- evenflow train --replicas 1 ...
+    taskset -c 1 python -c "while True: pass" &       # or: the busy process on core 1, and
+    # rank i of torchrun started under taskset -c i
 
 Examples:
     python benchmarks/contention.py --framework tf             # 3 cases x 2 modes
@@ -133,19 +138,29 @@ def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
     return {"summary": summary, "steps": [x for x in lines if x["kind"] == "step"], "wall": wall}
 
 
-def ideal_rate(steps: list[dict]) -> float:
-    """Samples/s of a perfect split on this runtime: each step's overhead outside the slowest
-    worker's compute as measured, its compute as if split in proportion to the workers' measured
-    speeds in that step (``n / sum_r(samples_r / compute_r)``)."""
+def ideal_rate(run: dict) -> float:
+    """Samples/s of a perfect split on this runtime: the static run's time outside its steps
+    (start-up, the loop's own work between steps, epoch ends) as measured, each step's overhead
+    outside the slowest worker's compute as measured, its compute as if split in proportion to
+    the workers' measured speeds in that step (``n / sum_r(samples_r / compute_r)``)."""
     import numpy as np
 
-    samples = seconds = 0.0
-    for row in steps[1:]:  # the first step traces the model
+    steps, summary = run["steps"], run["summary"]
+    measured = ideal = 0.0
+    for row in steps[1:]:  # the first step traces the model: as measured
         s, c = np.array(row["samples"], float), np.array(row["compute"], float)
-        n = s.sum()
-        balanced = n / np.sum(s / np.maximum(c, 1e-9))
-        samples, seconds = samples + n, seconds + row["step_seconds"] - c.max() + balanced
-    return samples / seconds
+        balanced = s.sum() / np.sum(s / np.maximum(c, 1e-9))
+        measured += row["step_seconds"]
+        ideal += row["step_seconds"] - c.max() + balanced
+    total = summary["train_seconds"]
+    return summary["samples_per_second"] * total / (total - measured + ideal)
+
+
+def step_median(run: dict) -> float:
+    """Median seconds of the run's steps (the first one, which traces the model, left out)."""
+    import numpy as np
+
+    return float(np.median([row["step_seconds"] for row in run["steps"][1:]]))
 
 
 def _tenths(steps: list[dict]) -> list[float]:
@@ -171,7 +186,7 @@ def _dataset(directory: str, n: int) -> str:
 
 def main(args) -> dict:
     rows, lines = [], [f"{'case':<6} {'static/s':>9} {'evenflow/s':>11} {'ideal/s':>8} {'evenflow/static':>16} "
-                       f"{'ideal/static':>13} {'re-plans':>9}"]
+                       f"{'ideal/static':>13} {'step static/evenflow':>21} {'re-plans':>9}"]
     with tempfile.TemporaryDirectory() as d:
         data = _dataset(d, args.samples)
         # Untimed: the first run of a process tree pays for cold caches (imports, the dataset's pages).
@@ -183,11 +198,13 @@ def main(args) -> dict:
                 for mode in (MODES if rnd % 2 == 0 else MODES[::-1]):
                     got[mode].append(run_once(args, data, case, mode, Path(d) / f"{case}-{mode}-{rnd}"))
             rate = {m: sorted(r["summary"]["samples_per_second"] for r in got[m])[len(got[m]) // 2] for m in MODES}
-            ideal = sorted(ideal_rate(r["steps"]) for r in got["static"])[args.repeats // 2]
+            ideal = sorted(ideal_rate(r) for r in got["static"])[args.repeats // 2]
+            step = {m: sorted(step_median(r) for r in got[m])[len(got[m]) // 2] for m in MODES}
             replans = [len(r["summary"]["telemetry"]["rebalances"]) for r in got["evenflow"]]
             rows.append({"case": case, "static_samples_per_s": rate["static"], "evenflow_samples_per_s": rate["evenflow"],
                          "ideal_samples_per_s": ideal, "evenflow_over_static": rate["evenflow"] / rate["static"],
                          "ideal_over_static": ideal / rate["static"], "replans": replans,
+                         "median_step_seconds": step, "static_step_over_evenflow_step": step["static"] / step["evenflow"],
                          "final_weights": [r["summary"]["telemetry"]["weights"] for r in got["evenflow"]],
                          "replan_seconds": [r["summary"]["telemetry"].get("replan_seconds") for r in got["evenflow"]],
                          "replan_events": [[(e["global_step"], e["after"], e["reason"])
@@ -196,7 +213,7 @@ def main(args) -> dict:
                          "all": {m: [r["summary"]["samples_per_second"] for r in got[m]] for m in MODES}})
             lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
                          f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "
-                         f"{','.join(map(str, replans)):>9}")
+                         f"{step['static'] / step['evenflow']:>20.3f}x {','.join(map(str, replans)):>9}")
     result = {"benchmark": "contention", "framework": args.framework, "samples": args.samples, "epochs": args.epochs,
               "global_batch_size": args.global_batch_size, "repeats": args.repeats, "rows": rows,
               "machine": machine()}

@@ -31,8 +31,8 @@ class RebalanceOptions:
             (a switch of the pipelines' plan, or pipelines rebuilt and refilled) over the steps
             left, >= 0 (0: no such check).
         review: updates after a re-plan whose median step time is compared with the median
-            before it; a re-plan that did not make steps faster is corrected or undone, >= 1.
-        corrections: a re-plan that did not make steps faster is first re-aimed from the
+            before it; a re-plan that made steps slower is corrected or undone, >= 1.
+        corrections: a re-plan that made steps slower is first re-aimed from the
             per-replica lines its own steps measured (see :mod:`evenflow.plan.step_model`), up
             to this many times in a row, each reviewed against the steps before the first;
             then undone, >= 0.

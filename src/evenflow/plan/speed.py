@@ -25,9 +25,10 @@ proposal minimises the slowest replica under those lines, the predicted gain cou
 the step's overhead outside the replicas' compute, and a re-plan must save ``payback``
 times its measured cost over the steps left. While the fixed parts are unknown (equal
 loads so far) the first re-plan goes only half way to the proposal; once one made steps
-faster, re-plans go all the way. A re-plan that did not make steps faster
+faster, re-plans go all the way. A re-plan that made steps slower
 (:class:`~evenflow.plan.step_model.ReplanReview`) is re-aimed from the lines its own steps
-measured (``corrections`` times at most), else undone.
+measured (``corrections`` times at most), else undone, and no re-plan follows for ``review``
+checks (twice as many after each undo in a row) unless a device's speed changes.
 """
 from __future__ import annotations
 
@@ -143,8 +144,9 @@ class Decision:
 
     ``gain`` is the predicted step speed-up of the proposed (rounded) weights over the
     weights in use; the imbalances are max/mean of the predicted replica times. ``reason``
-    says why the weights change or stay: ``"replan"``, ``"undo"`` (the last re-plan made
-    steps no faster: back to the weights before it), ``"payback"`` (a gain that would not
+    says why the weights change or stay: ``"replan"``, ``"correct"`` (the last re-plan made
+    steps slower: re-aimed from the lines its steps measured), ``"undo"`` (it made steps
+    slower and the lines point nowhere better: back to the weights before it), ``"payback"`` (a gain that would not
     repay the re-plan's cost over the steps left), ``"review"`` (the last re-plan is still
     being measured) or ``""``.
     """
@@ -168,7 +170,7 @@ class Rebalancer:
 
     Attributes:
         replan_seconds: what one re-plan costs (median of those measured), or None.
-        undone: re-plans undone because they did not pay.
+        undone: re-plans undone because they made steps slower.
         held_back: checks whose gain would not have repaid a re-plan over the steps left.
     """
 
@@ -187,7 +189,8 @@ class Rebalancer:
         self._costs: list[float] = []
         self.undone = 0
         self.held_back = 0
-        self._blocked = False  # a re-plan was undone: none until a device's speed changes
+        self._blocked = 0      # checks left without re-plans after one was undone (or until a speed change)
+        self._undos = 0        # undos since a re-plan last made steps faster (or a speed change)
         self._corrections = 0  # re-plans corrected from measured lines since the last one judged
         self._paid = False     # a re-plan was reviewed and made steps faster (since the last speed change)
 
@@ -284,7 +287,9 @@ class Rebalancer:
         self._streak = self._streak + 1 if g_target > self.options.threshold else 0
         verdict, back, _ = self.review.verdict()
         if verdict == "kept":
-            self._corrections, self._paid = 0, True
+            self._corrections, self._paid, self._undos = 0, True, 0
+        elif verdict == "even":
+            self._corrections = 0
         if verdict == "undo" and self.options.enabled:
             if known and self._corrections < self.options.corrections and target not in (self.weights, back) \
                     and g_target > self.options.threshold:
@@ -296,7 +301,11 @@ class Rebalancer:
                 return Decision(target, speeds, g_target, before, after, "correct")
             # Back to the weights before, and no other re-plan until a device's speed changes: the
             # measurements that predicted this gain were not what limited the step.
-            self.weights, self._streak, self._cooldown, self._blocked = back, 0, self.options.cooldown, True
+            self.weights, self._streak, self._cooldown = back, 0, self.options.cooldown
+            # ... and none for a while, twice as long after each undo in a row (a model that keeps
+            # predicting a gain the steps do not show would otherwise be tried again and again).
+            self._blocked = self.options.review * 2 ** min(self._undos, 10)
+            self._undos += 1
             self.undone += 1
             self._corrections = 0
             return decision(back, "undo")
@@ -305,8 +314,11 @@ class Rebalancer:
         if self._cooldown > 0:
             self._cooldown -= 1
             return decision(None, "")
+        if self._blocked > 0:
+            self._blocked -= 1
+            return decision(None, "")
         patient = self._streak >= self.options.patience or g_target > self.options.urgent
-        if not self.options.enabled or not patient or proposal == self.weights or self._blocked:
+        if not self.options.enabled or not patient or proposal == self.weights:
             return decision(None, "")
         cost = self.replan_seconds
         if steps_left is not None and cost is not None and steps_left * (now - then) < self.options.payback * cost:
@@ -320,7 +332,7 @@ class Rebalancer:
         """A device changed speed: its old lines and step times are stale, and a re-plan that did
         not pay before may pay now."""
         self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
-        self._blocked, self._corrections, self._paid = False, 0, False
+        self._blocked, self._corrections, self._paid, self._undos = 0, 0, False, 0
 
     def _toward(self, target: tuple[float, ...]) -> tuple[float, ...]:
         """Half way from the weights in use to ``target`` (both with the fastest replica at 1), rounded."""

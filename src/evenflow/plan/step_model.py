@@ -116,8 +116,8 @@ def best_shares(total: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class ReplanReview:
     """Was a re-plan worth it? Median step seconds over ``window`` updates before and after.
 
-    A re-plan that left steps no faster (by ``margin``) is not kept: :meth:`verdict` returns
-    ``"undo"`` and the weights from before it.
+    A re-plan that made steps slower (by more than ``margin``) is not kept: :meth:`verdict`
+    returns ``"undo"`` and the weights from before it.
     """
 
     def __init__(self, window: int = 8, margin: float = 0.02):
@@ -150,7 +150,8 @@ class ReplanReview:
             self._pending, self._after = (tuple(weights_before), float(np.median(self._before))), []
 
     def verdict(self) -> tuple[str, tuple[float, ...] | None, float]:
-        """``("wait" | "kept" | "undo", weights to return to, speed-up measured)``."""
+        """``("wait" | "kept" | "even" | "undo", weights to return to, speed-up measured)``: faster
+        by more than ``margin``, within it either way (timing noise cannot tell), slower by more."""
         if self._pending is None or len(self._after) < self.window:
             return "wait", None, float("nan")
         weights, before = self._pending
@@ -158,8 +159,10 @@ class ReplanReview:
         self._judged = self._pending
         self._pending, self._before = None, deque(self._after[-self.window:], maxlen=self.window)
         speedup = before / after if after > 0 and np.isfinite(before) else float("nan")
-        if np.isfinite(speedup) and speedup < 1 + self.margin:
+        if np.isfinite(speedup) and speedup < 1 - self.margin:
             return "undo", weights, speedup
+        if np.isfinite(speedup) and speedup < 1 + self.margin:
+            return "even", None, speedup
         return "kept", None, speedup
 
     def retry(self) -> None:

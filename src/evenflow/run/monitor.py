@@ -191,7 +191,7 @@ class ReplicaMonitor:
             self._write({"kind": "step", "epoch": epoch, "step": step, "global_step": gstep, "weights": weights,
                          "samples": [int(round(x)) for x in r[:, 0]], "cost": [round(float(x), 6) for x in r[:, 1]],
                          "compute": [round(float(x), 6) for x in compute], "input_wait": round(wait, 6),
-                         "step_seconds": round(took, 6)})
+                         "step_seconds": round(took, 6), "gap": round(float(r[:, 5].max()), 6)})
         if self.log is not None and len(rows):
             self._tb.extend(rows)
             self._last_at = meta[-1][2]
