@@ -89,7 +89,7 @@ class ScriptedMonitor:
         self.steps_per_epoch = None
         self.seen, self.events, self._due = {}, [], None
 
-    def stream_opened(self, seconds, switchable=False):
+    def stream_opened(self, seconds):
         pass
 
     def record(self, epoch, step, row):

@@ -47,7 +47,7 @@ class ScriptedMonitor:
         self.global_step = 0       # what the loop reads of a real ReplicaMonitor
         self.total_steps = None
 
-    def stream_opened(self, seconds, switchable=False):
+    def stream_opened(self, seconds):
         pass
 
     def record(self, epoch, step, row):

@@ -146,9 +146,9 @@ class Decision:
     weights in use; the imbalances are max/mean of the predicted replica times. ``reason``
     says why the weights change or stay: ``"replan"``, ``"correct"`` (the last re-plan made
     steps slower: re-aimed from the lines its steps measured), ``"undo"`` (it made steps
-    slower and the lines point nowhere better: back to the weights before it), ``"payback"`` (a gain that would not
-    repay the re-plan's cost over the steps left), ``"review"`` (the last re-plan is still
-    being measured) or ``""``.
+    slower and the lines point nowhere better: back to the weights before it),
+    ``"payback"`` (a gain that would not repay the re-plan's cost over the steps left),
+    ``"review"`` (the last re-plan is still being measured) or ``""``.
     """
 
     weights: tuple[float, ...] | None

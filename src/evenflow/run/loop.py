@@ -146,7 +146,9 @@ class TrainLoop:
         stream = self.engine.open(reader, self.plan, cursor, last - cursor.epoch,
                                   **({"switchable": True} if switchable else {}))
         if hooks.monitor is not None and hooks.monitor.global_step == 0:
-            hooks.monitor.stream_opened(time.perf_counter() - opened, switchable)
+            # Switchable streams too: until a switch is measured, this stands in for a re-plan's cost
+            # (noise on short steps then starts no re-plan that a few ms seem to pay for).
+            hooks.monitor.stream_opened(time.perf_counter() - opened)
         for epoch in range(cursor.epoch, last):
             first = cursor.step if epoch == cursor.epoch else 0
             outcome = self._run_epoch(stream, epoch, first, hooks, carry)

@@ -21,8 +21,9 @@ included), ``input wait`` the time its worker's step waited for its batches,
 host time between the previous update's end and this step's start (for the first
 update of a run, the time the loop took to open its pipelines). The gap plus the input
 wait of the first update after a re-plan is what that re-plan cost: the rebalancer
-weighs the next one against it. Where a re-plan rebuilds the pipelines (a stream that
-cannot switch its plan), the first opening stands in for that cost until one is measured.
+weighs the next one against it. Until one is measured, the first opening of the pipelines
+stands in for that cost: a first re-plan must promise that much, which timing noise on
+short steps does not.
 
 ``telemetry.jsonl`` (read by ``evenflow report``) holds a ``run`` line, then ``step``
 and ``rebalance`` lines; see :mod:`evenflow.report.telemetry` for the fields.
@@ -84,7 +85,6 @@ class ReplicaMonitor:
         self.total_steps: int | None = None  # plan steps of the whole run, when the loop knows them
         self._last_end = None         # host clock at the end of the last recorded update, per local replica
         self._open_seconds = 0.0      # what opening the first pipelines took
-        self._open_is_cost = True     # ... and whether a re-plan costs as much (it rebuilds them)
         self._since_plan = 0          # updates since the plan's weights last changed (warm-up)
         self._switching = False       # a re-plan is decided; the stream switches to it a few steps later
         self._in_use = None           # the weights the steps run with, once a re-plan took effect
@@ -142,17 +142,16 @@ class ReplicaMonitor:
         self._rows.append(np.maximum(fields, 0.0))
         self._meta.append((int(epoch), int(step), self.global_step,
                            self._since_plan >= self.rebalancer.options.warmup and not self._switching,
-                           self._since_plan == 0 and (self.global_step > 0 or self._open_is_cost)))
+                           self._since_plan == 0))
         self._load = None
         self.global_step += 1
         self._since_plan += 1
 
-    def stream_opened(self, seconds: float, switchable: bool = False) -> None:
-        """The loop opened the run's first pipelines in ``seconds`` (a re-plan's reopening or
-        switch is measured from the clock stamps). Unless the stream is ``switchable`` (a re-plan
-        switches its plan in place, in milliseconds), that is what a re-plan is taken to cost
-        until one is measured."""
-        self._open_seconds, self._open_is_cost = float(seconds), not switchable
+    def stream_opened(self, seconds: float) -> None:
+        """The loop opened the run's first pipelines in ``seconds``: what a re-plan is taken to
+        cost until one is measured (a re-plan's reopening or switch is measured from the clock
+        stamps)."""
+        self._open_seconds = float(seconds)
 
     def due(self, end_of_epoch: bool) -> bool:
         """Whether the trainer should gather and :meth:`absorb` now (the same answer on every worker)."""
