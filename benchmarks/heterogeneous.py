@@ -101,15 +101,13 @@ def run_case(name: str, simulation, args, source, plan, tmp: Path, strategy) -> 
             d.mkdir()
             mon = ReplicaMonitor(REPLICAS, g, steps, rebalance=RebalanceOptions(enabled=kind == "evenflow"),
                                  telemetry=d / "telemetry.jsonl")
-            trainer.replans = []
             result = trainer.fit(reader, plan, 1, monitor=mon)[0]
             mon.close()
             tel = load_telemetry(d)
+            replans = [(e["step"], tuple(e["after"]), e["reason"]) for e in mon.history]
             runs[kind].append({"seconds": result.seconds, "samples": result.samples, "tel": tel,
-                               "replans": [(c.step, w) for c, w in trainer.replans],
-                               "weights": list(mon.weights)})
-            print(f"  {name} round {rnd} {kind}: {result.seconds:.2f} s, re-plans "
-                  f"{[(c.step, w) for c, w in trainer.replans]}", flush=True)
+                               "replans": replans, "weights": list(mon.weights)})
+            print(f"  {name} round {rnd} {kind}: {result.seconds:.2f} s, re-plans {replans}", flush=True)
     static_s = statistics.median(r["seconds"] for r in runs["static"])
     even_s = statistics.median(r["seconds"] for r in runs["evenflow"])
     ideals = [_ideal(r["tel"]) for r in runs["static"]]
@@ -128,7 +126,8 @@ def run_case(name: str, simulation, args, source, plan, tmp: Path, strategy) -> 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from evenflow.tf.simulate import SlowReplica, Simulation, reserve_threads
+    from evenflow.run.simulate import SlowReplica, Simulation
+    from evenflow.tf.simulate import reserve_threads
 
     reserve_threads(REPLICAS)
     import evenflow as ef
@@ -156,7 +155,7 @@ def main(argv=None) -> dict:
              "overhead ms/step | re-plans (step: weights) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        plans = "; ".join(f"{s}: {', '.join(f'{w:g}' for w in ws)}" for s, ws in r["replans"]) or "none"
+        plans = "; ".join(f"{s}: {', '.join(f'{w:g}' for w in ws)} ({why})" for s, ws, why in r["replans"]) or "none"
         lines.append(f"| {r['case']} | {r['static_s']:.2f} | {r['evenflow_s']:.2f} | {r['ideal_s']:.2f} | "
                      f"{r['static_over_ideal']:.3f} | **{r['evenflow_over_ideal']:.3f}** (<= "
                      f"{targets[r['case']]:.2f}) | {r['evenflow_over_ideal_plus_overhead']:.3f} | "

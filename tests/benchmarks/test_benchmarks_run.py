@@ -104,3 +104,20 @@ def test_tf_chain_benchmark_reads_every_record_of_the_epoch_on_each_pipeline(tmp
     assert rows["evenflow R=4"]["records_timed"] == 300 - 32
     assert rows["tf.data"]["ratio_to_tf_data"] == 1.0 and all(r["records_per_s"] > 0 for r in rows.values())
 
+
+
+def test_heterogeneous_runs_both_cases_and_trains_every_sample(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "heterogeneous.json"
+    env = {**__import__("os").environ, "PYTHONPATH": str(BENCH.parent / "src"), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(["timeout", "-k", "5", "300", sys.executable, str(BENCH / "heterogeneous.py"), "--quick",
+                           "--output", str(out)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [c["case"] for c in result["cases"]] == ["2x from start", "3x from half"]
+    for case in result["cases"]:
+        assert case["samples"] == 24 * 128  # one epoch of 24 full steps, whatever the weights
+        assert case["static_s"] > 0 and case["evenflow_s"] > 0 and case["ideal_s"] > 0
+        assert all(why in ("replan", "correct", "undo") for _, _, why in case["replans"])
