@@ -38,75 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from evenflow.plan.rebalance_options import RebalanceOptions
+from evenflow.plan.speed_estimate import SpeedEstimator
 from evenflow.plan.step_model import ReplanReview, SpeedChange, StepModel, best_shares, step_time
 
 __all__ = ["RebalanceOptions", "SpeedEstimator", "Rebalancer", "Decision", "gain", "step_imbalance",
            "feasible_weights"]
-
-
-class SpeedEstimator:
-    """Exponential moving average of each replica's seconds per unit of load.
-
-    Args:
-        replicas: R.
-        smoothing: weight of each new window, in (0, 1].
-        jump: a window more than this fraction away from the average replaces it.
-    """
-
-    def __init__(self, replicas: int, smoothing: float = 0.5, jump: float = float("inf")):
-        self.replicas, self.smoothing, self.jump = int(replicas), float(smoothing), float(jump)
-        self.seconds_per_unit = np.full(self.replicas, np.nan)
-        self._last_load = np.full(self.replicas, np.nan)
-        self._pending = np.zeros(self.replicas)  # direction of an unconfirmed jump, per replica
-
-    def update(self, load: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        """Add one window: per replica its summed load and summed compute seconds.
-
-        A replica with no load or no time in the window keeps its estimate. Returns which
-        replicas' estimates jumped (a change of speed, not noise).
-        """
-        load, seconds = np.asarray(load, np.float64), np.asarray(seconds, np.float64)
-        if load.shape != (self.replicas,) or seconds.shape != (self.replicas,):
-            raise ValueError(f"load and seconds must have one entry per replica ({self.replicas}), "
-                             f"got shapes {load.shape} and {seconds.shape}")
-        ok = (load > 0) & (seconds > 0) & np.isfinite(seconds)
-        rate = np.where(ok, seconds / np.where(ok, load, 1.0), np.nan)
-        fresh = ok & np.isnan(self.seconds_per_unit)
-        with np.errstate(invalid="ignore"):
-            fresh |= ok & (np.abs(rate / self.seconds_per_unit - 1) > self.jump)
-        # A jump at an unchanged load, seen in two windows in a row in the same direction, is a
-        # device that changed speed (one window off is timing noise: a busy core's scheduler alone
-        # moves a window by 30% or more); at a new load (after a re-plan) the rate per unit also
-        # moves by the step's fixed part, which is no news.
-        same = np.isclose(load, self._last_load, rtol=0.02)
-        known = np.isfinite(self.seconds_per_unit)
-        with np.errstate(invalid="ignore"):
-            side = np.sign(rate / self.seconds_per_unit - 1)
-        candidate = fresh & known & same
-        jumped = candidate & (self._pending == side)
-        self._pending = np.where(candidate & ~jumped, side, 0.0)
-        fresh &= ~known | ~same | jumped
-        self._last_load = np.where(ok, load, self._last_load)
-        self.seconds_per_unit[fresh] = rate[fresh]
-        old = ok & ~fresh
-        a = self.smoothing
-        self.seconds_per_unit[old] = (1 - a) * self.seconds_per_unit[old] + a * rate[old]
-        return jumped
-
-    def restart(self, which: np.ndarray, load: np.ndarray, seconds: np.ndarray) -> None:
-        """Replace the estimates of replicas ``which`` by ``seconds / load`` (a speed change seen elsewhere)."""
-        which = np.asarray(which, bool) & (np.asarray(load) > 0) & (np.asarray(seconds) > 0)
-        self.seconds_per_unit[which] = np.asarray(seconds, np.float64)[which] / np.asarray(load, np.float64)[which]
-        self._pending[which] = 0.0
-
-    @property
-    def ready(self) -> bool:
-        """True once every replica has an estimate."""
-        return bool(np.all(np.isfinite(self.seconds_per_unit)))
-
-    def speeds(self) -> np.ndarray:
-        """Units of load per second per replica (NaN where not measured yet)."""
-        return 1.0 / self.seconds_per_unit
 
 
 def gain(shares: np.ndarray, seconds_per_unit: np.ndarray) -> float:
@@ -285,30 +221,9 @@ class Rebalancer:
         speeds = tuple(float(x) for x in self.estimator.speeds())
         decision = lambda w, why: Decision(w, speeds, g, before, after, why)  # noqa: E731
         self._streak = self._streak + 1 if g_target > self.options.threshold else 0
-        verdict, back, _ = self.review.verdict()
-        if verdict == "kept":
-            self._corrections, self._paid, self._undos = 0, True, 0
-        elif verdict == "even":
-            self._corrections = 0
-        if verdict == "undo" and self.options.enabled:
-            if known and self._corrections < self.options.corrections and target not in (self.weights, back) \
-                    and g_target > self.options.threshold:
-                # The re-plan missed, but its own steps measured the lines it lacked: aim again from
-                # them, still judged against the steps before the first re-plan.
-                self.review.retry()
-                self._corrections += 1
-                self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
-                return Decision(target, speeds, g_target, before, after, "correct")
-            # Back to the weights before, and no other re-plan until a device's speed changes: the
-            # measurements that predicted this gain were not what limited the step.
-            self.weights, self._streak, self._cooldown = back, 0, self.options.cooldown
-            # ... and none for a while, twice as long after each undo in a row (a model that keeps
-            # predicting a gain the steps do not show would otherwise be tried again and again).
-            self._blocked = self.options.review * 2 ** min(self._undos, 10)
-            self._undos += 1
-            self.undone += 1
-            self._corrections = 0
-            return decision(back, "undo")
+        judged = self._judge(known, target, g_target, speeds, before, after)
+        if judged is not None:
+            return judged if judged.reason != "undo" else decision(judged.weights, "undo")
         if self.review.reviewing:
             return decision(None, "review")
         if self._cooldown > 0:
@@ -327,6 +242,33 @@ class Rebalancer:
         self.review.replanned(self.weights)
         self.weights, self._streak, self._cooldown = proposal, 0, self.options.cooldown
         return decision(proposal, "replan")
+
+    def _judge(self, known: bool, target, g_target: float, speeds, before: float, after: float) -> Decision | None:
+        """Act on the review of the last re-plan: a re-aimed or undone re-plan, or None."""
+        verdict, back, _ = self.review.verdict()
+        if verdict == "kept":
+            self._corrections, self._paid, self._undos = 0, True, 0
+        elif verdict == "even":
+            self._corrections = 0
+        if verdict != "undo" or not self.options.enabled:
+            return None
+        if known and self._corrections < self.options.corrections and target not in (self.weights, back) \
+                and g_target > self.options.threshold:
+            # The re-plan missed, but its own steps measured the lines it lacked: aim again from
+            # them, still judged against the steps before the first re-plan.
+            self.review.retry()
+            self._corrections += 1
+            self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+            return Decision(target, speeds, g_target, before, after, "correct")
+        # Back to the weights before, and none for a while, twice as long after each undo in a row
+        # (a model that keeps predicting a gain the steps do not show would otherwise be tried
+        # again and again).
+        self.weights, self._streak, self._cooldown = back, 0, self.options.cooldown
+        self._blocked = self.options.review * 2 ** min(self._undos, 10)
+        self._undos += 1
+        self.undone += 1
+        self._corrections = 0
+        return Decision(back, speeds, 0.0, before, after, "undo")
 
     def _restart(self) -> None:
         """A device changed speed: its old lines and step times are stale, and a re-plan that did

@@ -15,6 +15,7 @@ starts meanwhile. Linux only (``os.sched_setaffinity``). Nothing here imports Te
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import Callable
 
 from evenflow.tf.worker_signals import stop_workers
 
-__all__ = ["usable_cores", "worker_cores", "pin_to", "check_core", "BusyCore", "BUSY_MARKER"]
+__all__ = ["usable_cores", "worker_cores", "pin_to", "check_core", "check_slow", "BusyCore", "BUSY_MARKER"]
 
 # In the busy process's program text, so a user (or a test) can find it in `ps`.
 BUSY_MARKER = "evenflow-busy-core"
@@ -53,6 +54,17 @@ def check_core(core: int, flag: str) -> None:
     if core not in cores:
         raise ValueError(f"{flag} {core}: this process may run on cores {', '.join(map(str, cores))} only; "
                          f"choose one of them")
+
+
+def check_slow(core: int | None, after: float) -> None:
+    """ValueError unless ``core`` (or None) and ``after`` are a valid busy-core request."""
+    if core is not None and (isinstance(core, bool) or not isinstance(core, int) or core < 0):
+        raise ValueError(f"slow_core must be a core number >= 0, got {core!r}")
+    if isinstance(after, bool) or not isinstance(after, (int, float)) or not (after >= 0 and math.isfinite(after)):
+        raise ValueError(f"slow_after must be a finite number of seconds >= 0, got {after!r}")
+    if after > 0 and core is None:
+        raise ValueError(f"slow_after ({after:g} s) delays the busy process of slow_core, which is not set; "
+                         f"give --slow-core CORE too, or drop --slow-after")
 
 
 class BusyCore:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from evenflow.tf.cluster import REPLICAS_ENV, tf_config
-from evenflow.tf.cores import BusyCore, check_core, pin_to, usable_cores, worker_cores
+from evenflow.tf.cores import BusyCore, check_core, check_slow, pin_to, usable_cores, worker_cores
 from evenflow.tf.worker_signals import Interrupts, describe_exit, exit_code, stop_workers
 
 __all__ = ["LaunchOptions", "launch", "free_ports", "MAX_WORKERS"]
@@ -89,15 +89,7 @@ class LaunchOptions:
         g = self.grace_seconds
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not (g >= 0 and math.isfinite(g)):
             raise ValueError(f"grace_seconds must be a finite number >= 0, got {g!r}")
-        c = self.slow_core
-        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 0):
-            raise ValueError(f"slow_core must be a core number >= 0, got {c!r}")
-        a = self.slow_after
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not (a >= 0 and math.isfinite(a)):
-            raise ValueError(f"slow_after must be a finite number of seconds >= 0, got {a!r}")
-        if a > 0 and c is None:
-            raise ValueError(f"slow_after ({a:g} s) delays the busy process of slow_core, which is not set; "
-                             f"give --slow-core CORE too, or drop --slow-after")
+        check_slow(self.slow_core, self.slow_after)
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
