@@ -117,6 +117,7 @@ class Rebalancer:
         self.model = StepModel(replicas)
         self.review = ReplanReview(options.review)
         self.change = SpeedChange(replicas, options.jump)
+        self._fit = None  # StepModel.fit() of the last check (None after a speed change)
         self.weights = tuple(float(x) for x in (np.ones(replicas) if weights is None else weights))
         self._streak = 0
         self._cooldown = 0
@@ -148,7 +149,9 @@ class Rebalancer:
         """Per-update rows: load and compute seconds ``[updates, R]``, step seconds ``[updates]``."""
         load, seconds = np.atleast_2d(np.asarray(load, np.float64)), np.atleast_2d(np.asarray(seconds, np.float64))
         for lo, se, st in zip(load, seconds, np.asarray(step_seconds, np.float64).reshape(-1)):
-            changed = self.change.add(lo, se, st, self.model.fit()) if len(self.model) else None
+            # Judged against the lines of the last check: fitting them again per update would cost
+            # ~0.7 ms of the training thread each time (4 replicas, 128 rows).
+            changed = self.change.add(lo, se, st, self._fit) if self._fit is not None else None
             if changed is not None and changed.any():
                 # Steps off the line, several in a row: measure the lines again from those steps on.
                 self._restart()
@@ -199,7 +202,7 @@ class Rebalancer:
             self._restart()
         if not self.estimator.ready:
             return None
-        fit = self.model.fit()
+        fit = self._fit = self.model.fit()
         known = bool(fit[2].all()) or not len(self.model)  # no per-update rows: nothing to learn by waiting
         a, b, total = self._lines(fit)
         target = self.propose(fit)
@@ -221,9 +224,11 @@ class Rebalancer:
         speeds = tuple(float(x) for x in self.estimator.speeds())
         decision = lambda w, why: Decision(w, speeds, g, before, after, why)  # noqa: E731
         self._streak = self._streak + 1 if g_target > self.options.threshold else 0
-        judged = self._judge(known, target, g_target, speeds, before, after)
-        if judged is not None:
-            return judged if judged.reason != "undo" else decision(judged.weights, "undo")
+        judged = self._judge(known, target, g_target)
+        if judged is not None:  # a re-aimed re-plan is predicted on its own target's gain
+            weights, why = judged
+            return Decision(weights, speeds, g_target, before, after, why) if why == "correct" \
+                else decision(weights, why)
         if self.review.reviewing:
             return decision(None, "review")
         if self._cooldown > 0:
@@ -243,8 +248,8 @@ class Rebalancer:
         self.weights, self._streak, self._cooldown = proposal, 0, self.options.cooldown
         return decision(proposal, "replan")
 
-    def _judge(self, known: bool, target, g_target: float, speeds, before: float, after: float) -> Decision | None:
-        """Act on the review of the last re-plan: a re-aimed or undone re-plan, or None."""
+    def _judge(self, known: bool, target, g_target: float) -> tuple[tuple[float, ...], str] | None:
+        """Act on the review of the last re-plan: ``(weights, "correct" | "undo")``, or None."""
         verdict, back, _ = self.review.verdict()
         if verdict == "kept":
             self._corrections, self._paid, self._undos = 0, True, 0
@@ -259,7 +264,7 @@ class Rebalancer:
             self.review.retry()
             self._corrections += 1
             self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
-            return Decision(target, speeds, g_target, before, after, "correct")
+            return target, "correct"
         # Back to the weights before, and none for a while, twice as long after each undo in a row
         # (a model that keeps predicting a gain the steps do not show would otherwise be tried
         # again and again).
@@ -268,13 +273,13 @@ class Rebalancer:
         self._undos += 1
         self.undone += 1
         self._corrections = 0
-        return Decision(back, speeds, 0.0, before, after, "undo")
+        return back, "undo"
 
     def _restart(self) -> None:
         """A device changed speed: its old lines and step times are stale, and a re-plan that did
         not pay before may pay now."""
         self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
-        self._blocked, self._corrections, self._paid, self._undos = 0, 0, False, 0
+        self._blocked, self._corrections, self._paid, self._undos, self._fit = 0, 0, False, 0, None
 
     def _toward(self, target: tuple[float, ...]) -> tuple[float, ...]:
         """Half way from the weights in use to ``target`` (both with the fastest replica at 1), rounded."""
