@@ -8,7 +8,11 @@ parallel devices can stand in for them), and one replica is slower by a factor t
 not told (``evenflow.tf.simulate``). Cases:
 
 * ``2x from start``: replica 3 twice as slow for the whole epoch;
+* ``3x from start``: replica 3 three times as slow for the whole epoch;
 * ``3x from half``: replica 3 three times as slow from the epoch's middle step on.
+
+The figure of merit is the share of the ideal gain that evenflow reaches, ``(a/b) / (a/c)
+= c/b`` (target 0.9).
 
 Per case and round, one epoch each of
 
@@ -30,7 +34,7 @@ does not shrink with the step, so the default steps are long ones (G = 512: ~0.6
 large model's step on a GPU); ``--global-batch-size 128`` shows the same on ~0.15 s steps.
 
 Examples:
-    python benchmarks/heterogeneous.py                # G = 512, 200 steps, 4 ms per sample, 1 round (~11 min)
+    python benchmarks/heterogeneous.py                # G = 512, 200 steps, 4 ms per sample, 1 round (~17 min)
     python benchmarks/heterogeneous.py --global-batch-size 128 --output benchmarks/results/heterogeneous_200.json
     python benchmarks/heterogeneous.py --quick        # G = 128, 24 steps, 1 round
 """
@@ -143,22 +147,25 @@ def main(argv=None) -> dict:
     strategy = make_strategy(REPLICAS)
     plan = ef.Plan(source.index(), ef.Topology(REPLICAS), global_batch_size=g, seed=0)
     cases = [("2x from start", Simulation((SlowReplica(3, 2.0),), args.sample_ms)),
+             ("3x from start", Simulation((SlowReplica(3, 3.0),), args.sample_ms)),
              ("3x from half", Simulation((SlowReplica(3, 3.0, from_step=args.steps // 2),), args.sample_ms))]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, sim in cases:
             rows.append(run_case(name, sim, args, source, plan, Path(tmp), strategy))
-    targets = {"2x from start": 1.05, "3x from half": 1.10}
+    # The share of the ideal gain that evenflow reaches, (a/b)/(a/c) = c/b: at least 0.9.
+    targets = {name: 0.9 for name, _ in cases}
     lines = [f"heterogeneous devices: 4 replicas, G = {g}, {args.steps} steps, {args.sample_ms:g} ms/sample "
              f"emulated device time, {args.rounds} round(s), medians",
-             "| case | (a) static s | (b) evenflow s | (c) ideal s | a/c | **b/c** (target) | b/(c+o) | b/a | "
-             "overhead ms/step | re-plans (step: weights) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| case | (a) static s | (b) evenflow s | (c) ideal s | a/c | b/c | **gain share c/b** (target) | "
+             "b/(c+o) | b/a | overhead ms/step | re-plans (step: weights) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         plans = "; ".join(f"{s}: {', '.join(f'{w:g}' for w in ws)} ({why})" for s, ws, why in r["replans"]) or "none"
         lines.append(f"| {r['case']} | {r['static_s']:.2f} | {r['evenflow_s']:.2f} | {r['ideal_s']:.2f} | "
-                     f"{r['static_over_ideal']:.3f} | **{r['evenflow_over_ideal']:.3f}** (<= "
-                     f"{targets[r['case']]:.2f}) | {r['evenflow_over_ideal_plus_overhead']:.3f} | "
+                     f"{r['static_over_ideal']:.3f} | {r['evenflow_over_ideal']:.3f} | "
+                     f"**{1 / r['evenflow_over_ideal']:.3f}** (>= {targets[r['case']]:.2f}) | "
+                     f"{r['evenflow_over_ideal_plus_overhead']:.3f} | "
                      f"{r['evenflow_over_static']:.3f} | {r['overhead_ms_per_step']:.1f} | {plans} |")
     result = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "cases": rows,
               "targets": targets}

@@ -98,3 +98,36 @@ def test_a_frozen_feed_holds_new_requests_until_thawed_or_closed():
     closed.close()
     t.join(5)
     assert not t.is_alive() and len(errors) == 1
+
+
+@pytest.mark.parametrize("replicas", [1, range(0, 2), None])
+def test_a_block_of_steps_is_the_rows_of_each_and_a_switch_lands_after_it(replicas):
+    old, new = _plan(), _plan((1.0, 0.5, 0.25))
+    steps = old.num_steps
+    feed = PlanFeed(old, ef.Cursor(0, 2), end_epoch=2, block=False)
+    ids, counts, epochs = feed.rows_block(steps - 2, 4, replicas)  # across the epoch boundary
+    single = PlanFeed(old, ef.Cursor(0, 2), end_epoch=2, block=False)
+    for k, g in enumerate(range(steps - 2, steps + 2)):
+        want = single.rows(g, replicas)
+        assert np.array_equal(ids[k], want[0]) and np.array_equal(counts[k], want[1])
+        assert np.array_equal(epochs[k], want[2])
+    assert feed.freeze() == steps + 2  # the whole block was served
+    feed.switch(new, steps + 2)
+    feed.thaw()
+    tail = feed.rows_block(2 * steps - 3, 8, replicas)[0]  # clipped at the feed's end
+    assert tail.shape[0] == 3
+    assert np.array_equal(tail[-1], PlanFeed(new, ef.Cursor(1, 0), 2, block=False).rows(2 * steps - 1, replicas)[0])
+    with pytest.raises(ValueError, match="k >= 1"):
+        feed.rows_block(steps + 3, 0, replicas)
+
+
+def test_a_block_across_plans_of_different_widths_is_padded_with_minus_one():
+    old, new = _plan(), _plan((1.0, 0.3, 0.3))
+    assert new.slots > old.slots
+    feed = PlanFeed(old, ef.Cursor(0, 0), end_epoch=1, block=False)
+    feed.switch(new, 2)  # nothing read yet: steps 0-1 under the old plan, 2-3 under the new
+    ids, counts, _ = feed.rows_block(0, 4, 0)
+    assert ids.shape == (4, new.slots)
+    assert np.all(ids[:2, old.slots:] == -1)
+    assert np.array_equal(ids[:2, :old.slots], old.epoch(0).ids[:2, 0])
+    assert np.array_equal(ids[2:], new.epoch(0, ef.Cursor(0, 2)).ids[:2, 0])

@@ -140,6 +140,48 @@ def test_the_step_model_separates_the_fixed_part_once_loads_differ():
     np.testing.assert_allclose(b, [1e-4, 3e-4], rtol=1e-6)
 
 
+def test_a_small_load_move_gives_the_line_only_when_steady_steps_measure_it_well():
+    rng = np.random.default_rng(0)
+
+    def model_with(noise):
+        model = StepModel(1)
+        for load in [128] * 8 + [112] * 8:  # a spread of 1.14, under SPREAD
+            model.add([load], [0.01 + 0.004 * load + rng.normal(0, noise)])
+        return model.fit()
+
+    a, b, known = model_with(0.002)  # steady steps: the slope's error is ~2% of it
+    assert known[0] and a[0] == pytest.approx(0.01, abs=0.01) and b[0] == pytest.approx(0.004, rel=0.05)
+    a, b, known = model_with(0.05)  # noisy steps (10% of a step): not trusted, the mean rate instead
+    assert not known[0] and a[0] == 0.0 and b[0] == pytest.approx(0.52 / 120, rel=0.1)
+    for loads in ([128] * 8 + [112], [128] * 4 + [112] * 3):  # steady, but too few rows at a load, or in all
+        few = StepModel(1)
+        for load in loads:
+            few.add([load], [0.01 + 0.004 * load])
+        assert not few.fit()[2][0], loads
+
+
+def test_replicas_whose_loads_barely_moved_borrow_the_fixed_fraction_of_the_measured_ones():
+    model = StepModel(3)
+    a, b = np.array([0.02, 0.02, 0.04]), np.array([0.001, 0.001, 0.002])  # replica 2: a 2x slow device
+    for loads in [[100, 100, 100]] * 8 + [[104, 104, 92]] * 8:  # after a small re-plan
+        loads = np.array(loads, float)
+        model.add(loads, a + b * loads)
+    fa, fb, known = model.fit()
+    assert known.all()
+    np.testing.assert_allclose([fa[2], fb[2]], [0.04, 0.002], rtol=1e-6)  # measured: its load moved 8%
+    # Replicas whose loads never moved take replica 2's fixed fraction of their own step time.
+    still = StepModel(3)
+    for loads in [[100, 100, 100]] * 8 + [[100, 100, 80]] * 8:
+        loads = np.array(loads, float)
+        still.add(loads, a + b * loads)
+    fa, fb, known = still.fit()
+    assert known.all()
+    fraction = 0.04 / (0.04 + 0.002 * 80)  # replica 2's fixed part at its latest load: 0.2
+    np.testing.assert_allclose(fa[:2], fraction * 0.12, rtol=1e-6)  # 0.12 s per step at load 100
+    np.testing.assert_allclose(fb[:2], (1 - fraction) * 0.12 / 100, rtol=1e-6)
+    assert not StepModel(3).fit()[2].any()
+
+
 def test_best_shares_equalise_the_lines_and_starve_a_replica_whose_fixed_part_is_too_slow():
     shares = best_shares(100, np.zeros(4), np.array([1.0, 1.0, 1.0, 2.0]))
     np.testing.assert_allclose(shares, np.array([2, 2, 2, 1]) / 7)
@@ -213,6 +255,23 @@ def test_a_replan_that_pays_is_kept_and_the_first_move_goes_half_way():
     # instead of 0.5); it made steps faster, so the next goes all the way, and that is kept.
     assert [m[1] for m in moves] == ["replan", "replan"], moves
     assert moves[0][2][3] == pytest.approx(0.76) and moves[1][2][3] == pytest.approx(0.5, abs=0.06), moves
+
+
+def test_after_a_half_way_move_the_next_waits_for_the_lines_its_steps_measure():
+    reb = Rebalancer(4, RebalanceOptions(review=16, payback=0), global_batch_size=512)
+    reasons = []
+    for k in range(30):
+        load, secs = _times(reb.shares, 512, [0.01] * 4, [4e-3] * 4, [1, 1, 1, 2])
+        loads, seconds = np.tile(load, (2, 1)), np.tile(secs, (2, 1))
+        reb.observe(loads, seconds, seconds.max(axis=1) + 0.002)
+        d = reb.check(loads.sum(axis=0), seconds.sum(axis=0), steps_left=1000)
+        reasons.append((k, d.reason, d.weights) if d is not None else (k, None, None))
+    moves = [r for r in reasons if r[2] is not None]
+    # The first move goes half way; the next waits ("measure") until the lines are measured from
+    # the new loads, then goes all the way, long before the first move's review (16 updates) ends.
+    assert moves[0][2][3] == pytest.approx(0.76) and moves[1][2][3] == pytest.approx(0.5, abs=0.03), moves
+    waited = [r for r in reasons if moves[0][0] < r[0] < moves[1][0]]
+    assert waited and waited[0][1] == "measure" and (moves[1][0] - moves[0][0]) * 2 < 16, reasons
 
 
 def test_a_replan_that_missed_is_reaimed_from_the_lines_its_steps_measured():

@@ -104,6 +104,34 @@ class PlanFeed:
             self._cond.notify_all()
 
     # -- the pipelines' side ------------------------------------------------------------------
+    def rows_block(self, g: int, k: int, replicas: int | range | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows of steps ``[g, min(g + k, end))`` for ``replicas``, stacked on a leading axis.
+
+        One request for ``k`` steps: they are served together (a switch falls before or after
+        them), and a pipeline pays one call into Python per block instead of one per step.
+        Rows of different widths (a block across plans of different slots) are padded with -1.
+        """
+        g, k = int(g), int(k)
+        if k < 1:
+            raise ValueError(f"a block needs k >= 1 steps, got {k}")
+        last = min(g + k, self.end) - 1
+        self._check_step(g)
+        with self._cond:
+            self._wait_for(last)
+            self._high = max(self._high, last)
+            segments = [(h, *self._segment(h)) for h in range(g, last + 1)]
+        whole = replicas is None
+        if whole:
+            replicas = range(segments[0][2].topology.replicas)
+        parts = [self._row(h, begin, plan, replicas) for h, begin, plan in segments]
+        width = max(p[0].shape[-1] for p in parts)
+        ids = np.stack([np.pad(p[0], [(0, 0)] * (p[0].ndim - 1) + [(0, width - p[0].shape[-1])], constant_values=-1)
+                        for p in parts])
+        counts, epochs = np.stack([p[1] for p in parts]), np.stack([p[2] for p in parts])
+        if whole:
+            return ids.reshape(len(parts), -1), counts[:, 0], epochs[:, 0]
+        return ids, counts, epochs
+
     def rows(self, g: int, replicas: int | range | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ids of step ``g`` for ``replicas``, with the step's global real count and epoch.
 
@@ -112,12 +140,18 @@ class PlanFeed:
         ``[replicas * slots]``).
         """
         g = int(g)
-        if not self.first <= g < self.end:
-            raise IndexError(f"global step {g} is outside this feed's steps [{self.first}, {self.end})")
+        self._check_step(g)
         with self._cond:
             self._wait_for(g)
             self._high = max(self._high, g)
             begin, plan = self._segment(g)
+        return self._row(g, begin, plan, replicas)
+
+    def _check_step(self, g: int) -> None:
+        if not self.first <= g < self.end:
+            raise IndexError(f"global step {g} is outside this feed's steps [{self.first}, {self.end})")
+
+    def _row(self, g: int, begin: int, plan: Plan, replicas: int | range | None):
         epoch, step = divmod(g, self.steps)
         ep = self._epoch_plan(begin, plan, epoch)
         row = ep.ids[step - ep.start_step]

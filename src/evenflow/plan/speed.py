@@ -84,7 +84,8 @@ class Decision:
     steps slower: re-aimed from the lines its steps measured), ``"undo"`` (it made steps
     slower and the lines point nowhere better: back to the weights before it),
     ``"payback"`` (a gain that would not repay the re-plan's cost over the steps left),
-    ``"review"`` (the last re-plan is still being measured) or ``""``.
+    ``"review"`` (the last re-plan is still being measured), ``"measure"`` (a half-way move's
+    steps are still measuring the replicas' lines) or ``""``.
     """
 
     weights: tuple[float, ...] | None
@@ -130,6 +131,7 @@ class Rebalancer:
         self._undos = 0        # undos since a re-plan last made steps faster (or a speed change)
         self._corrections = 0  # re-plans corrected from measured lines since the last one judged
         self._paid = False     # a re-plan was reviewed and made steps faster (since the last speed change)
+        self._measuring = 0    # updates left to measure the lines in after a half-way move
 
     @property
     def shares(self) -> np.ndarray:
@@ -144,6 +146,12 @@ class Rebalancer:
         """Add one measured re-plan (or pipeline start) cost, in seconds."""
         if np.isfinite(seconds) and seconds >= 0:
             self._costs.append(float(seconds))
+
+    def measured(self, load: np.ndarray, seconds: np.ndarray) -> None:
+        """Rows ``[updates, R]`` for the replicas' lines only: steps of the weights in use that run
+        after a re-plan was decided (their step times belong to no review)."""
+        for lo, se in zip(np.atleast_2d(load), np.atleast_2d(seconds)):
+            self.model.add(np.asarray(lo, np.float64), np.asarray(se, np.float64))
 
     def observe(self, load: np.ndarray, seconds: np.ndarray, step_seconds: np.ndarray) -> None:
         """Per-update rows: load and compute seconds ``[updates, R]``, step seconds ``[updates]``."""
@@ -163,6 +171,7 @@ class Rebalancer:
                 self.estimator.restart(changed, lo_sum, se_sum)
             self.model.add(lo, se)
             self.review.add(st)
+            self._measuring = max(self._measuring - 1, 0)
             self._overhead.append(max(float(st - se.max()), 0.0))
             self._total.append(float(lo.sum()))
 
@@ -231,6 +240,8 @@ class Rebalancer:
                 else decision(weights, why)
         if self.review.reviewing:
             return decision(None, "review")
+        if self._measuring > 0 and not known and not self._paid:  # the half-way move's steps draw the lines
+            return decision(None, "measure")
         if self._cooldown > 0:
             self._cooldown -= 1
             return decision(None, "")
@@ -246,6 +257,7 @@ class Rebalancer:
             return decision(None, "payback")
         self.review.replanned(self.weights)
         self.weights, self._streak, self._cooldown = proposal, 0, self.options.cooldown
+        self._measuring = self.options.review if proposal != target else 0
         return decision(proposal, "replan")
 
     def _judge(self, known: bool, target, g_target: float) -> tuple[tuple[float, ...], str] | None:
@@ -280,6 +292,7 @@ class Rebalancer:
         not pay before may pay now."""
         self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
         self._blocked, self._corrections, self._paid, self._undos, self._fit = 0, 0, False, 0, None
+        self._measuring = 0
 
     def _toward(self, target: tuple[float, ...]) -> tuple[float, ...]:
         """Half way from the weights in use to ``target`` (both with the fastest replica at 1), rounded."""

@@ -28,6 +28,10 @@ __all__ = ["ReplanReview", "SpeedChange", "StepModel", "best_shares", "step_time
 # Loads differ "enough" to separate the fixed part from the per-unit part when the largest is
 # this many times the smallest (below, timing noise dominates the slope).
 SPREAD = 1.25
+# Below that spread, a line is still used when there are this many rows (2 at each outer load) and the slope's
+# standard error is under this fraction of the slope (see _sure).
+SURE_ROWS = 8
+SURE_ERROR = 0.15
 
 
 class StepModel:
@@ -43,6 +47,7 @@ class StepModel:
         self.replicas = int(replicas)
         self._recent: deque = deque(maxlen=keep)
         self._other: deque = deque(maxlen=keep)
+        self._last: np.ndarray | None = None
 
     def add(self, load: np.ndarray, seconds: np.ndarray) -> None:
         """One update: per replica its load and compute seconds."""
@@ -51,6 +56,7 @@ class StepModel:
             raise ValueError(f"load and seconds must have one entry per replica ({self.replicas}), "
                              f"got shapes {load.shape} and {seconds.shape}")
         row = np.stack([load, seconds])
+        self._last = load
         usual = self._recent[-1][0] if self._recent else None
         if usual is not None and not np.allclose(load, usual, rtol=0.02):
             self._other.append(row)
@@ -63,7 +69,9 @@ class StepModel:
 
     def fit(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(a, b, known)``: per replica the fixed seconds, the seconds per unit of load, and
-        whether its loads spread enough for the line (else ``a`` is 0 and ``b`` the mean rate)."""
+        whether its line is known: measured from loads that spread enough (or from a small move
+        that steady steps measure well, see :func:`_sure`), or borrowed from the measured ones
+        (see :func:`_borrow`). Else ``a`` is 0 and ``b`` the mean rate."""
         rows = list(self._recent) + list(self._other)
         a, b, known = np.zeros(self.replicas), np.full(self.replicas, np.nan), np.zeros(self.replicas, bool)
         if not rows:
@@ -72,22 +80,66 @@ class StepModel:
         for r in range(self.replicas):
             load, secs = data[:, 0, r], data[:, 1, r]
             ok = (load > 0) & (secs > 0) & np.isfinite(secs)
-            if not ok.any():
-                continue
-            load, secs = load[ok], secs[ok]
-            levels = np.unique(np.round(load, 6))
-            med = np.array([np.median(secs[np.round(load, 6) == x]) for x in levels])
-            b[r] = float(np.median(secs / load))
-            if levels.size < 2 or levels.max() < SPREAD * levels.min():
-                continue
-            weight = np.array([np.sum(np.round(load, 6) == x) for x in levels], np.float64)
-            slope, intercept = np.polyfit(levels, med, 1, w=np.sqrt(weight))
-            if slope <= 0:  # time does not grow with load: all of it is fixed
-                slope, intercept = 1e-9 / max(levels.max(), 1.0), float(np.average(med, weights=weight))
-            if intercept < 0:  # through the origin instead
-                slope, intercept = float(np.sum(weight * levels * med) / np.sum(weight * levels ** 2)), 0.0
-            a[r], b[r], known[r] = float(intercept), float(slope), True
+            if ok.any():
+                a[r], b[r], known[r] = _line(load[ok], secs[ok])
+        return _borrow(a, b, known, self._last)
+
+
+def _line(load: np.ndarray, secs: np.ndarray) -> tuple[float, float, bool]:
+    """``(a, b, known)`` of one replica's rows (see :meth:`StepModel.fit`)."""
+    rate = float(np.median(secs / load))
+    key = np.round(load, 6)
+    levels = np.unique(key)
+    if levels.size < 2:
+        return 0.0, rate, False
+    med = np.array([np.median(secs[key == x]) for x in levels])
+    weight = np.array([np.sum(key == x) for x in levels], np.float64)
+    slope, intercept = np.polyfit(levels, med, 1, w=np.sqrt(weight))
+    if levels.max() < SPREAD * levels.min() and not _sure(load, secs, slope, intercept):
+        return 0.0, rate, False
+    if slope <= 0:  # time does not grow with load: all of it is fixed
+        slope, intercept = 1e-9 / max(levels.max(), 1.0), float(np.average(med, weights=weight))
+    if intercept < 0:  # through the origin instead
+        slope, intercept = float(np.sum(weight * levels * med) / np.sum(weight * levels ** 2)), 0.0
+    return float(intercept), float(slope), True
+
+
+def _borrow(a: np.ndarray, b: np.ndarray, known: np.ndarray, load: np.ndarray) -> tuple:
+    """Lines for the replicas whose own loads barely moved, from those whose lines are measured.
+
+    The replicas run the same model, and a slower device stretches its fixed part and its
+    per-unit part alike, so the fixed part's fraction of a step is about the same on every
+    replica. A replica without a line of its own gets that fraction (the median over the
+    measured ones, each at its latest load) of its mean time at its latest load. A re-plan
+    moves the slow replica's load the most, so its line is measured first; the others' loads
+    move by a fraction of that, too little for their own lines.
+    """
+    if known.all() or not known.any() or load is None:
         return a, b, known
+    measured = known & (load > 0)
+    if not measured.any():
+        return a, b, known
+    fraction = float(np.median(a[measured] / (a[measured] + b[measured] * load[measured])))
+    fill = ~known & (load > 0) & np.isfinite(b)
+    time = b * load  # b is a rate (mean seconds per unit) where the line is not known
+    a, b = np.where(fill, fraction * time, a), np.where(fill, (1 - fraction) * time / np.maximum(load, 1e-12), b)
+    return a, b, known | fill
+
+
+def _sure(load: np.ndarray, secs: np.ndarray, slope: float, intercept: float) -> bool:
+    """Whether a slope from loads that spread less than :data:`SPREAD` is still measured well.
+
+    It is when there are :data:`SURE_ROWS` rows, two or more at each outer load, and the slope's standard
+    error (from the rows' robust spread about the line) is under :data:`SURE_ERROR` of the
+    slope: long, steady steps measure a line from a small move; short, noisy ones do not.
+    """
+    lo, hi = load.min(), load.max()
+    if slope <= 0 or min(np.sum(load == lo), np.sum(load == hi)) < 2 or load.size < SURE_ROWS:
+        return False
+    residual = secs - (intercept + slope * load)
+    sigma = 1.4826 * float(np.median(np.abs(residual - np.median(residual))))
+    spread = float(np.sqrt(np.sum((load - load.mean()) ** 2)))
+    return spread > 0 and sigma / spread < SURE_ERROR * slope
 
 
 def step_time(shares: np.ndarray, total: float, a: np.ndarray, b: np.ndarray) -> float:

@@ -142,7 +142,7 @@ class ReplicaMonitor:
         self._rows.append(np.maximum(fields, 0.0))
         self._meta.append((int(epoch), int(step), self.global_step,
                            self._since_plan >= self.rebalancer.options.warmup and not self._switching,
-                           self._since_plan == 0))
+                           self._since_plan == 0, self._switching and self._since_plan >= self.rebalancer.options.warmup))
         self._load = None
         self.global_step += 1
         self._since_plan += 1
@@ -174,7 +174,7 @@ class ReplicaMonitor:
         rows = np.asarray(gathered, np.float64).reshape(self.replicas, len(self._meta), FIELDS).transpose(1, 0, 2)
         meta, self._rows, self._meta = self._meta, [], []
         weights = list(self.weights if self._in_use is None else self._in_use)
-        for (epoch, step, gstep, _, first), r in zip(meta, rows):
+        for (epoch, step, gstep, _, first, _), r in zip(meta, rows):
             if first:  # pipelines (re)opened before this update: what a re-plan costs
                 self.rebalancer.replan_cost(float((r[:, 5] + r[:, 3]).max()))
             compute = r[:, 2]
@@ -209,6 +209,9 @@ class ReplicaMonitor:
             self.log.scalar("step/imbalance", float(np.mean(comp.max(axis=1) / np.maximum(comp.mean(axis=1), 1e-12))),
                             at)
         use = np.array([m[3] for m in meta], bool)
+        old = np.array([m[5] for m in meta], bool)  # steps of the old weights before a decided switch lands
+        if old.any():
+            self.rebalancer.measured(rows[old, :, 1], rows[old, :, 2])
         if not use.any():
             return None
         # Load units per second are measured on the compute part of the step (without the wait for

@@ -255,5 +255,8 @@ class MonitorOptions:
         emulated = self.simulation().active
         auto = (emulated or not shared_cpu) and not deterministic
         enabled = self.rebalance == "on" or (self.rebalance == "auto" and auto)
-        return RebalanceOptions(enabled=enabled, threshold=self.rebalance_threshold,
+        # A gain of 1.5 re-plans at once, or of the threshold when that is higher (a user's threshold
+        # must not clash with an option the command line does not show).
+        threshold = float(self.rebalance_threshold)
+        return RebalanceOptions(enabled=enabled, threshold=threshold, urgent=max(RebalanceOptions.urgent, threshold),
                                 payback=float(self.rebalance_payback))
