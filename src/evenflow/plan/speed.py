@@ -240,11 +240,11 @@ class Rebalancer:
                 else decision(weights, why)
         if self.review.reviewing:
             return decision(None, "review")
-        if self._measuring > 0 and not known and not self._paid:  # the half-way move's steps draw the lines
-            return decision(None, "measure")
         if self._cooldown > 0:
             self._cooldown -= 1
             return decision(None, "")
+        if self._measuring > 0 and not known and not self._paid:  # the half-way move's steps draw the lines
+            return decision(None, "measure")
         if self._blocked > 0:
             self._blocked -= 1
             return decision(None, "")

@@ -89,7 +89,9 @@ class ReplicaMonitor:
         self._switching = False       # a re-plan is decided; the stream switches to it a few steps later
         self._in_use = None           # the weights the steps run with, once a re-plan took effect
         self._rows: list[np.ndarray] = []   # local [local R, FIELDS] per update
-        self._meta: list[tuple[int, int, int, bool]] = []  # epoch, step, global step, counts for speed
+        # epoch, step, global step, counts for speed, first after an opening, a step of the old weights
+        # between a decided re-plan and its switch (it counts for the lines only)
+        self._meta: list[tuple[int, int, int, bool, bool, bool]] = []
         self._load = None             # local (samples, cost) of micro-steps of the update in progress
         self.totals = np.zeros((self.replicas, FIELDS))
         self.waited_for = np.zeros(self.replicas)  # time the others waited for each replica
@@ -142,7 +144,8 @@ class ReplicaMonitor:
         self._rows.append(np.maximum(fields, 0.0))
         self._meta.append((int(epoch), int(step), self.global_step,
                            self._since_plan >= self.rebalancer.options.warmup and not self._switching,
-                           self._since_plan == 0, self._switching and self._since_plan >= self.rebalancer.options.warmup))
+                           self._since_plan == 0,
+                           self._switching and self._since_plan >= self.rebalancer.options.warmup))
         self._load = None
         self.global_step += 1
         self._since_plan += 1

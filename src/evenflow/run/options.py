@@ -204,7 +204,8 @@ class MonitorOptions:
         "have no speed of their own unless --simulate-* emulates devices, and except with --deterministic: "
         "re-plans follow timings, which no two runs share)"))
     rebalance_threshold: float = field(default=1.10, metadata=_help(
-        "re-plan when the measured speeds predict steps at least this many times faster, > 1"))
+        "re-plan when the measured speeds predict steps at least this many times faster at 2 checks in a row, "
+        "> 1 (a gain of 1.5, or of this when higher, re-plans at the first check)"))
     rebalance_payback: float = field(default=1.5, metadata=_help(
         "re-plan only when the predicted saving over the steps left is at least this many times what a re-plan "
         "costs (measured: switching the input pipelines' plan, or rebuilding them where they cannot switch), "
