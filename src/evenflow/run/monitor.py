@@ -142,10 +142,9 @@ class ReplicaMonitor:
         self._last_end = t[:, 4]
         fields = np.column_stack([self._load, t[:, 3] - t[:, 2], t[:, 1] - began, t[:, 4] - began, gap])
         self._rows.append(np.maximum(fields, 0.0))
-        self._meta.append((int(epoch), int(step), self.global_step,
-                           self._since_plan >= self.rebalancer.options.warmup and not self._switching,
-                           self._since_plan == 0,
-                           self._switching and self._since_plan >= self.rebalancer.options.warmup))
+        warm = self._since_plan >= self.rebalancer.options.warmup
+        self._meta.append((int(epoch), int(step), self.global_step, warm and not self._switching,
+                           self._since_plan == 0, warm and self._switching))
         self._load = None
         self.global_step += 1
         self._since_plan += 1
