@@ -24,8 +24,11 @@ re-plans at a loss: each replica's time is a fixed part plus a part per unit of 
 proposal minimises the slowest replica under those lines, the predicted gain counts
 the step's overhead outside the replicas' compute, and a re-plan must save ``payback``
 times its measured cost over the steps left. While the fixed parts are unknown (equal
-loads so far) the first re-plan goes only half way to the proposal; once one made steps
-faster, re-plans go all the way. A re-plan that made steps slower
+loads so far) time is taken as proportional to load. That overstates the gain where fixed
+parts dominate, but its split never makes the replicas' compute slower: with lines whose
+fixed parts are >= 0, a replica that loses load takes at least its predicted time and less
+than before, one that gains load at most its predicted time, so the slowest after the move
+is one that lost load, faster than before. A re-plan that made steps slower
 (:class:`~evenflow.plan.step_model.ReplanReview`) is re-aimed from the lines its own steps
 measured (``corrections`` times at most), else undone, and no re-plan follows for ``review``
 checks (twice as many after each undo in a row) unless a device's speed changes.
@@ -84,8 +87,7 @@ class Decision:
     steps slower: re-aimed from the lines its steps measured), ``"undo"`` (it made steps
     slower and the lines point nowhere better: back to the weights before it),
     ``"payback"`` (a gain that would not repay the re-plan's cost over the steps left),
-    ``"review"`` (the last re-plan is still being measured), ``"measure"`` (a half-way move's
-    steps are still measuring the replicas' lines) or ``""``.
+    ``"review"`` (the last re-plan is still being measured) or ``""``.
     """
 
     weights: tuple[float, ...] | None
@@ -130,8 +132,6 @@ class Rebalancer:
         self._blocked = 0      # checks left without re-plans after one was undone (or until a speed change)
         self._undos = 0        # undos since a re-plan last made steps faster (or a speed change)
         self._corrections = 0  # re-plans corrected from measured lines since the last one judged
-        self._paid = False     # a re-plan was reviewed and made steps faster (since the last speed change)
-        self._measuring = 0    # updates left to measure the lines in after a half-way move
 
     @property
     def shares(self) -> np.ndarray:
@@ -171,7 +171,6 @@ class Rebalancer:
                 self.estimator.restart(changed, lo_sum, se_sum)
             self.model.add(lo, se)
             self.review.add(st)
-            self._measuring = max(self._measuring - 1, 0)
             self._overhead.append(max(float(st - se.max()), 0.0))
             self._total.append(float(lo.sum()))
 
@@ -214,57 +213,46 @@ class Rebalancer:
         fit = self._fit = self.model.fit()
         known = bool(fit[2].all()) or not len(self.model)  # no per-update rows: nothing to learn by waiting
         a, b, total = self._lines(fit)
+        # While a replica's fixed part is unknown its time is taken as proportional to load: the
+        # predicted gain is too high where fixed parts dominate, but the split is never slower than
+        # the one in use (see the module docstring).
         target = self.propose(fit)
-        # While each replica's fixed part is unknown, time is taken as proportional to load, which
-        # overstates what moving samples saves where fixed costs dominate: the first move goes half
-        # way. Once one has made steps faster (or the lines are known), moves go all the way.
-        proposal = target if known or self._paid else self._toward(target)
         overhead = float(np.median(self._overhead)) if self._overhead else 0.0
         now = step_time(self.shares, total, a, b)
-
-        def speedup(weights) -> tuple[float, float]:  # (predicted speed-up over the weights in use, step time)
-            then = step_time(np.asarray(weights) / np.sum(weights), total, a, b)
-            return (now + overhead) / (then + overhead), then
-
-        g, then = speedup(proposal)
-        g_target = speedup(target)[0]
+        then = step_time(np.asarray(target) / np.sum(target), total, a, b)
+        g = (now + overhead) / (then + overhead)  # the predicted speed-up over the weights in use
         before, after = step_imbalance(self.shares * total * b + a, 1), \
-            step_imbalance(np.asarray(proposal) / np.sum(proposal) * total * b + a, 1)
+            step_imbalance(np.asarray(target) / np.sum(target) * total * b + a, 1)
         speeds = tuple(float(x) for x in self.estimator.speeds())
         decision = lambda w, why: Decision(w, speeds, g, before, after, why)  # noqa: E731
-        self._streak = self._streak + 1 if g_target > self.options.threshold else 0
-        judged = self._judge(known, target, g_target)
-        if judged is not None:  # a re-aimed re-plan is predicted on its own target's gain
-            weights, why = judged
-            return Decision(weights, speeds, g_target, before, after, why) if why == "correct" \
-                else decision(weights, why)
+        self._streak = self._streak + 1 if g > self.options.threshold else 0
+        judged = self._judge(known, target, g)
+        if judged is not None:
+            return decision(*judged)
         if self.review.reviewing:
             return decision(None, "review")
         if self._cooldown > 0:
             self._cooldown -= 1
             return decision(None, "")
-        if self._measuring > 0 and not known and not self._paid:  # the half-way move's steps draw the lines
-            return decision(None, "measure")
         if self._blocked > 0:
             self._blocked -= 1
             return decision(None, "")
-        patient = self._streak >= self.options.patience or g_target > self.options.urgent
-        if not self.options.enabled or not patient or proposal == self.weights:
+        patient = self._streak >= self.options.patience or g > self.options.urgent
+        if not self.options.enabled or not patient or target == self.weights:
             return decision(None, "")
         cost = self.replan_seconds
         if steps_left is not None and cost is not None and steps_left * (now - then) < self.options.payback * cost:
             self.held_back += 1
             return decision(None, "payback")
         self.review.replanned(self.weights)
-        self.weights, self._streak, self._cooldown = proposal, 0, self.options.cooldown
-        self._measuring = self.options.review if proposal != target else 0
-        return decision(proposal, "replan")
+        self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+        return decision(target, "replan")
 
     def _judge(self, known: bool, target, g_target: float) -> tuple[tuple[float, ...], str] | None:
         """Act on the review of the last re-plan: ``(weights, "correct" | "undo")``, or None."""
         verdict, back, _ = self.review.verdict()
         if verdict == "kept":
-            self._corrections, self._paid, self._undos = 0, True, 0
+            self._corrections, self._undos = 0, 0
         elif verdict == "even":
             self._corrections = 0
         if verdict != "undo" or not self.options.enabled:
@@ -291,11 +279,4 @@ class Rebalancer:
         """A device changed speed: its old lines and step times are stale, and a re-plan that did
         not pay before may pay now."""
         self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
-        self._blocked, self._corrections, self._paid, self._undos, self._fit = 0, 0, False, 0, None
-        self._measuring = 0
-
-    def _toward(self, target: tuple[float, ...]) -> tuple[float, ...]:
-        """Half way from the weights in use to ``target`` (both with the fastest replica at 1), rounded."""
-        now = np.asarray(self.weights, np.float64)
-        mid = 0.5 * (now / now.max() + np.asarray(target, np.float64))
-        return self._round(mid / mid.max())
+        self._blocked, self._corrections, self._undos, self._fit = 0, 0, 0, None
