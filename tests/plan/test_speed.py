@@ -79,6 +79,26 @@ def test_a_device_that_slows_down_later_is_followed_once_per_change():
     assert len(changes) <= 3  # hysteresis: a few steps toward 1/3 while the average catches up, not flapping
 
 
+@pytest.mark.parametrize("slow, first_check", [(3.0, 10), (1.8, 11)])
+def test_a_device_that_slows_later_is_replanned_all_the_way_from_the_updates_after_the_change(slow, first_check):
+    # Per-update rows (two per check) at 0.5 s steps; replica 3 slows from update 20, the first
+    # update of check 10. Off its line by 200%, two updates show the change (the check right after
+    # it); by 80%, three (the next check). Either way the estimate restarts from the updates after
+    # the change only, so the one re-plan goes all the way, not to a blend of old and new speeds.
+    reb = Rebalancer(4, RebalanceOptions(review=16, payback=0), global_batch_size=512)
+    moves = []
+    for k in range(20):
+        factor = [1, 1, 1, slow if k >= 10 else 1]
+        load, secs = _times(reb.shares, 512, [0.01] * 4, [1e-3] * 4, factor)
+        loads, seconds = np.tile(load, (2, 1)), np.tile(secs, (2, 1))
+        reb.observe(loads, seconds, seconds.max(axis=1) + 0.002)
+        d = reb.check(loads.sum(axis=0), seconds.sum(axis=0), steps_left=1000)
+        if d is not None and d.weights is not None:
+            moves.append((k, d.weights))
+    assert len(moves) == 1 and moves[0][0] == first_check, moves
+    assert moves[0][1][3] == pytest.approx(1 / slow, abs=0.02), moves
+
+
 def test_rebalancing_off_measures_but_never_changes_weights():
     reb = Rebalancer(2, RebalanceOptions(enabled=False), global_batch_size=64)
     for _ in range(5):
@@ -109,11 +129,14 @@ def test_bad_options_state_the_rule(kwargs, fragment):
 def test_a_real_change_of_speed_replaces_the_average_once_two_windows_show_it():
     est = SpeedEstimator(2, smoothing=0.5, jump=0.3)
     est.update([10, 10], [1.0, 1.0])
-    assert not est.update([10, 10], [1.1, 3.0]).any()  # +10%: smoothed; x3 once: maybe noise, smoothed too
-    np.testing.assert_allclose(est.seconds_per_unit, [0.105, 0.2])
+    assert not est.update([10, 10], [1.1, 3.0]).any()  # +10%: smoothed; x3 once: maybe noise, held out
+    np.testing.assert_allclose(est.seconds_per_unit, [0.105, 0.1])
     assert est.update([10, 10], [1.1, 3.0]).tolist() == [False, True]  # x3 again: a new speed, taken as it is
     np.testing.assert_allclose(est.seconds_per_unit, [0.1075, 0.3])
     assert not est.update([10, 10], [1.1, 1.0]).any()  # one window back to x1: not (yet) a change
+    np.testing.assert_allclose(est.seconds_per_unit, [0.10875, 0.3])
+    assert not est.update([10, 10], [1.1, 3.0]).any()  # x3 again: the lone window off was noise, dropped
+    np.testing.assert_allclose(est.seconds_per_unit, [0.109375, 0.3])
 
 
 # -- fixed parts, payback and undo -------------------------------------------------------------

@@ -163,7 +163,7 @@ class Rebalancer:
             if changed is not None and changed.any():
                 # Steps off the line, several in a row: measure the lines again from those steps on.
                 self._restart()
-                recent = list(self.change.recent)
+                recent = list(self.change.recent)[-self.change.run:]  # the updates off the line
                 for lo_, se_, st_ in recent[:-1]:
                     self.model.add(lo_, se_)
                     self.review.add(st_)

@@ -15,7 +15,8 @@ class SpeedEstimator:
     Args:
         replicas: R.
         smoothing: weight of each new window, in (0, 1].
-        jump: a window more than this fraction away from the average replaces it.
+        jump: a window more than this fraction away from the average replaces it when the next
+            window is off the same way; a lone window off is left out.
     """
 
     def __init__(self, replicas: int, smoothing: float = 0.5, jump: float = float("inf")):
@@ -42,18 +43,21 @@ class SpeedEstimator:
         # A jump at an unchanged load, seen in two windows in a row in the same direction, is a
         # device that changed speed (one window off is timing noise: a busy core's scheduler alone
         # moves a window by 30% or more); at a new load (after a re-plan) the rate per unit also
-        # moves by the step's fixed part, which is no news.
+        # moves by the step's fixed part, which is no news. The first window off is held out of
+        # the average until the next one tells: averaged in, a real change would show as a value
+        # between the old speed and the new one, and a re-plan to it would go only part of the way.
         same = np.isclose(load, self._last_load, rtol=0.02)
         known = np.isfinite(self.seconds_per_unit)
         with np.errstate(invalid="ignore"):
             side = np.sign(rate / self.seconds_per_unit - 1)
         candidate = fresh & known & same
         jumped = candidate & (self._pending == side)
-        self._pending = np.where(candidate & ~jumped, side, 0.0)
+        held = candidate & ~jumped
+        self._pending = np.where(held, side, 0.0)
         fresh &= ~known | ~same | jumped
         self._last_load = np.where(ok, load, self._last_load)
         self.seconds_per_unit[fresh] = rate[fresh]
-        old = ok & ~fresh
+        old = ok & ~fresh & ~held
         a = self.smoothing
         self.seconds_per_unit[old] = (1 - a) * self.seconds_per_unit[old] + a * rate[old]
         return jumped

@@ -226,7 +226,8 @@ class ReplanReview:
 
 class SpeedChange:
     """A replica whose compute left its line: ``confirm`` updates in a row off it by more than
-    ``jump`` (a fraction of the predicted time), all the same way.
+    ``jump`` (a fraction of the predicted time), all the same way, or one update fewer when they
+    are all off by more than twice ``jump`` at the load of the update before.
 
     One update off is timing noise (a busy core's scheduler alone moves one by 30% or more);
     several in a row are a device that changed speed. Judging each update against the line at
@@ -242,21 +243,28 @@ class SpeedChange:
         self.jump, self.confirm = float(jump), int(confirm)
         self._side = np.zeros(int(replicas))
         self._count = np.zeros(int(replicas), int)
+        self._far = np.zeros(int(replicas), int)  # the same, off by more than twice ``jump``
         self.recent: deque = deque(maxlen=self.confirm)  # the last updates: (load, seconds, step seconds)
+        self.run = 0  # updates off the line that the last change was seen in (the last of ``recent``)
 
     def add(self, load: np.ndarray, seconds: np.ndarray, step_seconds: float,
             fit: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         """One update, judged against ``fit`` (:meth:`StepModel.fit` before it); which replicas changed speed."""
         a, b, _ = fit
         load, seconds = np.asarray(load, np.float64), np.asarray(seconds, np.float64)
+        steady = np.isclose(load, self.recent[-1][0], rtol=0.02) if self.recent else np.zeros(len(load), bool)
         self.recent.append((load, seconds, float(step_seconds)))
         with np.errstate(invalid="ignore", divide="ignore"):
             predicted = a + b * load
             ok = (load > 0) & (seconds > 0) & np.isfinite(predicted) & (predicted > 0)
             off = np.where(ok, seconds / np.where(ok, predicted, 1.0) - 1, 0.0)
         side = np.where(np.abs(off) > self.jump, np.sign(off), 0.0)
+        far = (np.abs(off) > 2 * self.jump) & steady  # at a new load its line may be what is off
         self._count = np.where((side != 0) & (side == self._side), self._count + 1, (side != 0).astype(int))
+        self._far = np.where(far & (side == self._side), self._far + 1, far.astype(int))
         self._side = side
-        changed = self._count >= self.confirm
-        self._count[changed], self._side[changed] = 0, 0.0
+        changed = (self._count >= self.confirm) | (self._far >= self.confirm - 1)
+        self.run = int(np.where(self._far >= self.confirm - 1, self.confirm - 1, self.confirm)[changed].min()) \
+            if changed.any() else 0
+        self._count[changed], self._far[changed], self._side[changed] = 0, 0, 0.0
         return changed
