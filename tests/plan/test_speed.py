@@ -137,6 +137,12 @@ def test_a_real_change_of_speed_replaces_the_average_once_two_windows_show_it():
     np.testing.assert_allclose(est.seconds_per_unit, [0.10875, 0.3])
     assert not est.update([10, 10], [1.1, 3.0]).any()  # x3 again: the lone window off was noise, dropped
     np.testing.assert_allclose(est.seconds_per_unit, [0.109375, 0.3])
+    # 40% slower once (held), then 20% slower (more than half a jump, the same way): a change of
+    # about the jump's size seen through noise, so both windows are averaged in, in order.
+    assert not est.update([10, 10], [1.1, 4.2]).any()
+    np.testing.assert_allclose(est.seconds_per_unit[1], 0.3)
+    assert not est.update([10, 10], [1.1, 3.6]).any()
+    np.testing.assert_allclose(est.seconds_per_unit[1], 0.5 * (0.5 * 0.3 + 0.5 * 0.42) + 0.5 * 0.36)
 
 
 # -- fixed parts, payback and undo -------------------------------------------------------------

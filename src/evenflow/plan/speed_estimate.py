@@ -16,7 +16,8 @@ class SpeedEstimator:
         replicas: R.
         smoothing: weight of each new window, in (0, 1].
         jump: a window more than this fraction away from the average replaces it when the next
-            window is off the same way; a lone window off is left out.
+            window is off the same way; it is averaged in late when the next is off the same way
+            by more than half as much, and left out when the next is not.
     """
 
     def __init__(self, replicas: int, smoothing: float = 0.5, jump: float = float("inf")):
@@ -24,6 +25,7 @@ class SpeedEstimator:
         self.seconds_per_unit = np.full(self.replicas, np.nan)
         self._last_load = np.full(self.replicas, np.nan)
         self._pending = np.zeros(self.replicas)  # direction of an unconfirmed jump, per replica
+        self._held = np.full(self.replicas, np.nan)  # its rate, left out of the average so far
 
     def update(self, load: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         """Add one window: per replica its summed load and summed compute seconds.
@@ -53,12 +55,20 @@ class SpeedEstimator:
         candidate = fresh & known & same
         jumped = candidate & (self._pending == side)
         held = candidate & ~jumped
+        a = self.smoothing
+        # The window held last time, when this one is off the same way by less than a jump but
+        # more than half of one (a change of about the jump's size, seen through noise): averaged
+        # in late. Back near the average: it was noise, and is dropped.
+        with np.errstate(invalid="ignore"):
+            late = (self._pending != 0) & ~jumped & ok & known & (side == self._pending) \
+                & (np.abs(rate / self.seconds_per_unit - 1) > self.jump / 2)
+        self.seconds_per_unit[late] = (1 - a) * self.seconds_per_unit[late] + a * self._held[late]
         self._pending = np.where(held, side, 0.0)
+        self._held = np.where(held, rate, np.nan)
         fresh &= ~known | ~same | jumped
         self._last_load = np.where(ok, load, self._last_load)
         self.seconds_per_unit[fresh] = rate[fresh]
         old = ok & ~fresh & ~held
-        a = self.smoothing
         self.seconds_per_unit[old] = (1 - a) * self.seconds_per_unit[old] + a * rate[old]
         return jumped
 
@@ -66,7 +76,7 @@ class SpeedEstimator:
         """Replace the estimates of replicas ``which`` by ``seconds / load`` (a speed change seen elsewhere)."""
         which = np.asarray(which, bool) & (np.asarray(load) > 0) & (np.asarray(seconds) > 0)
         self.seconds_per_unit[which] = np.asarray(seconds, np.float64)[which] / np.asarray(load, np.float64)[which]
-        self._pending[which] = 0.0
+        self._pending[which], self._held[which] = 0.0, np.nan
 
     @property
     def ready(self) -> bool:
