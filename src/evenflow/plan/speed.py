@@ -219,10 +219,10 @@ class Rebalancer:
         target = self.propose(fit)
         overhead = float(np.median(self._overhead)) if self._overhead else 0.0
         now = step_time(self.shares, total, a, b)
-        then = step_time(np.asarray(target) / np.sum(target), total, a, b)
+        shares = np.asarray(target) / np.sum(target)
+        then = step_time(shares, total, a, b)
         g = (now + overhead) / (then + overhead)  # the predicted speed-up over the weights in use
-        before, after = step_imbalance(self.shares * total * b + a, 1), \
-            step_imbalance(np.asarray(target) / np.sum(target) * total * b + a, 1)
+        before, after = step_imbalance(self.shares * total * b + a, 1), step_imbalance(shares * total * b + a, 1)
         speeds = tuple(float(x) for x in self.estimator.speeds())
         decision = lambda w, why: Decision(w, speeds, g, before, after, why)  # noqa: E731
         self._streak = self._streak + 1 if g > self.options.threshold else 0

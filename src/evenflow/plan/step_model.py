@@ -263,8 +263,8 @@ class SpeedChange:
         self._count = np.where((side != 0) & (side == self._side), self._count + 1, (side != 0).astype(int))
         self._far = np.where(far & (side == self._side), self._far + 1, far.astype(int))
         self._side = side
-        changed = (self._count >= self.confirm) | (self._far >= self.confirm - 1)
-        self.run = int(np.where(self._far >= self.confirm - 1, self.confirm - 1, self.confirm)[changed].min()) \
-            if changed.any() else 0
+        far_run = self._far >= self.confirm - 1
+        changed = (self._count >= self.confirm) | far_run
+        self.run = (self.confirm - int(far_run.any())) if changed.any() else 0
         self._count[changed], self._far[changed], self._side[changed] = 0, 0, 0.0
         return changed
