@@ -11,3 +11,19 @@ def test_a_threshold_above_the_urgent_gain_is_accepted_and_raises_it():
     assert options.enabled and options.threshold == 3.0 and options.urgent == 3.0
     default = MonitorOptions(rebalance="on").rebalance_options()
     assert default.threshold == 1.1 and default.urgent == 1.5
+
+
+def test_auto_rebalances_logical_devices_only_when_they_emulate_devices_of_their_own():
+    # On logical devices sharing one CPU's cores, --simulate-slow alone scales the time the shared
+    # cores give a replica: a re-plan from it chases the scheduler (measured on digits, 4 replicas,
+    # one 3x slow: even the true weights run 1.01-1.07x as fast as none), so auto keeps the plan.
+    # --simulate-sample-ms gives each replica a device time of its own: auto re-plans.
+    slow_only = MonitorOptions(simulate_slow="2:3")
+    assert not slow_only.rebalance_options(shared_cpu=True).enabled
+    assert slow_only.rebalance_options(shared_cpu=False).enabled  # separate processes or devices
+    assert MonitorOptions(simulate_slow="2:3", rebalance="on").rebalance_options(shared_cpu=True).enabled
+    devices = MonitorOptions(simulate_slow="2:3", simulate_sample_ms=2.0)
+    assert devices.rebalance_options(shared_cpu=True).enabled
+    assert not devices.rebalance_options(shared_cpu=True, deterministic=True).enabled
+    assert not MonitorOptions().rebalance_options(shared_cpu=True).enabled
+    assert MonitorOptions().rebalance_options(shared_cpu=False).enabled

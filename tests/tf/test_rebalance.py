@@ -122,6 +122,14 @@ def test_fewer_samples_than_replicas_fail_before_anything_is_written(tmp_path, c
     assert not (tmp_path / "run").exists()
 
 
+def test_auto_keeps_the_plan_of_logical_devices_slowed_without_a_device_time_of_their_own(tmp_path):
+    # --simulate-slow alone on logical devices of one CPU: the replicas' timings come from the
+    # shared cores, so auto says why it keeps the plan and what turns it on.
+    run = _train(tmp_path / "r", "--simulate-slow", "2:3", "--epochs", "1")
+    assert "rebalancing off (auto)" in run["_stdout"] and "--simulate-sample-ms" in run["_stdout"], run["_stdout"]
+    assert run["telemetry"]["rebalances"] == []
+
+
 def test_a_bad_simulate_slow_value_is_one_line_exit_2(tmp_path, capsys):
     from evenflow.cli import main
 

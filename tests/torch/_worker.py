@@ -9,7 +9,9 @@ SPEC keys: n, classes, batch (global batch size), epochs, seed, lr, momentum, fe
 (per-sample shape), eval_n, nan_ids (sample ids whose features are NaN), rebalance
 ([epoch, step, weights] or null: at that cursor the callback returns the weights),
 die_at ([rank, epoch, step] or null: that rank sends itself SIGKILL once the cursor is
-reached), checkpoint_dir, checkpoint_every, pg_timeout (seconds), resume (bool), dropout.
+reached), checkpoint_dir, checkpoint_every, pg_timeout (seconds), resume (bool), dropout, shard
+(bool: the model's parameters sharded with FSDP; its weights are written whole), adam (bool:
+Adam at ``lr`` instead of SGD).
 Checkpoints, the anomaly log (each rank its own) and resumes go through evenflow.run's
 TrainingGuard, the same as ``evenflow train`` uses.
 Rank r writes ``OUT_PREFIX-r.npz`` (no pickle): the ids it trained on at each step with
@@ -93,7 +95,13 @@ def main(spec: dict, prefix: str) -> None:
     plan = ef.Plan(source.index(), ef.Topology(world), global_batch_size=spec["batch"], seed=spec["seed"])
     torch.manual_seed(spec["seed"])
     model = build_model("mlp", shape, spec["classes"], dropout=spec.get("dropout", 0.0))
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec.get("momentum", 0.0))
+    if spec.get("shard"):
+        from evenflow.torch import shard_model
+        shard_model(model)
+    if spec.get("adam"):
+        optimizer = torch.optim.Adam(model.parameters(), lr=spec["lr"])
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec.get("momentum", 0.0))
     rebalance_at = spec.get("rebalance")
     trainer = Trainer(model, optimizer, timing=bool(rebalance_at))
     run_dir = spec.get("checkpoint_dir") or f"{prefix}-run-{rank}"
@@ -137,7 +145,7 @@ def main(spec: dict, prefix: str) -> None:
              "epoch_samples": np.array([r.samples for r in results]),
              "eval_count": ev.count, "eval_accuracy": ev.accuracy}
     for i, p in enumerate(model.parameters()):
-        found[f"w{i}"] = p.detach().numpy()
+        found[f"w{i}"] = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().numpy()
     np.savez(f"{prefix}-{rank}.npz", **found)
     from evenflow.torch import finish_distributed
     finish_distributed()

@@ -188,8 +188,11 @@ class Checkpointer:
             self.state.write(tmp)
             fault_point("save-written")
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-            for f in tmp.iterdir():
-                fsync_file(f)
+            for f in sorted(tmp.rglob("*"), reverse=True):  # files, then the folders holding them
+                if f.is_dir():
+                    fsync_dir(f)
+                else:
+                    fsync_file(f)
             fsync_dir(tmp)
             fault_point("save-synced")
             self._place(tmp, final)

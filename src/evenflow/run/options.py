@@ -119,9 +119,14 @@ class ComputeOptions:
         f"an update over their union"))
     loader_workers: int = field(default=1, metadata=_help(
         "torch: DataLoader worker processes per rank, >= 0 (0 loads in the training process)"))
+    shard_parameters: bool = field(default=False, metadata=_help(
+        "torch: split the model's parameters, gradients and optimizer state across the ranks (FSDP), each "
+        "holding about 1/R of them, for models too big for one device; checkpoints are written by every rank "
+        "and load on any number of ranks"))
 
     def __post_init__(self):
         check_choice("framework", self.framework, FRAMEWORKS)
+        check_bool("shard_parameters", self.shard_parameters)
         check_int("replicas", self.replicas, 1)
         check_choice("precision", self.precision, PRECISIONS)
         check_int("threads", self.threads, 0, 1024)
@@ -201,8 +206,8 @@ class MonitorOptions:
     rebalance: str = field(default="auto", metadata=_help(
         "re-plan the rest of an epoch with weights proportional to each replica's measured speed when one is "
         "persistently slower: on, off, or auto (on, except for logical devices sharing one CPU's cores, which "
-        "have no speed of their own unless --simulate-* emulates devices, and except with --deterministic: "
-        "re-plans follow timings, which no two runs share)"))
+        "have no speed of their own unless --simulate-sample-ms emulates devices, and except with "
+        "--deterministic: re-plans follow timings, which no two runs share)"))
     rebalance_threshold: float = field(default=1.10, metadata=_help(
         "re-plan when the measured speeds predict steps at least this many times faster at 2 checks in a row, "
         "> 1 (a gain of 1.5, or of this when higher, re-plans at the first check)"))
@@ -244,17 +249,25 @@ class MonitorOptions:
 
         return Simulation(parse_slow(self.simulate_slow), float(self.simulate_sample_ms))
 
-    def rebalance_options(self, shared_cpu: bool = False, deterministic: bool = False):
+    @property
+    def emulates_devices(self) -> bool:
+        """True when every replica gets an emulated device time of its own (``simulate_sample_ms`` > 0)."""
+        return self.simulate_sample_ms > 0
+
+    def rebalance_options(self, shared_cpu: bool = False, deterministic: bool = False, sharded: bool = False):
         """The :class:`~evenflow.plan.speed.RebalanceOptions` these options describe.
 
         ``shared_cpu``: the replicas are logical devices of one CPU (``auto`` is then off,
-        unless devices are emulated). ``deterministic``: a bitwise reproducible run (``auto`` is
-        then off: a re-plan happens where the measured timings say, which differs between runs).
+        unless ``simulate_sample_ms`` emulates devices of their own: ``simulate_slow`` alone
+        scales a compute time that the replicas' shared cores decide, not a speed of their
+        own). ``deterministic``: a bitwise reproducible run (``auto`` is then off: a re-plan
+        happens where the measured timings say, which differs between runs). ``sharded``: the
+        model's parameters are sharded across the ranks, whose every layer waits for all of
+        them, so a rank has no compute time of its own (``auto`` is then off).
         """
         from evenflow.plan.speed import RebalanceOptions
 
-        emulated = self.simulation().active
-        auto = (emulated or not shared_cpu) and not deterministic
+        auto = (self.emulates_devices or not shared_cpu) and not deterministic and not sharded
         enabled = self.rebalance == "on" or (self.rebalance == "auto" and auto)
         # A gain of 1.5 re-plans at once, or of the threshold when that is higher (a user's threshold
         # must not clash with an option the command line does not show).

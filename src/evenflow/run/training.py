@@ -39,11 +39,17 @@ def make_monitor(p, session, log, resumed: bool) -> ReplicaMonitor | None:
     plan = p.train_plan
     costs = plan.index.costs if plan.options.balance == "cost" else None
     return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
-                          rebalance=cfg.monitor.rebalance_options(session.shared_cpu, cfg.checkpoint.deterministic),
+                          rebalance=cfg.monitor.rebalance_options(session.shared_cpu, cfg.checkpoint.deterministic,
+                                                                  _sharded(p, session)),
                           log=log if procs.is_chief else None,
                           telemetry=p.run_dir / TELEMETRY_FILE if procs.is_chief else None,
                           workers=procs.count, append=resumed,
                           shared_devices=session.shared_cpu and not cfg.monitor.simulation().active)
+
+
+def _sharded(p, session) -> bool:
+    """True when the run's model is sharded across several processes (no rank has a time of its own)."""
+    return p.config.compute.shard_parameters and session.processes.count > 1
 
 
 def _say_monitor(p, session, monitor, out) -> None:
@@ -58,6 +64,15 @@ def _say_monitor(p, session, monitor, out) -> None:
         elif mon.rebalance == "auto" and p.config.checkpoint.deterministic:
             print("rebalancing off (auto): --deterministic runs keep their plan, since re-plans follow measured "
                   "timings; telemetry is still written (--rebalance on to force)", file=out)
+        elif mon.rebalance == "auto" and _sharded(p, session):
+            print("rebalancing off (auto): the model's parameters are sharded, so every layer waits for all "
+                  "ranks and no rank has a compute time of its own to measure; telemetry is still written",
+                  file=out)
+        elif mon.rebalance == "auto" and mon.simulate_slow:
+            print(f"rebalancing off (auto): the {comp.replicas} replicas are logical devices sharing one CPU's "
+                  f"cores, and --simulate-slow alone scales the time those shared cores give a replica, not a "
+                  f"speed of its own; add --simulate-sample-ms (e.g. 2) to emulate devices of their own, or "
+                  f"--rebalance on to force", file=out)
         elif mon.rebalance == "auto":
             print(f"rebalancing off (auto): the {comp.replicas} replicas are logical devices sharing one CPU's "
                   f"cores, so they have no speed of their own; telemetry is still written (--rebalance on to "

@@ -19,6 +19,8 @@ __all__ = ["TensorFlow", "REFUSED"]
 REFUSED = {
     "loader_workers": "tf.data reads with its own thread pool (no worker processes); drop --loader-workers",
     "backend": "the collective implementation between TensorFlow workers is --communication; drop --backend",
+    "shard_parameters": "TensorFlow replicas each hold the whole model (MirroredStrategy); train a sharded "
+                        "model with --framework torch under torchrun",
 }
 # Options for the collectives between workers: a run of one worker says it has nothing for them to act on.
 BETWEEN_WORKERS = ("communication", "bytes_per_pack", "collective_timeout")

@@ -15,6 +15,9 @@
   :class:`DatasetSource`; :func:`exact_ddp` (DDP with summed gradients) and
   :func:`masked_mean` give the user's own DDP loop the exact mean loss over each step's
   real samples on any number of ranks, with no rescaling by hand;
+* :func:`shard_model` splits a model's parameters, gradients and optimizer state across the
+  ranks (FSDP); the :class:`Trainer` and :class:`TorchState` take such a model as they take a
+  plain one (checkpoints then sharded, written by every rank);
 * :func:`init_distributed` joins the process group ``torchrun`` describes (gloo on
   CPU, nccl on GPU); :class:`Torch` is the adapter ``evenflow train --framework torch`` runs.
 
@@ -35,6 +38,7 @@ from evenflow.torch.exact import exact_ddp, masked_mean
 from evenflow.torch.loader import PlanLoader, PlanSteps, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.models import MODELS, OPTIMIZERS, build_model, make_optimizer
+from evenflow.torch.sharding import shard_model
 from evenflow.torch.state import TorchState
 from evenflow.torch.trainer import EpochResult, EvalResult, Trainer
 
@@ -43,5 +47,5 @@ __all__ = [
     "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource", "Source",
     "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp", "finish_distributed",
     "init_distributed", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook", "per_sample_cross_entropy",
-    "plan_loader", "rank_and_world_size", "sum_gradients_hook",
+    "plan_loader", "rank_and_world_size", "shard_model", "sum_gradients_hook",
 ]

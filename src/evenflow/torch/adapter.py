@@ -7,6 +7,8 @@ when they are set, with the reason: text data, variable-length list features and
 ``text_cnn`` model (``pad_lengths``), ``mixed_float16`` precision, and ``communication``
 (the process-group backend is ``backend``).
 ``bytes_per_pack`` sets DDP's bucket size; ``collective_timeout`` the process group's timeout.
+``shard_parameters`` shards the model with FSDP (:mod:`evenflow.torch.sharding`), and then refuses
+what only DDP or per-rank timings can honour (:data:`REFUSED_SHARDED`, ``--rebalance on``).
 """
 from __future__ import annotations
 
@@ -26,8 +28,19 @@ REFUSED = {
     ("pad_lengths", None): "variable-length text trains on TensorFlow only (--framework tf --model text_cnn)",
     ("model", "text_cnn"): "text_cnn is a TensorFlow model; use --framework tf for text",
 }
+# Options a sharded model (--shard-parameters) cannot honour, with the reason.
+REFUSED_SHARDED = {
+    "bytes_per_pack": "it sizes DDP's gradient buckets, and a sharded model reduce-scatters each layer's "
+                      "gradients (FSDP) instead",
+    "gradient_compression": "it sets the dtype of DDP's gradient all-reduce, and a sharded model reduce-scatters "
+                            "its gradients in float32 (FSDP)",
+    "simulate_slow": "an emulated slow rank is timed by its own compute, which a sharded model's ranks do not have "
+                     "(every layer waits for all of them)",
+    "simulate_sample_ms": "emulated devices are timed by their own compute, which a sharded model's ranks do not "
+                          "have (every layer waits for all of them)",
+}
 # Options for the process group and the gradient all-reduce: a run of one process says it has nothing for them.
-BETWEEN_RANKS = ("backend", "bytes_per_pack", "collective_timeout", "gradient_compression")
+BETWEEN_RANKS = ("backend", "bytes_per_pack", "collective_timeout", "gradient_compression", "shard_parameters")
 
 
 class Torch:
@@ -41,6 +54,13 @@ class Torch:
         for (key, value), why in REFUSED.items():
             if key in changed and (value is None or changed[key] == value):
                 out.append(f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework torch: {why}")
+        if config.compute.shard_parameters:
+            out += [f"--{key.replace('_', '-')} is not supported with --shard-parameters: {why}; drop one of them"
+                    for key, why in REFUSED_SHARDED.items() if key in changed]
+            if config.monitor.rebalance == "on":
+                out.append("--rebalance on is not supported with --shard-parameters: every layer of a sharded model "
+                           "waits for all ranks, so no rank has a compute time of its own to rebalance by; drop "
+                           "--rebalance on")
         return out
 
     def notes(self, config, processes: Processes) -> list[str]:

@@ -19,6 +19,10 @@
   the update was applied — the rank's own speed without the wait for the slowest rank in
   the all-reduce. An emulated slow device (:mod:`evenflow.run.simulate`) sleeps inside it.
 * **Mixed precision.** ``mixed_bfloat16`` runs the forward pass under ``torch.autocast``.
+* **Sharded parameters.** A model sharded with ``fully_shard`` (:func:`~evenflow.torch.sharding.shard_model`)
+  is not wrapped in DDP: FSDP reduce-scatters the summed gradients, accumulation turns its
+  gradient sync off for all but the last step of an update, and the non-finite check reads
+  each rank's shards (the verdict is agreed as above).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
+from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
 
 __all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS"]
 
@@ -88,8 +93,11 @@ class TorchEngine:
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self.model = model.to(self.device)
         self.optimizer, self.loss_fn = optimizer, loss_fn
-        self.ddp = self.model
-        if self.world > 1:
+        self.ddp, self.sharded = self.model, is_sharded(self.model)
+        if self.sharded:
+            _check_sharded(gradient_sum, compression, bucket_bytes, simulate)
+            sum_gradients(self.model)  # a model the user sharded by hand adds the ranks' gradients too
+        elif self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             extra = {"bucket_cap_mb": bucket_bytes / 2**20} if bucket_bytes else {}
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids, **extra)
@@ -163,7 +171,7 @@ class TorchEngine:
         for i, batch in enumerate(batches):
             x, y, mask = (batch[k].to(self.device, non_blocking=True) for k in ("features", "label", "mask"))
             last = i == len(batches) - 1
-            with (contextlib.nullcontext() if last or self.world == 1 else self.ddp.no_sync()):
+            with self._no_sync(last):
                 t0 = time.time()
                 with self._autocast():
                     logits = self.ddp(x)
@@ -185,6 +193,12 @@ class TorchEngine:
         flags = self._apply(loss_sum)
         outs = [_outputs(*s, rank=self.rank, flags=flags) for s in seen]
         return outs, [start, done]
+
+    def _no_sync(self, last: bool):
+        """No all-reduce (reduce-scatter) of gradients for the backward passes before an update's last."""
+        if last or self.world == 1:
+            return contextlib.nullcontext()
+        return gradient_sync_off(self.model) if self.sharded else self.ddp.no_sync()
 
     def _stamped(self, hook):
         """``hook`` that first notes the host clock: DDP calls it once a bucket's gradients are all
@@ -213,7 +227,7 @@ class TorchEngine:
     def _apply(self, loss_sum: float) -> np.ndarray:
         """Apply the update unless the agreed verdict is non-finite; returns flags ``[1, 3]``."""
         torch = _torch()
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grads = [local_tensor(p.grad) for p in self.model.parameters() if p.grad is not None]
         grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
         local = np.array([0.0 if np.isfinite(loss_sum) else 1.0, 1.0 if grads_bad else 0.0])
         agreed = all_reduce_sum(local, self.device) if self.world > 1 else local
@@ -224,6 +238,18 @@ class TorchEngine:
         else:
             self.optimizer.step()
         return np.array([[float(local.max() > 0), float(anomaly), float(skipped)]])
+
+
+def _check_sharded(gradient_sum: str, compression: str, bucket_bytes: int, simulate) -> None:
+    """Refuse what only DDP does: its gradient hooks and buckets, and emulated devices (timed per rank)."""
+    for name, value, default in (("gradient_sum", gradient_sum, "ordered"), ("compression", compression, "none"),
+                                 ("bucket_bytes", bucket_bytes, 0)):
+        if value != default:
+            raise ValueError(f"{name}={value!r} sets DDP's gradient all-reduce, but the model is sharded (FSDP "
+                             f"reduce-scatters its gradients); leave {name} at {default!r}")
+    if simulate is not None:
+        raise ValueError("simulate emulates a slow rank by its own compute time, which a sharded model does not "
+                         "have (every layer's all-gather waits for all ranks); drop simulate")
 
 
 def _sums(logits, per_sample, y, mask) -> np.ndarray:

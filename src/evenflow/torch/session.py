@@ -75,6 +75,11 @@ def start_session(p):
     rank, world, device = init_distributed(None if comp.backend == "auto" else comp.backend, comp.collective_timeout)
     torch.manual_seed(cfg.schedule.seed)
     model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, dropout=cfg.model.dropout)
+    num_weights = sum(q.numel() for q in model.parameters() if q.requires_grad)
+    if comp.shard_parameters and world > 1:  # before the optimizer, which must hold the sharded parameters
+        from evenflow.torch.sharding import shard_model
+
+        shard_model(model, device)
     optimizer = make_optimizer(cfg.optimizer.optimizer, model.parameters(), cfg.optimizer.learning_rate)
     trainer = Trainer(model, optimizer, device=device, accumulate_steps=comp.accumulate_steps,
                       compression=comp.gradient_compression, bucket_bytes=comp.bytes_per_pack,
@@ -82,10 +87,11 @@ def start_session(p):
                       simulate=cfg.monitor.simulation(), precision=comp.precision)
     train_reader, test_reader = _readers(p)
     backend = torch.distributed.get_backend() if world > 1 else "none"
-    description = (f"PyTorch {torch.__version__}, {world} rank(s) (DDP, backend {backend}, {device}), "
+    kind = "FSDP, parameters sharded" if comp.shard_parameters and world > 1 else "DDP"
+    description = (f"PyTorch {torch.__version__}, {world} rank(s) ({kind}, backend {backend}, {device}), "
                    f"{comp.loader_workers} loader worker(s) per rank")
     return TorchSession(processes=p.processes, trainer=trainer, devices=[str(device)], description=description,
-                        num_weights=sum(q.numel() for q in model.parameters() if q.requires_grad),
+                        num_weights=num_weights,
                         state=TorchState(model, optimizer, rank=rank, world=world, device=device),
                         train_reader=train_reader, test_reader=test_reader,
                         summary=_facts(torch, trainer, backend, comp, model, train_reader))
@@ -100,7 +106,7 @@ def _facts(torch, trainer, backend: str, comp, model, train_reader) -> dict:
              "dropout_layers": sum(isinstance(m, torch.nn.Dropout) for m in model.modules()),
              "gradient_dtype": "float16" if comp.gradient_compression == "fp16" else "float32",
              "accumulate_steps": trainer.loop.accumulate_steps, "optimizer": type(trainer.optimizer).__name__,
-             "loader_workers": int(train_reader.num_workers)}
+             "loader_workers": int(train_reader.num_workers), "sharded_parameters": bool(engine.sharded)}
     if engine.ddp is not engine.model:
         facts["ddp_bucket_bytes"] = int(engine.ddp.bucket_bytes_cap)
         facts["collective_timeout_seconds"] = float(comp.collective_timeout)

@@ -11,8 +11,9 @@ checkpoint holds
   numpy's and Python's global generators) as int64 vectors ``rank<r>``, gathered from all
   ranks at each save — so a model with dropout resumes bitwise.
 
-``torch.distributed.checkpoint`` would shard the save across ranks, but its metadata file is
-a pickle; the models evenflow trains fit one rank's memory, so rank 0 writes everything.
+A model that fits one rank's memory is written whole by rank 0. A sharded one
+(:mod:`evenflow.torch.sharding`) is written by every rank at once, its tensors under
+``sharded/`` (:mod:`evenflow.torch.sharded_state`); either kind loads into either kind of model.
 A restore on another number of ranks (an elastic restart) loads the model and optimizer and
 re-seeds each rank's generators from the checkpoint and its rank instead.
 """
@@ -26,6 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.sharded_state import (SHARDED_DIR, agree, read_full_into_sharded, read_sharded,
+                                          write_sharded)
+from evenflow.torch.sharding import is_sharded, local_tensor
 
 __all__ = ["TorchState", "rng_vector", "set_rng_vector"]
 
@@ -96,7 +100,8 @@ class TorchState:
 
     def __init__(self, model, optimizer, rank: int = 0, world: int = 1, device=None):
         self.model, self.optimizer, self.rank, self.world, self.device = model, optimizer, rank, world, device
-        self.needs_every_process = world > 1  # every rank hands in its random state
+        self.sharded = is_sharded(model)
+        self.needs_every_process = world > 1  # every rank hands in its random state (and its shards)
 
     @property
     def learning_rate(self) -> float:
@@ -117,7 +122,9 @@ class TorchState:
         torch = _torch()
         tensors = list(self.model.state_dict().values())
         tensors += [v for entry in self.optimizer.state.values() for v in entry.values() if isinstance(v, torch.Tensor)]
-        return all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
+        tensors = [local_tensor(t) for t in tensors]
+        finite = all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
+        return not agree(not finite) if self.sharded else finite  # every rank checks its own shards
 
     def write(self, directory: Path) -> None:
         from evenflow.torch.distributed import all_gather_rows
@@ -127,10 +134,11 @@ class TorchState:
             rows = all_gather_rows(mine.view(np.float64), None).view(np.int64)
         else:
             rows = mine[None, :]
-        if self.rank != 0:
-            return
         try:
-            self._write_files(Path(directory), rows)
+            if self.sharded:
+                write_sharded(self.model, self.optimizer, Path(directory), self.rank)
+            if self.rank == 0:
+                self._write_files(Path(directory), rows)
         except Exception as e:  # safetensors reports a full disk as its own error type
             first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
             raise OSError(f"{Path(directory).parent}: the checkpoint could not be written ({first}); free disk space or choose "
@@ -139,11 +147,12 @@ class TorchState:
     def _write_files(self, directory: Path, rows: np.ndarray) -> None:
         torch = _torch()
         save_file, _ = _safetensors()
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()},
-                  str(directory / "model.safetensors"))
-        tensors, rest = _split_optimizer(self.optimizer.state_dict())
-        save_file(tensors, str(directory / "optimizer.safetensors"))
-        (directory / "optimizer.json").write_text(json.dumps(rest, indent=1, allow_nan=False))
+        if not self.sharded:
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()},
+                      str(directory / "model.safetensors"))
+            tensors, rest = _split_optimizer(self.optimizer.state_dict())
+            save_file(tensors, str(directory / "optimizer.safetensors"))
+            (directory / "optimizer.json").write_text(json.dumps(rest, indent=1, allow_nan=False))
         save_file({f"rank{r}": torch.from_numpy(np.ascontiguousarray(row)) for r, row in enumerate(rows)},
                   str(directory / "rng.safetensors"))
 
@@ -152,10 +161,17 @@ class TorchState:
         directory = Path(directory)
         location = "cpu" if self.device is None else str(self.device)
         try:
-            self.model.load_state_dict(load_file(str(directory / "model.safetensors"), device=location))
-            rest = json.loads((directory / "optimizer.json").read_text())
-            tensors = load_file(str(directory / "optimizer.safetensors"), device=location)
-            self.optimizer.load_state_dict(_join_optimizer(tensors, rest))
+            if (directory / SHARDED_DIR).is_dir():
+                read_sharded(self.model, self.optimizer, directory)
+            else:
+                model = load_file(str(directory / "model.safetensors"), device=location)
+                rest = json.loads((directory / "optimizer.json").read_text())
+                optim = _join_optimizer(load_file(str(directory / "optimizer.safetensors"), device=location), rest)
+                if self.sharded:
+                    read_full_into_sharded(self.model, self.optimizer, model, optim)
+                else:
+                    self.model.load_state_dict(model)
+                    self.optimizer.load_state_dict(optim)
             rng = load_file(str(directory / "rng.safetensors"))
         except Exception as e:  # a damaged file: safetensors' own error, a torch shape error, bad JSON, ...
             raise ValueError(f"{directory}: the model state does not load ({type(e).__name__}: "

@@ -1,0 +1,76 @@
+"""Sharded parameters (FSDP) under real gloo process groups on 127.0.0.1: the same plan, the same weights.
+
+N = 203 samples, a global batch of 30 (7 steps, the last of 23 samples), SGD with momentum,
+sample 57 poisoned with NaN features (its step is skipped on every rank). Two ranks with the
+model sharded end with DDP's weights, train the same ids, and write sharded checkpoints from
+which the same run resumes on 2 sharded ranks and on 1 plain process (DCP reshards).
+"""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SPEC = {"n": 203, "classes": 5, "batch": 30, "seed": 3, "lr": 0.1, "momentum": 0.9, "features": [6],
+        "eval_n": 31, "nan_ids": [57], "pg_timeout": 20}
+
+
+def _weights(found: dict) -> list[np.ndarray]:
+    return [found[k] for k in sorted((k for k in found if k.startswith("w")), key=lambda k: int(k[1:]))]
+
+
+def _ok(groups, names):
+    out = {}
+    for name, ranks in zip(names, groups):
+        for r, run in enumerate(ranks):
+            assert run.returncode == 0, f"{name}: rank {r} failed:\n{run.stderr[-3000:]}"
+        out[name] = [run.found for run in ranks]
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(run_workers):
+    ckpt = run_workers.root / "sharded-ckpt"
+    first = _ok(run_workers([
+        (dict(SPEC, epochs=2), 2, "ddp"),
+        (dict(SPEC, epochs=2, shard=True, checkpoint_dir=str(ckpt), checkpoint_every=3), 2, "fsdp"),
+        (dict(SPEC, epochs=3, shard=True), 2, "fsdp3"),
+    ], timeout=180), ["ddp", "fsdp", "fsdp3"])
+    copies = {name: run_workers.root / f"ckpt-{name}" for name in ("again", "plain")}
+    for copy in copies.values():
+        shutil.copytree(ckpt, copy)
+    second = _ok(run_workers([
+        (dict(SPEC, epochs=3, shard=True, resume=True, checkpoint_dir=str(copies["again"])), 2, "again"),
+        (dict(SPEC, epochs=3, resume=True, checkpoint_dir=str(copies["plain"])), 1, "plain"),
+    ], timeout=180), ["again", "plain"])
+    return {**first, **second, "ckpt": ckpt}
+
+
+def test_two_sharded_ranks_train_the_same_ids_to_ddps_weights(runs):
+    for ddp, fsdp in zip(runs["ddp"], runs["fsdp"]):
+        np.testing.assert_array_equal(ddp["seen"], fsdp["seen"])
+        np.testing.assert_array_equal(ddp["skipped"], fsdp["skipped"])
+        assert len(fsdp["skipped"]) == 2  # the NaN sample's step, in each epoch, on every rank
+        for a, b in zip(_weights(ddp), _weights(fsdp)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert [int(f["eval_count"]) for f in runs["fsdp"]] == [SPEC["eval_n"]] * 2
+
+
+def test_sharded_checkpoints_are_written_by_every_rank_without_a_whole_model_file(runs):
+    last = sorted(p for p in (runs["ckpt"] / "checkpoints").iterdir() if p.name.startswith("ckpt-"))[-1]
+    names = sorted(p.name for p in last.iterdir())
+    assert "model.safetensors" not in names and "sharded" in names and "optimizer.json" in names, names
+    shards = sorted(p.name for p in (last / "sharded").glob("*.safetensors"))
+    assert len(shards) == 2, shards  # one file per rank
+
+
+def test_a_sharded_checkpoint_resumes_on_two_sharded_ranks_and_on_one_plain_process(runs):
+    whole = _weights(runs["fsdp3"][0])
+    for name in ("again", "plain"):
+        found = runs[name][0]
+        assert tuple(found["start"]) == (2, 0), name
+        for a, b in zip(whole, _weights(found)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
