@@ -142,12 +142,15 @@ def runs(tmp_path_factory):
     r["torch_fresh"] = _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
                               "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
                               "--eval-dataset", str(root / "eval.npz"))
+    r["torch_sharded"] = _torch(root, "torch_sharded", "--dataset", str(data), "--feature-key", "feat",
+                                "--label-key", "lab", "--replicas", "2", "--shard-parameters", "--epochs", "2", "--accumulate-steps",
+                                "2", "--checkpoint-every", "2", "--audit", "--precision", "mixed_bfloat16")
     r["torch_nan"] = _torch(root, "torch_nan", "--config", str(root / "run.toml"), "--no-telemetry",
                             "--restore-after", "2", "--restore-lr-factor", "0.25", "--max-restores", "5", world=1)
     r["torch_apply_nan"] = _torch(root, "torch_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite",
                                   world=1)
     for name in ("tf", "tf_resume", "tf_long", "tf_nan", "tf_workers", "torch", "torch_long", "torch_fresh",
-                 "torch_nan"):
+                 "torch_sharded", "torch_nan"):
         assert r[name].code == 0, f"{name} failed:\n{r[name].err[-3000:]}"
     return r
 
@@ -236,7 +239,9 @@ def check_simulation(run: Run) -> None:
 
     slow = [ratio(x) for x in lines if x["epoch"] * per_epoch + x["step"] >= 5 and min(x["samples"][:2]) > 0]
     fast = [ratio(x) for x in lines if x["epoch"] * per_epoch + x["step"] < 4 and min(x["samples"][:2]) > 0]
-    assert slow and fast and np.median(slow) > 1.8 * np.median(fast), (slow, fast)
+    # Against the fastest update before the slowdown: of its two updates, the run's first includes the
+    # warm-up, which a busy machine can stretch on one rank only (measured: 3.5x once, under load).
+    assert slow and fast and np.median(slow) > 1.8 * min(fast), (slow, fast)
 
 
 def check_rebalance(run: Run) -> None:
@@ -333,6 +338,9 @@ TABLE = {
     "collective_timeout": {"tf": ("probe", "tf_workers"), "torch": _info_equals("collective_timeout_seconds", 60.0)},
     "gradient_compression": _both(_info_equals("gradient_dtype", "float16")),
     "accumulate_steps": _both(_honoured(lambda r, run: check_accumulate(run))),
+    "shard_parameters": {"tf": _refused("tf", "--shard-parameters is not supported with --framework tf",
+                                        "--shard-parameters"),
+                         "torch": ("probe", "sharded")},
     "loader_workers": {"tf": _refused("tf", "--loader-workers 2 is not supported with --framework tf",
                                       "--loader-workers", "2"),
                        "torch": _info_equals("loader_workers", 2)},
@@ -392,6 +400,8 @@ def _probe(name: str, framework: str, r) -> None:
         summary = run.summary
         assert summary["evaluation"] == {"on": "eval_dataset", "dataset": str(root / path), "samples": EVAL_N}
         assert summary["test_samples"] == EVAL_N and summary["split"]["train"] == train  # every sample trained
+    elif name == "sharded":
+        _check_sharded(r)
     elif name == "skip_corrupt":
         _check_skip_corrupt(framework, root)
     elif name == "pad_lengths":
@@ -402,6 +412,25 @@ def _probe(name: str, framework: str, r) -> None:
         assert widths <= {64, 512} and widths
     else:
         raise AssertionError(f"unknown probe {name}")
+
+
+def _check_sharded(r) -> None:
+    """2 ranks with the model sharded (FSDP): every rank writes its shards, the audit holds, auto keeps the
+    plan (no rank has a time of its own), and what only DDP or per-rank timings honour is refused."""
+    run = r["torch_sharded"]
+    assert run.info["sharded_parameters"] is True and "FSDP, parameters sharded" in run.out
+    assert "rebalancing off (auto): the model's parameters are sharded" in run.out
+    newest = sorted((run.dir / "checkpoints").glob("ckpt-*"))[-1]
+    assert len(list((newest / "sharded").glob("*.safetensors"))) == 2
+    assert not (newest / "model.safetensors").exists()
+    assert main(["audit", str(run.dir)]) == 0
+    for argv, fragment in ((["--rebalance", "on"], "--rebalance on is not supported with --shard-parameters"),
+                           (["--gradient-compression", "fp16"], "--gradient-compression fp16 is not supported"),
+                           (["--bytes-per-pack", "4096"], "--bytes-per-pack 4096 is not supported"),
+                           (["--simulate-slow", "0:2"], "--simulate-slow 0:2 is not supported")):
+        code = _torch(r["root"], "sharded-refused", "--dataset", str(r["data"]), "--feature-key", "feat",
+                      "--label-key", "lab", "--replicas", "1", "--shard-parameters", *argv, world=1)
+        assert code.code == 2 and fragment in code.err and not code.dir.exists(), code.err
 
 
 def _check_skip_corrupt(framework: str, root: Path) -> None:

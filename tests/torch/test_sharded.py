@@ -3,7 +3,8 @@
 N = 203 samples, a global batch of 30 (7 steps, the last of 23 samples), SGD with momentum,
 sample 57 poisoned with NaN features (its step is skipped on every rank). Two ranks with the
 model sharded end with DDP's weights, train the same ids, and write sharded checkpoints from
-which the same run resumes on 2 sharded ranks and on 1 plain process (DCP reshards).
+which the same run resumes on 2 sharded ranks and on 1 plain process (DCP reshards); a DDP
+checkpoint resumes into a sharded model.
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def _ok(groups, names):
 
 @pytest.fixture(scope="module")
 def runs(run_workers):
-    ckpt = run_workers.root / "sharded-ckpt"
+    ckpt, ddp_ckpt = run_workers.root / "sharded-ckpt", run_workers.root / "ddp-ckpt"
     first = _ok(run_workers([
-        (dict(SPEC, epochs=2), 2, "ddp"),
+        (dict(SPEC, epochs=2, checkpoint_dir=str(ddp_ckpt)), 2, "ddp"),
         (dict(SPEC, epochs=2, shard=True, checkpoint_dir=str(ckpt), checkpoint_every=3), 2, "fsdp"),
         (dict(SPEC, epochs=3, shard=True), 2, "fsdp3"),
     ], timeout=180), ["ddp", "fsdp", "fsdp3"])
@@ -45,7 +46,8 @@ def runs(run_workers):
     second = _ok(run_workers([
         (dict(SPEC, epochs=3, shard=True, resume=True, checkpoint_dir=str(copies["again"])), 2, "again"),
         (dict(SPEC, epochs=3, resume=True, checkpoint_dir=str(copies["plain"])), 1, "plain"),
-    ], timeout=180), ["again", "plain"])
+        (dict(SPEC, epochs=3, shard=True, resume=True, checkpoint_dir=str(ddp_ckpt)), 2, "from_ddp"),
+    ], timeout=180), ["again", "plain", "from_ddp"])
     return {**first, **second, "ckpt": ckpt}
 
 
@@ -69,7 +71,7 @@ def test_sharded_checkpoints_are_written_by_every_rank_without_a_whole_model_fil
 
 def test_a_sharded_checkpoint_resumes_on_two_sharded_ranks_and_on_one_plain_process(runs):
     whole = _weights(runs["fsdp3"][0])
-    for name in ("again", "plain"):
+    for name in ("again", "plain", "from_ddp"):  # and a DDP checkpoint into a sharded model
         found = runs[name][0]
         assert tuple(found["start"]) == (2, 0), name
         for a, b in zip(whole, _weights(found)):

@@ -19,7 +19,8 @@ from typing import Any
 from evenflow.run.options import (AnomalyOptions, CheckpointOptions, ComputeOptions, DataOptions, ModelOptions,
                                   MonitorOptions, OptimizerOptions, OutputOptions, ScheduleOptions)
 
-__all__ = ["TrainConfig", "KEYS", "load_config", "add_config_flags", "flag_values", "defaults", "changed_keys"]
+__all__ = ["TrainConfig", "KEYS", "load_config", "add_config_flags", "flag_values", "defaults", "changed_keys",
+           "flag_text"]
 
 
 _GROUPS = {"data": DataOptions, "model": ModelOptions, "optimizer": OptimizerOptions,
@@ -186,3 +187,11 @@ def changed_keys(config: TrainConfig) -> dict[str, Any]:
     """The keys whose value differs from the default: what a framework must honour or refuse."""
     base = defaults()
     return {k: v for k, v in config.to_dict().items() if k in base and v != base[k]}
+
+
+def flag_text(key: str, value: Any) -> str:
+    """How a refusal names an option set to ``value``: ``--pad-lengths 64,512``, ``--shard-parameters``."""
+    flag = f"--{key.replace('_', '-')}"
+    if isinstance(value, bool):
+        return flag if value else f"--no-{key.replace('_', '-')}"
+    return f"{flag} {value}"

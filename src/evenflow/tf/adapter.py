@@ -10,7 +10,7 @@ when they are set: ``loader_workers`` (tf.data runs its own threads) and ``backe
 from __future__ import annotations
 
 from evenflow.run.adapter import Processes
-from evenflow.run.config import changed_keys
+from evenflow.run.config import changed_keys, flag_text
 from evenflow.tf.cluster import cluster_from_env
 
 __all__ = ["TensorFlow", "REFUSED"]
@@ -33,7 +33,7 @@ class TensorFlow:
 
     def refusals(self, config, processes: Processes) -> list[str]:
         changed = changed_keys(config)
-        out = [f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework tf: {why}"
+        out = [f"{flag_text(key, changed[key])} is not supported with --framework tf: {why}"
                for key, why in REFUSED.items() if key in changed]
         return out
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from evenflow.run.adapter import Processes
-from evenflow.run.config import changed_keys
+from evenflow.run.config import changed_keys, flag_text
 
 __all__ = ["Torch", "REFUSED"]
 
@@ -41,6 +41,7 @@ REFUSED_SHARDED = {
 }
 # Options for the process group and the gradient all-reduce: a run of one process says it has nothing for them.
 BETWEEN_RANKS = ("backend", "bytes_per_pack", "collective_timeout", "gradient_compression", "shard_parameters")
+_ACTS = {"shard_parameters": "splits the model across PyTorch ranks (the plain model trains here)"}
 
 
 class Torch:
@@ -53,9 +54,9 @@ class Torch:
         out = []
         for (key, value), why in REFUSED.items():
             if key in changed and (value is None or changed[key] == value):
-                out.append(f"--{key.replace('_', '-')} {changed[key]} is not supported with --framework torch: {why}")
+                out.append(f"{flag_text(key, changed[key])} is not supported with --framework torch: {why}")
         if config.compute.shard_parameters:
-            out += [f"--{key.replace('_', '-')} is not supported with --shard-parameters: {why}; drop one of them"
+            out += [f"{flag_text(key, changed[key])} is not supported with --shard-parameters: {why}; drop one of them"
                     for key, why in REFUSED_SHARDED.items() if key in changed]
             if config.monitor.rebalance == "on":
                 out.append("--rebalance on is not supported with --shard-parameters: every layer of a sharded model "
@@ -67,8 +68,8 @@ class Torch:
         changed = changed_keys(config)
         if processes.count > 1:
             return []
-        return [f"note: --{key.replace('_', '-')} sets the communication between PyTorch ranks; this run has one "
-                f"process, so it has nothing to act on" for key in BETWEEN_RANKS if key in changed]
+        return [f"note: --{key.replace('_', '-')} {_ACTS.get(key, 'sets the communication between PyTorch ranks')}; "
+                f"this run has one process, so it has nothing to act on" for key in BETWEEN_RANKS if key in changed]
 
     def processes(self, config) -> Processes:
         world = int(os.environ.get("WORLD_SIZE", "1") or 1)
