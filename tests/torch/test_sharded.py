@@ -76,3 +76,21 @@ def test_a_sharded_checkpoint_resumes_on_two_sharded_ranks_and_on_one_plain_proc
         assert tuple(found["start"]) == (2, 0), name
         for a, b in zip(whole, _weights(found)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_killed_sharded_rank_stops_the_other_and_the_rerun_resumes_exactly(runs, run_workers):
+    ckpt = str(run_workers.root / "killed-ckpt")
+    spec = dict(SPEC, epochs=3, shard=True, checkpoint_dir=ckpt, checkpoint_every=2, die_at=[1, 1, 5],
+                pg_timeout=15)
+    (killed,) = run_workers([(spec, 2, "kill")], timeout=90)
+    assert killed[1].returncode == -9  # SIGKILL, as with kill -9
+    assert killed[0].returncode == 3, killed[0].stderr[-2000:]
+    assert "lost contact with another rank after Cursor(1, 5)" in killed[0].stderr, killed[0].stderr[-2000:]
+    assert "ckpt-00001-000004" in killed[0].stderr
+    (resumed,) = run_workers([(dict(spec, die_at=None, resume=True), 2, "rerun")], timeout=90)
+    for r, run in enumerate(resumed):
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.found["start"].tolist() == [1, 4]
+        # The same shards, momentum buffers and plan remainder: the uninterrupted run's weights, bitwise.
+        for a, b in zip(_weights(run.found), _weights(runs["fsdp3"][r])):
+            np.testing.assert_array_equal(a, b)
