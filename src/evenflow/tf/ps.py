@@ -1,0 +1,115 @@
+"""Parameter-server training on the plan: the cluster's servers, a model, and the trainer on the chief.
+
+A cluster (``TF_CONFIG``) has one ``chief``, ``worker`` tasks and ``ps`` tasks. Workers and
+parameter servers only serve (:func:`serve`: ``python -m evenflow.tf.ps``); the chief builds
+a ``ParameterServerStrategy``, the model and the optimizer under its scope, and runs the
+training loop with :class:`PSTrainer`, which schedules each plan step on a free worker
+(:class:`~evenflow.tf.ps_engine.PSEngine`).
+
+Keras 3 models cannot hold variables the strategy splits across parameter servers (a
+``ShardedVariable`` has no ``handle`` for Keras's variables), so the models here are
+``tf.Module`` s with plain ``tf.Variable`` s; a Keras optimizer updates them.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from evenflow.run.loop import LoopFront, TrainLoop
+from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.ps_engine import PSEngine, PSReader
+
+__all__ = ["serve", "make_strategy", "make_mlp", "PSTrainer"]
+
+
+def serve() -> None:
+    """Run this process's ``worker`` or ``ps`` task of ``TF_CONFIG`` until it is killed."""
+    tf = _tf()
+    config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+    task = config.get("task", {})
+    if task.get("type") not in ("worker", "ps"):
+        raise ValueError(f"TF_CONFIG's task must be a worker or a ps to serve, got {task!r}")
+    server = tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=task["type"],
+                                  task_index=int(task.get("index", 0)), protocol="grpc", start=True)
+    server.join()
+
+
+def make_strategy(min_shard_bytes: int = 256 << 10):
+    """The chief's ``ParameterServerStrategy`` over ``TF_CONFIG``'s cluster.
+
+    A variable of more than ``min_shard_bytes`` is split into up to one shard per parameter
+    server (``MinSizePartitioner``), each holding a contiguous block of its rows.
+    """
+    tf = _tf()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    servers = len(resolver.cluster_spec().as_dict().get("ps", []))
+    if servers < 1:
+        raise ValueError("a parameter-server cluster needs at least one ps task in TF_CONFIG")
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=min_shard_bytes,
+                                                                             max_shards=servers)
+    return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+def make_mlp(input_size: int, num_classes: int, hidden: int = 128, seed: int = 0):
+    """A ``tf.Module`` classifier: flatten, two hidden ReLU layers of ``hidden``, logits.
+
+    Glorot-uniform kernels drawn from ``seed``, zero biases. Call under ``strategy.scope()``.
+    """
+    tf = _tf()
+    sizes = [int(input_size), int(hidden), int(hidden), int(num_classes)]
+
+    class MLP(tf.Module):
+        def __init__(self):
+            super().__init__(name="mlp")
+            self.kernels, self.biases = [], []
+            for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+                limit = (6.0 / (a + b)) ** 0.5
+                w = tf.random.stateless_uniform((a, b), seed=[seed, i], minval=-limit, maxval=limit)
+                self.kernels.append(tf.Variable(w, name=f"kernel_{i}"))
+                self.biases.append(tf.Variable(tf.zeros([b]), name=f"bias_{i}"))
+
+        def __call__(self, x):
+            h = tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], sizes[0]])
+            for i, (w, b) in enumerate(zip(self.kernels, self.biases)):
+                h = tf.matmul(h, w) + b
+                if i < len(self.kernels) - 1:
+                    h = tf.nn.relu(h)
+            return h
+
+    return MLP()
+
+
+class PSTrainer(LoopFront):
+    """Trains a ``tf.Module`` on a parameter-server cluster from epoch plans of one replica (see the module).
+
+    Args:
+        strategy: :func:`make_strategy`'s strategy.
+        model: a callable ``tf.Module`` made under ``strategy.scope()``.
+        optimizer: a Keras optimizer made under ``strategy.scope()`` (built here on the model's variables).
+        in_flight: steps scheduled ahead of the one the chief reads.
+        skip_nonfinite: do not apply a step whose loss or gradients are non-finite.
+    """
+
+    def __init__(self, strategy, model, optimizer, in_flight: int = 4, skip_nonfinite: bool = True):
+        with strategy.scope():
+            optimizer.build(model.trainable_variables)
+        self.engine = PSEngine(strategy, model, optimizer, in_flight=in_flight, skip_nonfinite=skip_nonfinite)
+        self.loop = TrainLoop(self.engine, 1)
+        self.model, self.optimizer, self.strategy = model, optimizer, strategy
+
+    def fit(self, source, plan, epochs: int, start=None, *, on_step=None, on_epoch=None, on_batch=None,
+            guard=None):
+        """Train from ``start`` (default the beginning) to the end of epoch ``epochs - 1``."""
+        if plan.topology.replicas != 1:
+            raise ValueError(f"a parameter-server plan has 1 replica (each step is one update, run by a free "
+                             f"worker), got {plan.topology.replicas}; use ef.Topology(1)")
+        return self.loop.fit(PSReader(source), plan, epochs, start=start, on_step=on_step, on_epoch=on_epoch,
+                             on_batch=on_batch, guard=guard)
+
+    def evaluate(self, source, plan, epoch: int = 0):
+        """Exact loss and accuracy over epoch ``epoch`` of ``plan``: each step's sums are read once."""
+        return self.loop.evaluate(PSReader(source), plan, epoch)
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,101 @@
+"""Parameter-server training on real processes (127.0.0.1): 2 workers, 2 parameter servers, a chief.
+
+N = 203 samples, a global batch of 30 (7 steps, the last of 23 samples), an MLP whose first
+kernel is split across the two parameter servers. The chief (``_ps_chief.py``) schedules each
+plan step on a free worker and records what it reads back; ``check_audit`` then says whether
+every sample was trained exactly once per epoch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evenflow.run import check_audit
+from evenflow.tf.launcher import free_ports
+
+pytestmark = pytest.mark.slow
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+CHIEF = Path(__file__).with_name("_ps_chief.py")
+SPEC = {"n": 203, "classes": 4, "batch": 30, "epochs": 2, "seed": 3, "lr": 0.1, "eval_n": 31, "checkpoint_every": 2}
+
+
+def _env(cluster: dict, kind: str, index: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="3",
+               TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}}))
+    env.pop("EVENFLOW_REPLICAS_PER_WORKER", None)
+    return env
+
+
+@pytest.fixture
+def cluster():
+    """Start 2 worker and 2 ps servers; yield ``(cluster, {(kind, index): Popen})``; kill them afterwards."""
+    ports = free_ports(5)
+    spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
+            "ps": [f"127.0.0.1:{p}" for p in ports[3:5]]}
+    servers = {(kind, i): subprocess.Popen([sys.executable, "-m", "evenflow.tf.ps"], env=_env(spec, kind, i),
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for kind in ("worker", "ps") for i in range(2)}
+    try:
+        yield spec, servers
+    finally:
+        for p in servers.values():
+            p.kill()
+            p.wait()
+
+
+def _chief(tmp: Path, spec: dict, cluster: dict, name: str, timeout: float = 150) -> tuple[subprocess.CompletedProcess, dict]:
+    (tmp / f"{name}.json").write_text(json.dumps(spec))
+    out = tmp / f"{name}.npz"
+    proc = subprocess.run(["timeout", "-k", "5", str(timeout), sys.executable, str(CHIEF), str(tmp / f"{name}.json"),
+                           str(out)], env=_env(cluster, "chief", 0), capture_output=True, text=True)
+    found = None
+    if out.exists():
+        with np.load(out) as z:
+            found = {k: z[k] for k in z.files}
+    return proc, found
+
+
+def test_every_step_runs_once_on_some_worker_and_evaluation_counts_each_sample_once(cluster, tmp_path):
+    spec, _ = cluster
+    run = tmp_path / "run"
+    proc, found = _chief(tmp_path, dict(SPEC, run_dir=str(run)), spec, "chief")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert found["epoch_samples"].tolist() == [203, 203]
+    assert int(found["eval_count"]) == SPEC["eval_n"]
+    assert found["kernel_shards"][0] == 2  # the first kernel is split across the two parameter servers
+    audits = check_audit(run)
+    assert [a.epoch for a in audits] == [0, 1] and all(a.complete and a.clean and a.samples == SPEC["n"] for a in audits), audits
+
+
+def test_a_killed_worker_leaves_the_other_to_finish_with_the_audit_exactly_once(cluster, tmp_path):
+    spec, servers = cluster
+    run = tmp_path / "run"
+    victim = servers[("worker", 0)]
+    proc, found = _chief(tmp_path, dict(SPEC, run_dir=str(run), kill=[victim.pid, 0, 3]), spec, "chief")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert victim.wait(timeout=10) == -signal.SIGKILL
+    assert found["epoch_samples"].tolist() == [203, 203] and int(found["eval_count"]) == SPEC["eval_n"]
+    assert all(a.complete and a.clean and a.samples == SPEC["n"] for a in check_audit(run))
+
+
+def test_a_killed_chief_is_rerun_and_resumes_from_its_checkpoint(cluster, tmp_path):
+    spec, _ = cluster
+    run = tmp_path / "run"
+    proc, _ = _chief(tmp_path, dict(SPEC, run_dir=str(run), kill=[0, 1, 3]), spec, "first")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    time.sleep(1)
+    proc, found = _chief(tmp_path, dict(SPEC, run_dir=str(run), resume=True), spec, "again")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert found["start"].tolist() == [1, 2]  # the checkpoint before the chief died (every 2 steps)
+    assert int(found["eval_count"]) == SPEC["eval_n"]
+    audits = check_audit(run)
+    assert [a.epoch for a in audits] == [0, 1] and all(a.complete and a.clean and a.samples == SPEC["n"] for a in audits), audits
