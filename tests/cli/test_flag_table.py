@@ -338,6 +338,9 @@ TABLE = {
     "collective_timeout": {"tf": ("probe", "tf_workers"), "torch": _info_equals("collective_timeout_seconds", 60.0)},
     "gradient_compression": _both(_info_equals("gradient_dtype", "float16")),
     "accumulate_steps": _both(_honoured(lambda r, run: check_accumulate(run))),
+    "strategy": {"tf": ("probe", "ps"),
+                 "torch": _refused("torch", "--strategy ps is not supported with --framework torch", "--strategy",
+                                   "ps")},
     "shard_parameters": {"tf": _refused("tf", "--shard-parameters is not supported with --framework tf",
                                         "--shard-parameters"),
                          "torch": ("probe", "sharded")},
@@ -400,6 +403,15 @@ def _probe(name: str, framework: str, r) -> None:
         summary = run.summary
         assert summary["evaluation"] == {"on": "eval_dataset", "dataset": str(root / path), "samples": EVAL_N}
         assert summary["test_samples"] == EVAL_N and summary["split"]["train"] == train  # every sample trained
+    elif name == "ps":  # a parameter-server cluster on the records: the chief trains, audited exactly once
+        run = root / "ps"
+        cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--ps", "1", "--", sys.executable, "-m",
+               "evenflow", "train", "--strategy", "ps", "--dataset", str(r["data"]), "--feature-key", "feat",
+               "--label-key", "lab", "--epochs", "1", "--audit", "--output-dir", str(run)]
+        proc = subprocess.run(["timeout", "-k", "5", "240", *cmd], capture_output=True, text=True, env=_env(), cwd=root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads((run / "summary.json").read_text())["framework_info"]["workers"] == 2
+        assert main(["audit", str(run)]) == 0
     elif name == "sharded":
         _check_sharded(r)
     elif name == "skip_corrupt":

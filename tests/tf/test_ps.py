@@ -99,3 +99,64 @@ def test_a_killed_chief_is_rerun_and_resumes_from_its_checkpoint(cluster, tmp_pa
     assert int(found["eval_count"]) == SPEC["eval_n"]
     audits = check_audit(run)
     assert [a.epoch for a in audits] == [0, 1] and all(a.complete and a.clean and a.samples == SPEC["n"] for a in audits), audits
+
+
+def _launch_ps(run: Path, *flags: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--ps", "2", "--", sys.executable, "-m",
+           "evenflow", "train", "--strategy", "ps", "--dataset", "builtin:digits", "--audit", "--output-dir", str(run),
+           *flags]
+    env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_CONFIG", None)
+    return subprocess.run(["timeout", "-k", "5", "240", *cmd], env=env, capture_output=True, text=True)
+
+
+def test_evenflow_launch_with_ps_trains_on_the_chief_and_the_same_command_resumes(tmp_path):
+    from evenflow.cli import main
+
+    run = tmp_path / "run"
+    first = _launch_ps(run, "--epochs", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "[worker 1] evenflow train: serving as worker 1" in first.stdout and "[ps 0]" in first.stdout
+    assert "359/359 test samples, each counted once" in first.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["framework_info"]["strategy"].startswith("ParameterServerStrategy")
+    assert summary["framework_info"]["parameter_servers"] == 2 and summary["replicas"] == 1
+    assert not (run / "telemetry.jsonl").exists()  # said so: no per-replica speeds under dispatch
+    again = _launch_ps(run, "--epochs", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from" in again.stdout
+    assert [h["epoch"] for h in json.loads((run / "summary.json").read_text())["history"]] == [0, 1]
+    assert main(["audit", str(run)]) == 0  # every sample exactly once in both epochs
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--model", "cnn"], "--model cnn is not supported with --strategy ps"),
+    (["--replicas", "2"], "--replicas 2 is not supported with --strategy ps"),
+    (["--rebalance", "on"], "--rebalance on is not supported with --strategy ps"),
+    (["--accumulate-steps", "2"], "--accumulate-steps 2 is not supported with --strategy ps"),
+    (["--deterministic"], "--deterministic is not supported with --strategy ps"),
+])
+def test_what_a_parameter_server_run_cannot_honour_is_refused_in_one_line(tmp_path, capsys, monkeypatch, flags,
+                                                                           message):
+    from evenflow.cli import main
+
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}))
+    code = main(["train", "--strategy", "ps", "--dataset", "builtin:digits", *flags, "--output-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_ps_run_without_a_parameter_server_cluster_says_how_to_make_one(tmp_path, capsys, monkeypatch):
+    from evenflow.cli import main
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    code = main(["train", "--strategy", "ps", "--dataset", "builtin:digits", "--output-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "needs TF_CONFIG with chief, worker and ps tasks" in err and "--ps 2" in err, err
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["127.0.0.1:2"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    code = main(["train", "--strategy", "ps", "--dataset", "builtin:digits", "--output-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "exactly 1 chief, >= 1 worker and >= 1 ps" in err, err

@@ -10,6 +10,7 @@ EXAMPLES = """examples:
   evenflow launch --workers 2 --replicas-per-worker 2 -- evenflow train --config run.toml
   evenflow launch --workers 4 --grace 30 -- python my_training_script.py --epochs 5
   evenflow launch --workers 2 --pin-cores --slow-core 1 -- evenflow train --dataset builtin:digits --rebalance on
+  evenflow launch --workers 2 --ps 2 -- evenflow train --strategy ps --dataset builtin:digits --output-dir runs/ps
 
 Each worker gets TF_CONFIG for a cluster on free 127.0.0.1 ports and its own index
 (worker 0 is the chief, which writes the run's outputs); --replicas-per-worker R is
@@ -29,6 +30,11 @@ no namespace can be made).
 workers are truly parallel devices; --slow-core C adds a busy loop pinned to core C
 (from --slow-after seconds on) until the workers end: a real slowdown of the worker
 on that core, to try rebalancing on one machine.
+
+--ps M makes a parameter-server cluster instead: the command runs as the chief ("[chief]"), the
+N workers and M parameter servers ("[ps j]"), each with its TF_CONFIG; the launch ends when the
+chief does, with its exit code, and then stops the servers (a worker that ends early is reported
+and the chief goes on without it).
 
 Several machines: set TF_CONFIG on each one yourself and run the command there
 (see docs/multiworker.md); launch is for one machine.
@@ -58,6 +64,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "the worker pinned there (with --pin-cores)")
     parser.add_argument("--slow-after", type=float, default=0.0, metavar="SECONDS",
                         help="start the --slow-core process this many seconds after the workers (default 0)")
+    parser.add_argument("--ps", type=int, default=0, metavar="M",
+                        help="parameter servers: run a parameter-server cluster of 1 chief, N workers and M ps "
+                             "(for evenflow train --strategy ps); default 0 (a MultiWorkerMirroredStrategy cluster)")
     add_verbose_flag(parser, "every worker's ")
     parser.add_argument("worker_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the command every worker runs")
@@ -73,5 +82,6 @@ def run(args) -> int:
         command = command[1:]
     options = LaunchOptions(workers=args.workers, replicas_per_worker=args.replicas_per_worker,
                             grace_seconds=args.grace, private_network=not args.share_network,
-                            pin_cores=args.pin_cores, slow_core=args.slow_core, slow_after=args.slow_after)
+                            pin_cores=args.pin_cores, slow_core=args.slow_core, slow_after=args.slow_after,
+                            ps=args.ps)
     return launch(command, options)

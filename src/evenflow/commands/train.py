@@ -100,6 +100,10 @@ def train(config, title: str, command: str) -> int:
     from evenflow.run.job import run_training
 
     adapter = framework_adapter(config.compute.framework)
+    if config.compute.framework == "tf" and config.compute.strategy == "ps":
+        serving = serve_if_server(config)
+        if serving is not None:
+            return serving
     try:
         run_training(config, adapter, title=title)
     except ImportError as e:
@@ -110,6 +114,23 @@ def train(config, title: str, command: str) -> int:
     except RuntimeError as e:
         exit_if_peer_lost(e, command)
         raise
+    return 0
+
+
+def serve_if_server(config) -> int | None:
+    """On a worker or parameter-server task of a ``--strategy ps`` cluster, serve until stopped; else None."""
+    from evenflow.tf.ps_cluster import ps_task_from_env, serve
+
+    task = ps_task_from_env()
+    if task.is_chief:
+        return None
+    print(f"evenflow train: serving as {task.describe()}; the chief trains (stop this process when it is done)",
+          flush=True)
+    if config.compute.threads:
+        from evenflow.tf._lazy import tf as _tf
+
+        _tf().config.threading.set_intra_op_parallelism_threads(config.compute.threads)
+    serve(task)
     return 0
 
 

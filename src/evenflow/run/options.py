@@ -26,6 +26,7 @@ PRECISIONS: tuple[str, ...] = ("float32", "mixed_bfloat16", "mixed_float16")
 COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
 COMMUNICATIONS: tuple[str, ...] = ("auto", "ring", "nccl")
 BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl")
+STRATEGIES: tuple[str, ...] = ("mirrored", "ps")
 REBALANCE_MODES: tuple[str, ...] = ("auto", "on", "off")
 # Long enough for a slow first step (tracing, pipeline start) or a chief writing a checkpoint while
 # the others wait in the next collective; short enough that a stuck run fails within minutes.
@@ -97,6 +98,10 @@ class ComputeOptions:
     framework: str = field(default="tf", metadata=_help(
         "tf: tf.distribute (MirroredStrategy, or MultiWorkerMirroredStrategy under TF_CONFIG); torch: PyTorch "
         "DDP, one process per rank (under torchrun for several)"))
+    strategy: str = field(default="mirrored", metadata=_help(
+        "tf: mirrored (every replica holds the whole model; gradients all-reduced each step) or ps (variables on "
+        "parameter servers, split across them; each step runs on whichever worker is free: under TF_CONFIG with "
+        "chief, worker and ps tasks, e.g. evenflow launch --workers 2 --ps 2)"))
     replicas: int = field(default=4, metadata=_help(
         "data-parallel replicas of this process: one per GPU, or logical CPU devices on a CPU-only machine "
         "(tf); with torch, the number of processes torchrun starts"))
@@ -127,6 +132,7 @@ class ComputeOptions:
     def __post_init__(self):
         check_choice("framework", self.framework, FRAMEWORKS)
         check_bool("shard_parameters", self.shard_parameters)
+        check_choice("strategy", self.strategy, STRATEGIES)
         check_int("replicas", self.replicas, 1)
         check_choice("precision", self.precision, PRECISIONS)
         check_int("threads", self.threads, 0, 1024)

@@ -34,8 +34,8 @@ class Trained:
 def make_monitor(p, session, log, resumed: bool) -> ReplicaMonitor | None:
     """The run's :class:`~evenflow.run.monitor.ReplicaMonitor`, or None without telemetry."""
     cfg, procs = p.config, session.processes
-    if not cfg.monitor.telemetry:
-        return None
+    if not cfg.monitor.telemetry or not getattr(session, "timed", True):
+        return None  # off, or a session without per-replica step times (parameter servers)
     plan = p.train_plan
     costs = plan.index.costs if plan.options.balance == "cost" else None
     return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,

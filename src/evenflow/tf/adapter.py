@@ -6,14 +6,20 @@ worker (MirroredStrategy over its replicas, or MultiWorkerMirroredStrategy when
 It honours every ``evenflow train`` option except the PyTorch-only ones, which it refuses
 when they are set: ``loader_workers`` (tf.data runs its own threads) and ``backend``
 (the collectives are chosen by ``communication``).
+
+``strategy = "ps"`` trains on a parameter-server cluster instead (:mod:`evenflow.tf.ps_session`):
+this process is its chief (workers and parameter servers only serve, see
+:func:`evenflow.commands.train.train`), the plan has one replica, and the options that
+belong to mirrored replicas or to Keras models are refused (:data:`REFUSED_PS`).
 """
 from __future__ import annotations
 
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys, flag_text
 from evenflow.tf.cluster import cluster_from_env
+from evenflow.tf.ps_cluster import ps_task_from_env
 
-__all__ = ["TensorFlow", "REFUSED"]
+__all__ = ["TensorFlow", "REFUSED", "REFUSED_PS"]
 
 # Options TensorFlow cannot honour, with the reason and what to do instead.
 REFUSED = {
@@ -21,6 +27,19 @@ REFUSED = {
     "backend": "the collective implementation between TensorFlow workers is --communication; drop --backend",
     "shard_parameters": "TensorFlow replicas each hold the whole model (MirroredStrategy); train a sharded "
                         "model with --framework torch under torchrun",
+}
+# Options a parameter-server run (--strategy ps) cannot honour, with the reason.
+_MIRRORED = "it sets the all-reduce between mirrored replicas, and a parameter-server run has none"
+_KERAS = "the parameter-server model is a tf.Module MLP (Keras 3 layers cannot hold variables split across " \
+         "parameter servers)"
+_TIMED = "a parameter-server run has no per-replica speeds to emulate or rebalance: free workers take the next step"
+REFUSED_PS = {
+    "model": _KERAS, "dropout": _KERAS, "precision": _KERAS + " and computes in float32",
+    "communication": _MIRRORED, "bytes_per_pack": _MIRRORED, "gradient_compression": _MIRRORED,
+    "collective_timeout": _MIRRORED, "accumulate_steps": "each step is one asynchronous update on one worker",
+    "augment": "the chief reads the batches with numpy and sends them to the workers; augment them in the dataset",
+    "pad_lengths": _KERAS, "deterministic": "updates are asynchronous: their order depends on the workers' speeds",
+    "simulate_slow": _TIMED, "simulate_sample_ms": _TIMED,
 }
 # Options for the collectives between workers: a run of one worker says it has nothing for them to act on.
 BETWEEN_WORKERS = ("communication", "bytes_per_pack", "collective_timeout")
@@ -35,16 +54,34 @@ class TensorFlow:
         changed = changed_keys(config)
         out = [f"{flag_text(key, changed[key])} is not supported with --framework tf: {why}"
                for key, why in REFUSED.items() if key in changed]
+        if config.compute.strategy == "ps":
+            out += [f"{flag_text(key, changed[key])} is not supported with --strategy ps: {why}"
+                    for key, why in REFUSED_PS.items() if key in changed]
+            if config.monitor.rebalance == "on":
+                out.append(f"--rebalance on is not supported with --strategy ps: {_TIMED}")
+            if "replicas" in changed and changed["replicas"] != 1:
+                out.append(f"--replicas {changed['replicas']} is not supported with --strategy ps: each step is one "
+                           f"update of the global batch, run by one free worker; add workers instead (evenflow "
+                           f"launch --workers N --ps M)")
         return out
 
     def notes(self, config, processes: Processes) -> list[str]:
         changed = changed_keys(config)
+        if config.compute.strategy == "ps":
+            return ["note: --strategy ps writes no telemetry.jsonl: free workers take the next step, so there are "
+                    "no per-replica speeds to time"] if config.monitor.telemetry else []
         if processes.count > 1:
             return []
         return [f"note: --{key.replace('_', '-')} sets the collectives between TensorFlow workers; this run has one "
                 f"worker, so it has nothing to act on" for key in BETWEEN_WORKERS if key in changed]
 
     def processes(self, config) -> Processes:
+        if config.compute.strategy == "ps":
+            task = ps_task_from_env()
+            if not task.is_chief:
+                raise ValueError(f"this process is {task.describe()}: it serves, and only the chief trains; "
+                                 f"run it with evenflow train, which serves for workers and parameter servers")
+            return Processes(count=1, index=0, local_replicas=1)
         cluster = cluster_from_env()
         local = cluster.replicas_per_worker or config.compute.replicas
         return Processes(count=cluster.num_workers, index=cluster.index, local_replicas=local)
@@ -53,6 +90,10 @@ class TensorFlow:
         return None  # arrays, images and variable-length text alike
 
     def start(self, prepared):
+        if prepared.config.compute.strategy == "ps":
+            from evenflow.tf.ps_session import start_ps_session
+
+            return start_ps_session(prepared, ps_task_from_env())
         from evenflow.tf.session import start_session
         from evenflow.tf.startup import meeting_the_others
 

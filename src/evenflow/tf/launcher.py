@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,8 +34,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from evenflow.tf.cluster import REPLICAS_ENV, tf_config
+from evenflow.tf.cluster import tf_config
 from evenflow.tf.cores import BusyCore, check_core, check_slow, pin_to, usable_cores, worker_cores
+from evenflow.tf.launch_io import Pump, free_ports, say_line, worker_env
 from evenflow.tf.worker_signals import Interrupts, describe_exit, exit_code, stop_workers
 
 __all__ = ["LaunchOptions", "launch", "free_ports", "MAX_WORKERS"]
@@ -67,6 +66,8 @@ class LaunchOptions:
             slowdown of the worker pinned there), or None.
         slow_after: seconds after the start at which the busy process begins, >= 0; needs
             ``slow_core``.
+        ps: parameter servers, in ``[0, 64]``; with any, the command runs as the chief, the
+            workers and the servers of a parameter-server cluster (:mod:`evenflow.tf.ps_launcher`).
     """
 
     workers: int
@@ -77,6 +78,7 @@ class LaunchOptions:
     pin_cores: bool = False
     slow_core: int | None = None
     slow_after: float = 0.0
+    ps: int = 0
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int):
@@ -90,43 +92,8 @@ class LaunchOptions:
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not (g >= 0 and math.isfinite(g)):
             raise ValueError(f"grace_seconds must be a finite number >= 0, got {g!r}")
         check_slow(self.slow_core, self.slow_after)
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports that were free on ``host`` a moment ago.
-
-    All sockets are held open together so the ports differ, then closed for the
-    workers to bind (a port taken in between makes that worker fail to start,
-    which the launcher reports like any other failure).
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-class _Pump(threading.Thread):
-    """Copies one worker stream to ours, line by line, with the worker's prefix."""
-
-    def __init__(self, stream, prefix: str, target, lock: threading.Lock):
-        super().__init__(daemon=True)
-        self.stream, self.prefix, self.target, self.lock = stream, prefix, target, lock
-
-    def run(self):
-        for raw in iter(self.stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            # A progress bar redrawn with \r: keep what the line finally showed.
-            line = line.rsplit("\r", 1)[-1]
-            with self.lock:
-                self.target.write(f"{self.prefix}{line}\n")
-                self.target.flush()
-        self.stream.close()
+        if isinstance(self.ps, bool) or not isinstance(self.ps, int) or not 0 <= self.ps <= MAX_WORKERS:
+            raise ValueError(f"ps must be an int in [0, {MAX_WORKERS}] (parameter servers), got {self.ps!r}")
 
 
 def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, env=None) -> int:
@@ -153,23 +120,26 @@ def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, e
         check_core(options.slow_core, "--slow-core")
     if options.pin_cores:
         usable_cores()  # a platform without CPU affinity says so now
+    from evenflow.tf.ps_launcher import run_ps
+
+    runner = run_ps if options.ps else _run
     if options.private_network:
         from evenflow.tf.private_network import run_in_private_network
 
-        code, why_not = run_in_private_network(lambda: _run(command, options, out, err, env, "a private network"))
+        code, why_not = run_in_private_network(lambda: runner(command, options, out, err, env, "a private network"))
         if why_not is None:
             return code
         err.write(f"evenflow launch: note: the workers run on this machine's network, where TensorFlow's ports listen "
                   f"on every interface without authentication ({why_not}); keep the machine on a private network\n")
-    return _run(command, options, out, err, env, "this machine's network")
+    return runner(command, options, out, err, env, "this machine's network")
 
 
 def _run(command: list[str], options: LaunchOptions, out, err, env, network: str) -> int:
     """Start, supervise and stop the workers; the launch's exit code."""
     addresses = [f"{options.host}:{p}" for p in free_ports(options.workers, options.host)]
-    base = _worker_env(options, env)
+    base = worker_env(options, env)
     lock = threading.Lock()
-    say = functools.partial(_say, err, lock)
+    say = functools.partial(say_line, err, lock)
     say(f"{options.workers} worker(s) on {', '.join(addresses)} ({network}): {shlex.join(command)}")
     cores = worker_cores(options.workers) if options.pin_cores else None
     if cores is not None:
@@ -209,31 +179,13 @@ def _checked_command(command: Sequence[str]) -> list[str]:
     return command
 
 
-def _worker_env(options: LaunchOptions, env) -> dict[str, str]:
-    """The environment every worker shares: ``env`` (default ours), unbuffered, with its replicas."""
-    base = dict(os.environ if env is None else env)
-    base["PYTHONUNBUFFERED"] = "1"  # lines as they happen, not when a pipe buffer fills
-    if options.replicas_per_worker is not None:
-        base[REPLICAS_ENV] = str(options.replicas_per_worker)
-    else:
-        base.pop(REPLICAS_ENV, None)
-    return base
-
-
-def _say(err, lock: threading.Lock, text: str) -> None:
-    """Write one ``evenflow launch:`` line to ``err``, never inside a worker's line."""
-    with lock:
-        err.write(f"evenflow launch: {text}\n")
-        err.flush()
-
-
 def _start_workers(command: list[str], addresses: list[str], base: dict[str, str], out, err,
                    lock: threading.Lock, cores: list[int] | None = None
-                   ) -> tuple[list[subprocess.Popen], list[_Pump]]:
+                   ) -> tuple[list[subprocess.Popen], list[Pump]]:
     """Start one worker per address, each in its own session (pinned to ``cores[i]`` when given),
     with a pump for each of its output streams."""
     procs: list[subprocess.Popen] = []
-    pumps: list[_Pump] = []
+    pumps: list[Pump] = []
     for i in range(len(addresses)):
         worker_env = dict(base, TF_CONFIG=tf_config(addresses, i))
         proc = subprocess.Popen(command, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -241,7 +193,7 @@ def _start_workers(command: list[str], addresses: list[str], base: dict[str, str
                                 preexec_fn=None if cores is None else pin_to(cores[i]))
         procs.append(proc)
         for stream, target in ((proc.stdout, out), (proc.stderr, err)):
-            pump = _Pump(stream, f"[worker {i}] ", target, lock)
+            pump = Pump(stream, f"[worker {i}] ", target, lock)
             pump.start()
             pumps.append(pump)
     return procs, pumps

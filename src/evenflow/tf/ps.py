@@ -1,7 +1,8 @@
 """Parameter-server training on the plan: the cluster's servers, a model, and the trainer on the chief.
 
 A cluster (``TF_CONFIG``) has one ``chief``, ``worker`` tasks and ``ps`` tasks. Workers and
-parameter servers only serve (:func:`serve`: ``python -m evenflow.tf.ps``); the chief builds
+parameter servers only serve (:func:`~evenflow.tf.ps_cluster.serve`, or ``python -m evenflow.tf.ps``
+with their ``TF_CONFIG``); the chief builds
 a ``ParameterServerStrategy``, the model and the optimizer under its scope, and runs the
 training loop with :class:`PSTrainer`, which schedules each plan step on a free worker
 (:class:`~evenflow.tf.ps_engine.PSEngine`).
@@ -12,26 +13,11 @@ Keras 3 models cannot hold variables the strategy splits across parameter server
 """
 from __future__ import annotations
 
-import json
-import os
-
 from evenflow.run.loop import LoopFront, TrainLoop
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.ps_engine import PSEngine, PSReader
 
-__all__ = ["serve", "make_strategy", "make_mlp", "PSTrainer"]
-
-
-def serve() -> None:
-    """Run this process's ``worker`` or ``ps`` task of ``TF_CONFIG`` until it is killed."""
-    tf = _tf()
-    config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
-    task = config.get("task", {})
-    if task.get("type") not in ("worker", "ps"):
-        raise ValueError(f"TF_CONFIG's task must be a worker or a ps to serve, got {task!r}")
-    server = tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=task["type"],
-                                  task_index=int(task.get("index", 0)), protocol="grpc", start=True)
-    server.join()
+__all__ = ["make_strategy", "make_mlp", "PSTrainer"]
 
 
 def make_strategy(min_shard_bytes: int = 256 << 10):
@@ -111,5 +97,7 @@ class PSTrainer(LoopFront):
         return self.loop.evaluate(PSReader(source), plan, epoch)
 
 
-if __name__ == "__main__":
-    serve()
+if __name__ == "__main__":  # python -m evenflow.tf.ps: serve this process's TF_CONFIG task
+    from evenflow.tf.ps_cluster import ps_task_from_env, serve
+
+    serve(ps_task_from_env())

@@ -27,6 +27,8 @@ REFUSED = {
                                     "--precision mixed_bfloat16 (or float32)",
     ("pad_lengths", None): "variable-length text trains on TensorFlow only (--framework tf --model text_cnn)",
     ("model", "text_cnn"): "text_cnn is a TensorFlow model; use --framework tf for text",
+    ("strategy", "ps"): "parameter servers are TensorFlow's; to split a model too big for one rank across the "
+                        "ranks use --shard-parameters",
 }
 # Options a sharded model (--shard-parameters) cannot honour, with the reason.
 REFUSED_SHARDED = {

@@ -1,0 +1,96 @@
+"""Starting a parameter-server run on its chief: strategy, model, optimizer, trainer and readers.
+
+:func:`start_ps_session` is :meth:`evenflow.tf.adapter.TensorFlow.start` under ``--strategy ps``.
+The chief connects to the cluster's workers and parameter servers (``TF_CONFIG``), creates the
+model's variables on the parameter servers (split across them when large) and runs the training
+loop; each plan step becomes a closure that the first free worker runs
+(:mod:`evenflow.tf.ps_engine`). The plan has one replica: a step is one update of the global batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evenflow.run.adapter import Processes
+from evenflow.tf._lazy import keras as _keras
+from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.ps_cluster import PSTask
+
+__all__ = ["PSSession", "start_ps_session"]
+
+
+@dataclass
+class PSSession:
+    """A started parameter-server run, on its chief (:class:`evenflow.run.adapter.Session`)."""
+
+    processes: Processes
+    task: PSTask
+    strategy: object
+    trainer: object
+    devices: list[str]
+    description: str
+    num_weights: int
+    state: object
+    train_reader: object
+    test_reader: object
+    shared_cpu: bool = False
+    timed: bool = False  # no per-replica step times: free workers take the next step
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def loop(self):
+        return self.trainer.loop
+
+    def running(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def writer(self, directory: Path):
+        from evenflow.tf.summary import TFScalarWriter
+
+        return TFScalarWriter(directory)
+
+    def failure(self, error: BaseException) -> BaseException | None:
+        """A parameter server that stopped answering, as one line; else None."""
+        tf = _tf()
+        if isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) and "/job:ps" in str(error):
+            first = str(error).strip().splitlines()[0][:200]
+            return RuntimeError(f"a parameter server of the cluster ({self.task.describe()}) stopped answering "
+                                f"({first}); restart it and run the same command again to resume from the latest "
+                                f"checkpoint")
+        return None
+
+    def close(self, ok: bool) -> None:
+        """Nothing to release: the servers keep serving until their launcher stops them."""
+
+
+def start_ps_session(p, task: PSTask) -> PSSession:
+    """A :class:`PSSession` for the :class:`~evenflow.run.job.Prepared` run ``p`` on the chief."""
+    from evenflow.tf.optimizers import make_optimizer
+    from evenflow.tf.ps import PSTrainer, make_mlp, make_strategy
+    from evenflow.tf.ps_engine import PSReader
+    from evenflow.tf.state import TFState
+
+    cfg, comp = p.config, p.config.compute
+    tf = _tf()
+    if comp.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(comp.threads)
+    _keras().utils.set_random_seed(cfg.schedule.seed)
+    strategy = make_strategy()
+    size = math.prod(int(d) for d in p.data.feature_shape)
+    with strategy.scope():
+        model = make_mlp(size, p.data.num_classes, seed=cfg.schedule.seed)
+        optimizer = make_optimizer(cfg.optimizer.optimizer, cfg.optimizer.learning_rate, "float32")
+    trainer = PSTrainer(strategy, model, optimizer, skip_nonfinite=cfg.anomaly.skip_nonfinite)
+    shards = [len(getattr(v, "variables", [v])) for v in model.kernels]
+    description = (f"ParameterServerStrategy: {task.workers} worker(s) take the steps, {task.ps} parameter "
+                   f"server(s) hold the variables (largest kernel in {max(shards)} shard(s))")
+    return PSSession(processes=p.processes, task=task, strategy=strategy, trainer=trainer,
+                     devices=[f"/job:worker/task:{i}" for i in range(task.workers)], description=description,
+                     num_weights=int(sum(math.prod(v.shape) for v in model.trainable_variables)),
+                     state=TFState(model, optimizer), train_reader=PSReader(p.data.train),
+                     test_reader=None if p.data.test is None else PSReader(p.data.test),
+                     summary={"tensorflow": tf.__version__, "strategy": type(strategy).__name__,
+                              "workers": task.workers, "parameter_servers": task.ps, "kernel_shards": shards,
+                              "optimizer": type(optimizer).__name__})
