@@ -160,3 +160,44 @@ def test_a_ps_run_without_a_parameter_server_cluster_says_how_to_make_one(tmp_pa
     code = main(["train", "--strategy", "ps", "--dataset", "builtin:digits", "--output-dir", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "exactly 1 chief, >= 1 worker and >= 1 ps" in err, err
+
+
+def _task_pids(kind: str, launcher_pid: int) -> list[int]:
+    """Pids of the launch's processes whose TF_CONFIG task is ``kind``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text().split()
+        except OSError:
+            continue
+        config = next((v[len(b"TF_CONFIG="):] for v in environ if v.startswith(b"TF_CONFIG=")), None)
+        if config and json.loads(config)["task"]["type"] == kind and int(stat[3]) == launcher_pid:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_dead_parameter_server_stops_the_chief_with_one_line(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "1", "--ps", "1", "--share-network", "--",
+           sys.executable, "-m", "evenflow", "train", "--strategy", "ps", "--dataset", "builtin:digits", "--epochs",
+           "50", "--output-dir", str(run)]
+    env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_CONFIG", None)
+    launch = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "ckpt-00000-000000").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (ps,) = _task_pids("ps", launch.pid)
+        os.kill(ps, signal.SIGKILL)
+        out, err = launch.communicate(timeout=120)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert launch.returncode == 1, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("[chief] evenflow train: error:")]
+    assert len(lines) == 1 and "a parameter server of the cluster" in lines[0] and "stopped answering" in lines[0], \
+        err[-3000:]

@@ -148,7 +148,7 @@ def exit_if_peer_lost(error: BaseException, command: str) -> None:
     """
     import os
 
-    if type(error).__name__ not in ("CollectiveFailure", "PeerLostError"):
+    if type(error).__name__ not in ("CollectiveFailure", "PeerLostError", "ParameterServerLost"):
         return
     print(f"evenflow {command}: error: {error}", file=sys.stderr)
     sys.stdout.flush()

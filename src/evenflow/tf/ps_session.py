@@ -18,7 +18,11 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.ps_cluster import PSTask
 
-__all__ = ["PSSession", "start_ps_session"]
+__all__ = ["PSSession", "start_ps_session", "ParameterServerLost"]
+
+
+class ParameterServerLost(RuntimeError):
+    """A parameter server stopped answering: the run stops (exit 1, one line) and resumes when rerun."""
 
 
 @dataclass
@@ -56,9 +60,10 @@ class PSSession:
         tf = _tf()
         if isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) and "/job:ps" in str(error):
             first = str(error).strip().splitlines()[0][:200]
-            return RuntimeError(f"a parameter server of the cluster ({self.task.describe()}) stopped answering "
-                                f"({first}); restart it and run the same command again to resume from the latest "
-                                f"checkpoint")
+            return ParameterServerLost(
+                f"a parameter server of the cluster (1 chief, {self.task.workers} worker(s), {self.task.ps} ps) "
+                f"stopped answering ({first}); restart it and run the same command again to resume from the "
+                f"latest checkpoint")
         return None
 
     def close(self, ok: bool) -> None:
