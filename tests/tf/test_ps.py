@@ -102,7 +102,9 @@ def test_a_killed_chief_is_rerun_and_resumes_from_its_checkpoint(cluster, tmp_pa
 
 
 def _launch_ps(run: Path, *flags: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--ps", "2", "--", sys.executable, "-m",
+    # Workers pinned one per core: a server with one core must still have the threads a closure needs.
+    cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--ps", "2", "--pin-cores", "--",
+           sys.executable, "-m",
            "evenflow", "train", "--strategy", "ps", "--dataset", "builtin:digits", "--audit", "--output-dir", str(run),
            *flags]
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="3")

@@ -85,6 +85,9 @@ def serve(task: PSTask) -> None:
     if task.is_chief:
         raise ValueError("the chief runs the training loop; only workers and parameter servers serve")
     tf = _tf()
+    # A server pinned to one core would size its inter-op pool to one thread, and a closure waiting for
+    # a variable from a parameter server would then block the thread that serves it: a hang (measured).
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=max(4, os.cpu_count() or 1))
     server = tf.distribute.Server(tf.train.ClusterSpec(task.cluster), job_name=task.type, task_index=task.index,
-                                  protocol="grpc", start=True)
+                                  protocol="grpc", config=config, start=True)
     server.join()
