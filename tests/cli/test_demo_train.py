@@ -107,7 +107,7 @@ def _bad(tmp_path, capsys, *argv) -> str:
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["train", "--dataset", "builtin:digits", "--model", "resnet"], "model must be one of cnn, mlp"),
+    (["train", "--dataset", "builtin:digits", "--model", "resnet"], "model must be one of cnn, hashed_text, mlp"),
     (["train", "--dataset", "builtin:cifar"], "builtins are builtin:digits"),
     (["train", "--dataset", "builtin:digits", "--precision", "fp8"], "precision must be one of"),
     (["train", "--dataset", "builtin:digits", "--optimizer", "lamb"], "optimizer must be one of"),

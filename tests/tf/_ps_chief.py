@@ -4,8 +4,9 @@
 
 SPEC keys: n, classes, batch, epochs, seed, lr, run_dir, checkpoint_every, resume (bool),
 eval_n, kill ([pid, epoch, step] or null: SIGKILL that process, a worker, or the chief itself
-for pid 0, once the chief has scheduled that step). Writes OUT.npz: the start cursor, the epochs' sample counts and the
-evaluation's count and accuracy. Errors go to stderr, exit 1.
+for pid 0, once the chief has scheduled that step). Writes OUT.npz: the start cursor, the epochs' sample counts, the
+evaluation's count and accuracy, and how a hashed table of 1,001 rows was split (rows and device
+per shard). Errors go to stderr, exit 1.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def main(spec: dict, out: str) -> None:
     import evenflow as ef
     from evenflow.data import ArraySource
     from evenflow.run import AuditLog, Checkpointer, TrainingGuard
-    from evenflow.tf.ps import PSTrainer, make_mlp, make_strategy
+    from evenflow.tf.ps import PSTrainer, make_hashed_text, make_mlp, make_strategy
     from evenflow.tf.state import TFState
 
     rng = np.random.default_rng(7)
@@ -54,9 +55,14 @@ def main(spec: dict, out: str) -> None:
     test = ArraySource(xe, rng.integers(0, spec["classes"], spec["eval_n"]))
     ev = trainer.evaluate(test, ef.Plan(test.index(), ef.Topology(1), global_batch_size=spec["batch"]))
     shards = [len(getattr(v, "variables", [v])) for v in model.kernels]
+    with strategy.scope():  # a hashed table of an odd number of rows, split across the parameter servers
+        table = make_hashed_text(spec["classes"], buckets=1001, dim=8, seed=0).table
+    table_rows = [int(v.shape[0]) for v in getattr(table, "variables", [table])]
+    table_devices = [v.device for v in getattr(table, "variables", [table])]
     np.savez(out, start=np.array([start.epoch, start.step] if start else [0, 0]),
              epoch_samples=np.array([r.samples for r in results]), eval_count=ev.count,
-             eval_accuracy=ev.accuracy, kernel_shards=np.array(shards))
+             eval_accuracy=ev.accuracy, kernel_shards=np.array(shards), table_rows=np.array(table_rows),
+             table_devices=np.array(table_devices))
     sys.stdout.flush()
     os._exit(0)  # the coordinator's threads keep a normal exit waiting for the servers
 

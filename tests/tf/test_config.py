@@ -53,7 +53,7 @@ def test_every_key_is_a_flag():
     ('dataset = "builtin:digits"\nstratify = 1\n', {}, TypeError, "stratify must be true or false"),
     ('dataset = "builtin:digits"\n', {"learning_rate": -1.0}, ValueError, "--learning-rate: learning_rate must be"),
     # unknown names
-    ('dataset = "builtin:digits"\nmodel = "resnet"\n', {}, ValueError, "model must be one of cnn, mlp"),
+    ('dataset = "builtin:digits"\nmodel = "resnet"\n', {}, ValueError, "model must be one of cnn, hashed_text, mlp"),
     ('dataset = "builtin:digits"\noptimizer = "rmsprop"\n', {}, ValueError, "optimizer must be one of adam, sgd"),
     ('dataset = "builtin:digits"\nprecision = "float16"\n', {}, ValueError, "precision must be one of"),
     ('dataset = "builtin:digits"\ntest_fraction = 1.0\n', {}, ValueError, "test_fraction must be in [0, 1)"),

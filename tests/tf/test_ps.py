@@ -72,6 +72,10 @@ def test_every_step_runs_once_on_some_worker_and_evaluation_counts_each_sample_o
     assert found["epoch_samples"].tolist() == [203, 203]
     assert int(found["eval_count"]) == SPEC["eval_n"]
     assert found["kernel_shards"][0] == 2  # the first kernel is split across the two parameter servers
+    # A table of 1,001 rows: one block per parameter server, within one row of even.
+    assert sorted(found["table_rows"].tolist()) == [500, 501]
+    assert sorted(str(d).split("/task:")[1][0] for d in found["table_devices"]) == ["0", "1"]
+    assert all("/job:ps/" in str(d) for d in found["table_devices"])
     audits = check_audit(run)
     assert [a.epoch for a in audits] == [0, 1] and all(a.complete and a.clean and a.samples == SPEC["n"] for a in audits), audits
 

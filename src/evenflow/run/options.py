@@ -20,7 +20,7 @@ __all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions",
            "DEFAULT_COLLECTIVE_TIMEOUT", "REBALANCE_MODES"]
 
 FRAMEWORKS: tuple[str, ...] = ("tf", "torch")
-MODEL_NAMES: tuple[str, ...] = ("cnn", "mlp", "text_cnn")
+MODEL_NAMES: tuple[str, ...] = ("cnn", "hashed_text", "mlp", "text_cnn")
 OPTIMIZER_NAMES: tuple[str, ...] = ("adam", "sgd")
 PRECISIONS: tuple[str, ...] = ("float32", "mixed_bfloat16", "mixed_float16")
 COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
@@ -42,7 +42,9 @@ class ModelOptions:
     """Which network to train."""
 
     model: str = field(default="mlp", metadata=_help(f"network: {', '.join(MODEL_NAMES)} (cnn = depthwise-separable "
-                                                     f"convolutions, for images; text_cnn for token sequences)"))
+                                                     f"convolutions, for images; text_cnn for token sequences; "
+                                                     f"hashed_text for token sequences on parameter servers, "
+                                                     f"--strategy ps: 2^20 x 64 trigram buckets split across them)"))
     dropout: float = field(default=0.0, metadata=_help("dropout rate before the logits layer, in [0, 1) "
                                                        "(0: none)"))
 

@@ -33,8 +33,9 @@ _MIRRORED = "it sets the all-reduce between mirrored replicas, and a parameter-s
 _KERAS = "the parameter-server model is a tf.Module MLP (Keras 3 layers cannot hold variables split across " \
          "parameter servers)"
 _TIMED = "a parameter-server run has no per-replica speeds to emulate or rebalance: free workers take the next step"
+PS_MODELS = ("mlp", "hashed_text")
 REFUSED_PS = {
-    "model": _KERAS, "dropout": _KERAS, "precision": _KERAS + " and computes in float32",
+    "dropout": _KERAS, "precision": _KERAS + " and computes in float32",
     "communication": _MIRRORED, "bytes_per_pack": _MIRRORED, "gradient_compression": _MIRRORED,
     "collective_timeout": _MIRRORED, "accumulate_steps": "each step is one asynchronous update on one worker",
     "augment": "the chief reads the batches with numpy and sends them to the workers; augment them in the dataset",
@@ -54,9 +55,15 @@ class TensorFlow:
         changed = changed_keys(config)
         out = [f"{flag_text(key, changed[key])} is not supported with --framework tf: {why}"
                for key, why in REFUSED.items() if key in changed]
+        if config.compute.strategy != "ps" and config.model.model == "hashed_text":
+            out.append("--model hashed_text is not supported without --strategy ps: its 2^20 x 64 table is split "
+                       "across parameter servers; add --strategy ps, or use --model text_cnn")
         if config.compute.strategy == "ps":
             out += [f"{flag_text(key, changed[key])} is not supported with --strategy ps: {why}"
                     for key, why in REFUSED_PS.items() if key in changed]
+            if config.model.model not in PS_MODELS:
+                out.append(f"--model {config.model.model} is not supported with --strategy ps: {_KERAS}; use "
+                           f"--model mlp (fixed-size features) or hashed_text (token sequences)")
             if config.monitor.rebalance == "on":
                 out.append(f"--rebalance on is not supported with --strategy ps: {_TIMED}")
             if "replicas" in changed and changed["replicas"] != 1:

@@ -8,16 +8,18 @@ training loop with :class:`PSTrainer`, which schedules each plan step on a free 
 (:class:`~evenflow.tf.ps_engine.PSEngine`).
 
 Keras 3 models cannot hold variables the strategy splits across parameter servers (a
-``ShardedVariable`` has no ``handle`` for Keras's variables), so the models here are
-``tf.Module`` s with plain ``tf.Variable`` s; a Keras optimizer updates them.
+``ShardedVariable`` has no ``handle`` for Keras's variables), so the models
+(:mod:`evenflow.tf.ps_models`) are ``tf.Module`` s with plain ``tf.Variable`` s; a Keras
+optimizer updates them.
 """
 from __future__ import annotations
 
 from evenflow.run.loop import LoopFront, TrainLoop
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.ps_engine import PSEngine, PSReader
+from evenflow.tf.ps_models import make_hashed_text, make_mlp
 
-__all__ = ["make_strategy", "make_mlp", "PSTrainer"]
+__all__ = ["make_strategy", "make_mlp", "make_hashed_text", "PSTrainer"]
 
 
 def make_strategy(min_shard_bytes: int = 256 << 10):
@@ -34,35 +36,6 @@ def make_strategy(min_shard_bytes: int = 256 << 10):
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=min_shard_bytes,
                                                                              max_shards=servers)
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
-
-
-def make_mlp(input_size: int, num_classes: int, hidden: int = 128, seed: int = 0):
-    """A ``tf.Module`` classifier: flatten, two hidden ReLU layers of ``hidden``, logits.
-
-    Glorot-uniform kernels drawn from ``seed``, zero biases. Call under ``strategy.scope()``.
-    """
-    tf = _tf()
-    sizes = [int(input_size), int(hidden), int(hidden), int(num_classes)]
-
-    class MLP(tf.Module):
-        def __init__(self):
-            super().__init__(name="mlp")
-            self.kernels, self.biases = [], []
-            for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
-                limit = (6.0 / (a + b)) ** 0.5
-                w = tf.random.stateless_uniform((a, b), seed=[seed, i], minval=-limit, maxval=limit)
-                self.kernels.append(tf.Variable(w, name=f"kernel_{i}"))
-                self.biases.append(tf.Variable(tf.zeros([b]), name=f"bias_{i}"))
-
-        def __call__(self, x):
-            h = tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], sizes[0]])
-            for i, (w, b) in enumerate(zip(self.kernels, self.biases)):
-                h = tf.matmul(h, w) + b
-                if i < len(self.kernels) - 1:
-                    h = tf.nn.relu(h)
-            return h
-
-    return MLP()
 
 
 class PSTrainer(LoopFront):

@@ -41,15 +41,27 @@ class PSReader:
         self.source = source
 
 
+def _inputs(batch: dict):
+    """The model's inputs: the features, or for token sequences ``(tokens, length)`` with the tokens
+    padded to a power of two >= 16 (a few shapes, so the step function is traced a few times only)."""
+    if "length" not in batch:
+        return batch["features"]
+    tokens = np.asarray(batch["features"])
+    width = max(16, 1 << max(int(tokens.shape[1]) - 1, 0).bit_length())
+    padded = np.zeros((tokens.shape[0], width), tokens.dtype)
+    padded[:, :tokens.shape[1]] = tokens
+    return padded, np.asarray(batch["length"], np.int64)
+
+
 def _rows(source, plan, start: Cursor, epochs: int):
-    """``(ids [slots], features, labels, mask)`` of every step from ``start`` through epoch ``epochs - 1``."""
+    """``(ids [slots], inputs, labels, mask)`` of every step from ``start`` through epoch ``epochs - 1``."""
     for epoch in range(start.epoch, epochs):
         ep = plan.epoch(epoch)
         for step in range(start.step if epoch == start.epoch else 0, plan.num_steps):
             ids = ep.ids[step].reshape(-1)
             real = ids >= 0
             batch = source.batch(np.where(real, ids, ids[real][0] if real.any() else 0))
-            yield ids, batch["features"], np.asarray(batch["label"], np.int64), real.astype(np.float32)
+            yield ids, _inputs(batch), np.asarray(batch["label"], np.int64), real.astype(np.float32)
 
 
 class PSEngine:
@@ -130,7 +142,8 @@ class PSEngine:
             raise ValueError("a parameter-server step is one update: accumulate_steps must be 1")
         tf = _tf()
         ids, x, y, mask = next(stream.iterator)
-        remote = self.coordinator.schedule(self._train, args=(tf.constant(x), tf.constant(y), tf.constant(mask)))
+        remote = self.coordinator.schedule(self._train, args=(tf.nest.map_structure(tf.constant, x), tf.constant(y),
+                                                               tf.constant(mask)))
         out = {"remote": remote, "ids": ids, "real": float(mask.sum())}
         batch = {"features": x, "label": y, "id": ids, "mask": mask} if keep_batches else None
         return [out], [batch] if keep_batches else None
@@ -152,7 +165,8 @@ class PSEngine:
 
     def evaluate(self, reader: PSReader, plan, epoch: int) -> np.ndarray:
         tf = _tf()
-        remotes = [self.coordinator.schedule(self._eval, args=(tf.constant(x), tf.constant(y), tf.constant(m)))
+        remotes = [self.coordinator.schedule(self._eval, args=(tf.nest.map_structure(tf.constant, x), tf.constant(y),
+                                                              tf.constant(m)))
                    for _, x, y, m in _rows(reader.source, plan, Cursor(epoch, 0), epoch + 1)]
         return np.sum([np.asarray(r.fetch(), np.float64) for r in remotes], axis=0)[None, :]
 

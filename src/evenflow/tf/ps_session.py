@@ -73,7 +73,7 @@ class PSSession:
 def start_ps_session(p, task: PSTask) -> PSSession:
     """A :class:`PSSession` for the :class:`~evenflow.run.job.Prepared` run ``p`` on the chief."""
     from evenflow.tf.optimizers import make_optimizer
-    from evenflow.tf.ps import PSTrainer, make_mlp, make_strategy
+    from evenflow.tf.ps import PSTrainer, make_hashed_text, make_mlp, make_strategy
     from evenflow.tf.ps_engine import PSReader
     from evenflow.tf.state import TFState
 
@@ -83,19 +83,30 @@ def start_ps_session(p, task: PSTask) -> PSSession:
         tf.config.threading.set_intra_op_parallelism_threads(comp.threads)
     _keras().utils.set_random_seed(cfg.schedule.seed)
     strategy = make_strategy()
-    size = math.prod(int(d) for d in p.data.feature_shape)
     with strategy.scope():
-        model = make_mlp(size, p.data.num_classes, seed=cfg.schedule.seed)
+        if cfg.model.model == "hashed_text":
+            model = make_hashed_text(p.data.num_classes, seed=cfg.schedule.seed)
+        else:
+            model = make_mlp(math.prod(int(d) for d in p.data.feature_shape), p.data.num_classes,
+                             seed=cfg.schedule.seed)
         optimizer = make_optimizer(cfg.optimizer.optimizer, cfg.optimizer.learning_rate, "float32")
     trainer = PSTrainer(strategy, model, optimizer, skip_nonfinite=cfg.anomaly.skip_nonfinite)
-    shards = [len(getattr(v, "variables", [v])) for v in model.kernels]
+    candidates = [model.table] if hasattr(model, "table") else list(model.kernels)
+    largest = max(candidates, key=lambda v: math.prod(v.shape))
+    shards = [int(v.shape[0]) for v in getattr(largest, "variables", [largest])]  # rows per parameter server
     description = (f"ParameterServerStrategy: {task.workers} worker(s) take the steps, {task.ps} parameter "
-                   f"server(s) hold the variables (largest kernel in {max(shards)} shard(s))")
+                   f"server(s) hold the variables (the largest, {list(largest.shape)}, in {len(shards)} shard(s) "
+                   f"of {', '.join(map(str, shards))} rows)")
+    held: dict[str, int] = {}  # bytes of the model's and the optimizer's variables on each parameter server
+    for v in list(model.variables) + list(optimizer.variables):
+        device = str(getattr(v, "device", None) or getattr(v.value, "device", "")).split("/device:")[0]
+        held[device] = held.get(device, 0) + math.prod(v.shape) * tf.as_dtype(v.dtype).size
     return PSSession(processes=p.processes, task=task, strategy=strategy, trainer=trainer,
                      devices=[f"/job:worker/task:{i}" for i in range(task.workers)], description=description,
                      num_weights=int(sum(math.prod(v.shape) for v in model.trainable_variables)),
                      state=TFState(model, optimizer), train_reader=PSReader(p.data.train),
                      test_reader=None if p.data.test is None else PSReader(p.data.test),
                      summary={"tensorflow": tf.__version__, "strategy": type(strategy).__name__,
-                              "workers": task.workers, "parameter_servers": task.ps, "kernel_shards": shards,
+                              "workers": task.workers, "parameter_servers": task.ps, "largest_variable_shard_rows": shards,
+                              "variable_bytes": dict(sorted(held.items())),
                               "optimizer": type(optimizer).__name__})

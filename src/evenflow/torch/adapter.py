@@ -27,6 +27,7 @@ REFUSED = {
                                     "--precision mixed_bfloat16 (or float32)",
     ("pad_lengths", None): "variable-length text trains on TensorFlow only (--framework tf --model text_cnn)",
     ("model", "text_cnn"): "text_cnn is a TensorFlow model; use --framework tf for text",
+    ("model", "hashed_text"): "hashed_text is a TensorFlow parameter-server model (--framework tf --strategy ps)",
     ("strategy", "ps"): "parameter servers are TensorFlow's; to split a model too big for one rank across the "
                         "ranks use --shard-parameters",
 }
