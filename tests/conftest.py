@@ -3,9 +3,11 @@
 ``make test`` runs the suite in two passes: first every test not marked ``serial`` on two
 pytest-xdist workers (``-n 2 --dist loadfile``: a file's tests share one worker, so its
 module fixtures run once), then the ``serial`` tests one at a time. Serial are the tests that
-start several cooperating processes (workers, ranks) under deadlines or kill them, and those
-whose assertions rest on measured speeds: run beside other tests, their peers or their
-timings would be starved by work that is not theirs.
+start several cooperating processes (workers, ranks) under tight deadlines or time how fast
+the others notice a killed one, and those whose assertions rest on measured speeds: run beside
+other tests, their peers or their timings would be starved by work that is not theirs. Tests
+of cooperating processes with generous deadlines and no timing in their assertions (the
+parameter-server and sharded-parameter tests) run in the parallel pass.
 """
 from __future__ import annotations
 

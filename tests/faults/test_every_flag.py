@@ -40,6 +40,7 @@ BAD = {
     "gradient_compression": ("int8", "gradient_compression must be one of"),
     "accumulate_steps": ("65", "accumulate_steps must be at most 64"),
     "loader_workers": ("-1", "loader_workers must be at least 0"),
+    "strategy": ("horovod", "strategy must be one of"),
     "output_dir": ("", "output_dir must be a non-empty string"),
     "checkpoint_every": ("-1", "checkpoint_every must be at least 0"),
     "keep_checkpoints": ("0", "keep_checkpoints must be at least 1"),
@@ -52,7 +53,8 @@ BAD = {
     "simulate_slow": ("3", "simulate_slow must be REPLICA:FACTOR"),
     "simulate_sample_ms": ("-2", "simulate_sample_ms must be a number of milliseconds"),
 }
-BOOLEANS = {"skip_corrupt", "stratify", "bucket", "resume", "audit", "deterministic", "skip_nonfinite", "telemetry"}
+BOOLEANS = {"skip_corrupt", "stratify", "bucket", "resume", "audit", "deterministic", "skip_nonfinite", "telemetry",
+            "shard_parameters"}
 
 
 def test_every_option_has_a_bad_value_here():

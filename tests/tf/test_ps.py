@@ -35,9 +35,10 @@ def _env(cluster: dict, kind: str, index: int) -> dict:
     return env
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
-    """Start 2 worker and 2 ps servers; yield ``(cluster, {(kind, index): Popen})``; kill them afterwards."""
+    """Start 2 worker and 2 ps servers for this module's chiefs, one after another (the test that kills a
+    worker comes last); yield ``(cluster, {(kind, index): Popen})``; kill them afterwards."""
     ports = free_ports(5)
     spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
             "ps": [f"127.0.0.1:{p}" for p in ports[3:5]]}
@@ -80,17 +81,6 @@ def test_every_step_runs_once_on_some_worker_and_evaluation_counts_each_sample_o
     assert [a.epoch for a in audits] == [0, 1] and all(a.complete and a.clean and a.samples == SPEC["n"] for a in audits), audits
 
 
-def test_a_killed_worker_leaves_the_other_to_finish_with_the_audit_exactly_once(cluster, tmp_path):
-    spec, servers = cluster
-    run = tmp_path / "run"
-    victim = servers[("worker", 0)]
-    proc, found = _chief(tmp_path, dict(SPEC, run_dir=str(run), kill=[victim.pid, 0, 3]), spec, "chief")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert victim.wait(timeout=10) == -signal.SIGKILL
-    assert found["epoch_samples"].tolist() == [203, 203] and int(found["eval_count"]) == SPEC["eval_n"]
-    assert all(a.complete and a.clean and a.samples == SPEC["n"] for a in check_audit(run))
-
-
 def test_a_killed_chief_is_rerun_and_resumes_from_its_checkpoint(cluster, tmp_path):
     spec, _ = cluster
     run = tmp_path / "run"
@@ -103,6 +93,17 @@ def test_a_killed_chief_is_rerun_and_resumes_from_its_checkpoint(cluster, tmp_pa
     assert int(found["eval_count"]) == SPEC["eval_n"]
     audits = check_audit(run)
     assert [a.epoch for a in audits] == [0, 1] and all(a.complete and a.clean and a.samples == SPEC["n"] for a in audits), audits
+
+
+def test_a_killed_worker_leaves_the_other_to_finish_with_the_audit_exactly_once(cluster, tmp_path):
+    spec, servers = cluster
+    run = tmp_path / "run"
+    victim = servers[("worker", 0)]
+    proc, found = _chief(tmp_path, dict(SPEC, run_dir=str(run), kill=[victim.pid, 0, 3]), spec, "chief")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert victim.wait(timeout=10) == -signal.SIGKILL
+    assert found["epoch_samples"].tolist() == [203, 203] and int(found["eval_count"]) == SPEC["eval_n"]
+    assert all(a.complete and a.clean and a.samples == SPEC["n"] for a in check_audit(run))
 
 
 def _launch_ps(run: Path, *flags: str) -> subprocess.CompletedProcess:
