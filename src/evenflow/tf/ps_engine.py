@@ -30,6 +30,7 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.run.engine import Stream
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.replica_step import masked_sums
 
 __all__ = ["PSEngine", "PSReader"]
 
@@ -64,6 +65,12 @@ def _rows(source, plan, start: Cursor, epochs: int):
             yield ids, _inputs(batch), np.asarray(batch["label"], np.int64), real.astype(np.float32)
 
 
+def _tensors(x, y, mask) -> tuple:
+    """A step's closure arguments: its inputs (an array, or tokens and lengths), labels and mask as tensors."""
+    tf = _tf()
+    return tf.nest.map_structure(tf.constant, x), tf.constant(y), tf.constant(mask)
+
+
 class PSEngine:
     """Runs ``model`` on a parameter-server cluster for :class:`evenflow.run.loop.TrainLoop`.
 
@@ -90,12 +97,6 @@ class PSEngine:
         self._eval = tf.function(self._eval_closure)
 
     # -- closures (run on a worker) ------------------------------------------------------------------
-    def _sums(self, logits, per_sample, y, mask):
-        tf = _tf()
-        hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int64), y), tf.float32) * mask
-        loss_sum = tf.reduce_sum(tf.where(mask > 0, per_sample, tf.zeros_like(per_sample)))
-        return tf.stack([loss_sum, tf.reduce_sum(hits), tf.reduce_sum(mask)])
-
     def _train_closure(self, x, y, mask):
         # The skip is decided outside strategy.run: a Keras optimizer's apply (a merge_call) cannot sit
         # inside control flow within the replica function.
@@ -121,7 +122,7 @@ class PSEngine:
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads] + [tf.math.is_finite(loss)])
         suspect = tf.logical_and(mask > 0, tf.logical_not(tf.math.is_finite(per_sample)))
         bad = 1.0 - tf.cast(finite, tf.float32)
-        return self._sums(logits, per_sample, y, mask), tf.stack([bad, bad, 0.0]), suspect, grads
+        return masked_sums(mask, y, logits, per_sample), tf.stack([bad, bad, 0.0]), suspect, grads
 
     def _eval_closure(self, x, y, mask):
         return self.strategy.run(self._eval_replica, args=(x, y, mask))
@@ -129,7 +130,7 @@ class PSEngine:
     def _eval_replica(self, x, y, mask):
         tf = _tf()
         logits = tf.cast(self.model(x), tf.float32)
-        return self._sums(logits, tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits), y, mask)
+        return masked_sums(mask, y, logits, tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
 
     # -- the loop's interface (on the chief) -----------------------------------------------------------
     def open(self, reader: PSReader, plan, start: Cursor, epochs: int, switchable: bool = False):
@@ -140,13 +141,10 @@ class PSEngine:
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
         if count != 1:
             raise ValueError("a parameter-server step is one update: accumulate_steps must be 1")
-        tf = _tf()
         ids, x, y, mask = next(stream.iterator)
-        remote = self.coordinator.schedule(self._train, args=(tf.nest.map_structure(tf.constant, x), tf.constant(y),
-                                                               tf.constant(mask)))
-        out = {"remote": remote, "ids": ids, "real": float(mask.sum())}
-        batch = {"features": x, "label": y, "id": ids, "mask": mask} if keep_batches else None
-        return [out], [batch] if keep_batches else None
+        out = {"remote": self.coordinator.schedule(self._train, args=_tensors(x, y, mask)), "ids": ids,
+               "real": float(mask.sum())}
+        return [out], [{"features": x, "label": y, "id": ids, "mask": mask}] if keep_batches else None
 
     def read(self, out, with_ids: bool) -> dict:
         sums, flags, suspect = out["remote"].fetch()  # waits for this step's closure (run once, or re-run)
@@ -164,9 +162,7 @@ class PSEngine:
         self.coordinator.join()  # a dropped stream's scheduled steps still finish (their outputs are not read)
 
     def evaluate(self, reader: PSReader, plan, epoch: int) -> np.ndarray:
-        tf = _tf()
-        remotes = [self.coordinator.schedule(self._eval, args=(tf.nest.map_structure(tf.constant, x), tf.constant(y),
-                                                              tf.constant(m)))
+        remotes = [self.coordinator.schedule(self._eval, args=_tensors(x, y, m))
                    for _, x, y, m in _rows(reader.source, plan, Cursor(epoch, 0), epoch + 1)]
         return np.sum([np.asarray(r.fetch(), np.float64) for r in remotes], axis=0)[None, :]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -81,5 +82,4 @@ def _wait_for_chief(procs, names, interrupted: Interrupts, say) -> None:
                 say(f"{names[i]} {describe_exit(p.returncode)}; the chief goes on without it")
         time.sleep(0.05)
     if interrupted.signum is not None:
-        import signal
         say(f"received {signal.Signals(interrupted.signum).name}; stopping the cluster")

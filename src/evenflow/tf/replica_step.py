@@ -29,7 +29,7 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.clock import emulated_clock
 
-__all__ = ["ReplicaStep", "COMPRESSIONS"]
+__all__ = ["ReplicaStep", "COMPRESSIONS", "masked_sums"]
 
 # Gradient compression before the all-reduce: the dtype the gradients travel in.
 COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
@@ -224,21 +224,25 @@ class ReplicaStep:
 
     @staticmethod
     def _sums(batch, logits, per_sample):
-        # Unnormalised sums [loss, hits, real count] in one vector: summed over replicas and steps
-        # on the host they give exact epoch totals without the host knowing each step's count.
-        tf = _tf()
-        mask = batch["mask"]
-        real = mask > 0
-        per_sample = tf.cast(per_sample, tf.float32)
-        pred = tf.argmax(logits, axis=-1, output_type=tf.int64)
-        right = tf.equal(pred, tf.cast(batch["label"], tf.int64))
-        return tf.stack([tf.reduce_sum(tf.where(real, per_sample, tf.zeros_like(per_sample))),
-                         tf.reduce_sum(tf.cast(tf.logical_and(right, real), tf.float32)),
-                         tf.reduce_sum(mask)])
+        return masked_sums(batch["mask"], batch["label"], logits, per_sample)
 
     def evaluate(self, batch):
         logits = self.model(batch["features"], training=False)
         return self._sums(batch, logits, self.loss_fn(batch["label"], logits))
+
+
+def masked_sums(mask, labels, logits, per_sample):
+    """Unnormalised sums ``[loss, hits, real count]`` over a batch's real slots, in one vector:
+    summed over replicas and steps on the host they give exact epoch totals without the host
+    knowing each step's count."""
+    tf = _tf()
+    real = mask > 0
+    per_sample = tf.cast(per_sample, tf.float32)
+    pred = tf.argmax(logits, axis=-1, output_type=tf.int64)
+    right = tf.equal(pred, tf.cast(labels, tf.int64))
+    return tf.stack([tf.reduce_sum(tf.where(real, per_sample, tf.zeros_like(per_sample))),
+                     tf.reduce_sum(tf.cast(tf.logical_and(right, real), tf.float32)),
+                     tf.reduce_sum(mask)])
 
 
 def _skip_optimizer_all_reduce(optimizer) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.distributed import all_reduce_sum, broadcast_row
 
 __all__ = ["SHARDED_DIR", "write_sharded", "read_sharded", "read_full_into_sharded", "agree"]
 
@@ -41,34 +41,20 @@ def _dcp():
     return dcp, sd, HuggingFaceStorageReader, HuggingFaceStorageWriter
 
 
-def _distributed() -> bool:
-    torch = _torch()
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
 def agree(flag: bool) -> bool:
     """True on every rank when ``flag`` is true on any rank (one all-reduce; the flag itself alone)."""
-    if not _distributed():
-        return bool(flag)
-    from evenflow.torch.distributed import all_reduce_sum
-
     return bool(all_reduce_sum(np.array([1.0 if flag else 0.0]))[0] > 0)
 
 
 def _rank0_directory(directory: Path) -> Path:
-    """Rank 0's checkpoint directory, on every rank (a broadcast of its path)."""
-    torch = _torch()
-    if not _distributed():
-        return directory
+    """Rank 0's checkpoint directory, on every rank (a broadcast of its path's bytes)."""
     raw = str(directory).encode()
     if len(raw) > _PATH_BYTES:
         raise ValueError(f"the run directory's path is longer than {_PATH_BYTES} bytes: {directory}")
-    buf = torch.zeros(_PATH_BYTES + 1, dtype=torch.uint8)
-    if torch.distributed.get_rank() == 0:
-        buf[0] = 1
-        buf[1:1 + len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-    torch.distributed.broadcast(buf, src=0)
-    return Path(bytes(buf[1:].numpy()).rstrip(b"\0").decode())
+    row = np.zeros(_PATH_BYTES)
+    row[:len(raw)] = np.frombuffer(raw, np.uint8)
+    got = broadcast_row(row).astype(np.uint8)
+    return Path(bytes(got).rstrip(b"\0").decode())
 
 
 def write_sharded(model, optimizer, directory: Path, rank: int) -> None:
