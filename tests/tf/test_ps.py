@@ -142,6 +142,7 @@ def test_evenflow_launch_with_ps_trains_on_the_chief_and_the_same_command_resume
     (["--rebalance", "on"], "--rebalance on is not supported with --strategy ps"),
     (["--accumulate-steps", "2"], "--accumulate-steps 2 is not supported with --strategy ps"),
     (["--deterministic"], "--deterministic is not supported with --strategy ps"),
+    (["--rebalance-threshold", "1.2"], "--rebalance-threshold 1.2 is not supported with --strategy ps"),
 ])
 def test_what_a_parameter_server_run_cannot_honour_is_refused_in_one_line(tmp_path, capsys, monkeypatch, flags,
                                                                            message):

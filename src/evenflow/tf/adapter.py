@@ -40,7 +40,8 @@ REFUSED_PS = {
     "collective_timeout": _MIRRORED, "accumulate_steps": "each step is one asynchronous update on one worker",
     "augment": "the chief reads the batches with numpy and sends them to the workers; augment them in the dataset",
     "pad_lengths": _KERAS, "deterministic": "updates are asynchronous: their order depends on the workers' speeds",
-    "simulate_slow": _TIMED, "simulate_sample_ms": _TIMED,
+    "simulate_slow": _TIMED, "simulate_sample_ms": _TIMED, "rebalance_threshold": _TIMED,
+    "rebalance_payback": _TIMED,
 }
 # Options for the collectives between workers: a run of one worker says it has nothing for them to act on.
 BETWEEN_WORKERS = ("communication", "bytes_per_pack", "collective_timeout")
