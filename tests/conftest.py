@@ -7,7 +7,8 @@ start several cooperating processes (workers, ranks) under tight deadlines or ti
 the others notice a killed one, and those whose assertions rest on measured speeds: run beside
 other tests, their peers or their timings would be starved by work that is not theirs. Tests
 of cooperating processes with generous deadlines and no timing in their assertions (the
-parameter-server and sharded-parameter tests) run in the parallel pass.
+parameter-server and sharded-parameter tests), and the checkpoint faults (one process at a
+time, killed at fixed points), run in the parallel pass.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+# One process per run, generous deadlines, no timings in the assertions: in the parallel pass.
+NOT_SERIAL = ("faults/test_checkpoint_faults.py",)
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_fault_tolerance.py",
           "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_own_loop_ddp.py", "torch/test_cli_resume.py",
           "cli/test_flag_table.py", "examples/test_torch_ddp_own_dataset.py")
@@ -31,6 +34,8 @@ def pytest_collection_modifyitems(config, items):
         try:
             rel = path.relative_to(HERE).as_posix()
         except ValueError:
+            continue
+        if rel in NOT_SERIAL:
             continue
         if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SERIAL):
             item.add_marker(pytest.mark.serial)

@@ -112,7 +112,7 @@ def test_heterogeneous_runs_every_case_and_trains_every_sample(tmp_path):
 
     out = tmp_path / "heterogeneous.json"
     env = {**__import__("os").environ, "PYTHONPATH": str(BENCH.parent / "src"), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(["timeout", "-k", "5", "300", sys.executable, str(BENCH / "heterogeneous.py"), "--quick",
+    proc = subprocess.run(["timeout", "-k", "5", "300", sys.executable, str(BENCH / "heterogeneous.py"), "--quick", "--sample-ms", "1",
                            "--output", str(out)], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())

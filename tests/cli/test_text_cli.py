@@ -24,14 +24,37 @@ def test_inspect_dataset_shows_tokens_per_mode(capsys):
                  "--balance", "cost", "--bucket", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     modes = {row["mode"]: row for row in summary["modes"]}
-    assert list(modes) == ["count", "count+bucket", "cost", "cost+bucket"]
-    # The same real tokens in every mode; bucketing pads far less than random steps.
-    assert len({round(row["tokens_per_replica_step"], 6) for row in modes.values()}) == 1
+    assert list(modes) == ["count", "count+bucket", "cost", "cost+bucket", "pack 512"]  # the longest docstring
+    # The same real tokens in every unpacked mode; bucketing pads far less than random steps, packing least.
+    assert len({round(row["tokens_per_replica_step"], 6) for name, row in modes.items() if name != "pack 512"}) == 1
+    assert modes["pack 512"]["token_efficiency"] > modes["cost+bucket"]["token_efficiency"]
     assert modes["cost+bucket"]["token_efficiency"] > 2 * modes["count"]["token_efficiency"]
     assert summary["real_samples"] == sum(r["real"] for r in summary["per_replica"]) > 1000
     assert main(["inspect", "--dataset", "builtin:stdlib-docs", "--replicas", "4", "--batch-size", "64"]) == 0
     table = capsys.readouterr().out
     assert "tokens per replica per step" in table and "cost+bucket" in table
+
+
+def test_inspect_a_packed_plan(capsys):
+    assert main(["inspect", "--dataset", "builtin:stdlib-docs", "--replicas", "2", "--batch-size", "20",
+                 "--pack", "512", "--balance", "cost", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["pack_length"] == 512 and summary["rows"] == 10
+    assert summary["token_efficiency"] >= 0.98 and summary["imbalance_mean"] <= 1.02
+    packed = summary["modes"][-1]
+    assert packed["mode"] == "pack 512" and packed["padded_per_replica_step"] == 10 * 512
+    assert main(["inspect", "--dataset", "builtin:stdlib-docs", "--replicas", "2", "--batch-size", "20",
+                 "--pack", "512"]) == 0
+    assert "packed: 10 rows of 512 tokens per replica batch" in capsys.readouterr().out
+    # Longer samples than the pack: refused with the fix, or split on request.
+    assert main(["inspect", "--dataset", "builtin:stdlib-docs", "--replicas", "2", "--batch-size", "20",
+                 "--pack", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "longer than the pack length 100" in err and "--pack-overflow split" in err
+    assert main(["inspect", "--dataset", "builtin:stdlib-docs", "--replicas", "2", "--batch-size", "40",
+                 "--pack", "100", "--pack-overflow", "split", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["real_samples"] > 6000 and summary["token_efficiency"] >= 0.98
 
 
 def test_text_dataset_errors_are_one_line(capsys, tmp_path):

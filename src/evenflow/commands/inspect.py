@@ -16,6 +16,7 @@ EPILOG = """examples:
   evenflow inspect --dataset builtin:stdlib-docs --replicas 4 --batch-size 64 --balance cost --bucket
   evenflow inspect --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --replicas 4 \
       --batch-size 64 --balance cost --bucket        # token records: lengths, ids, vocabulary
+  evenflow inspect --dataset builtin:stdlib-docs --replicas 2 --batch-size 20 --pack 512 --balance cost
 
 Labels and costs files are .npy arrays or text with one number per line; with one of
 them, --samples may be left out (it is the file's length). --dataset builtin:stdlib-docs
@@ -24,7 +25,8 @@ takes N, labels and lengths (costs) from that built-in text dataset; --dataset w
 from the records: the sidecars' labels and costs, else the labels and the lengths of the
 --feature-key list read from every record, and prints that feature's token statistics. With
 costs, a second table shows tokens per replica per step and token efficiency for each
-balance/bucket mode.
+balance/bucket mode, and for packing into rows of --pack tokens (default: the longest
+sample). With --pack the plan itself is packed and --batch-size counts packs per step.
 """
 
 
@@ -47,6 +49,10 @@ def add_parser(sub) -> None:
     p.add_argument("--balance", default="count", help="count (default) or cost")
     p.add_argument("--bucket", action="store_true", help="bucket samples of similar cost into the same step")
     p.add_argument("--bucket-window", type=int, default=256, help="steps per sorted bucket window (default 256)")
+    p.add_argument("--pack", type=int, default=0, metavar="L",
+                   help="pack samples into rows of L tokens (needs lengths); --batch-size then counts packs")
+    p.add_argument("--pack-overflow", choices=("error", "split"), default="error",
+                   help="with --pack: a sample longer than L is an error (default) or split into pieces")
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial step")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epoch", type=int, default=0)
@@ -147,13 +153,17 @@ def records_columns(args) -> tuple:
 
 def modes_table(rows: list[dict]) -> str:
     """Fixed-width table of :func:`evenflow.report.tokens.compare_modes` rows."""
-    lines = ["", "tokens per replica per step (padded = each replica pads to its batch's longest sample):",
+    lines = ["", "tokens per replica per step (padded = each replica pads to its batch's longest sample; a packed "
+                 "batch is rows x L):",
              f"{'mode':<14}{'real':>9}{'padded':>9}{'busiest':>9}{'imbalance':>11}{'p99':>7}{'token eff':>11}"]
     for r in rows:
         lines.append(f"{r['mode']:<14}{r['tokens_per_replica_step']:>9.0f}{r['padded_per_replica_step']:>9.0f}"
                      f"{r['max_padded_per_step']:>9.0f}{r['imbalance_mean']:>11.3f}{r['imbalance_p99']:>7.2f}"
                      f"{r['token_efficiency']:>11.3f}")
     lines.append("imbalance: busiest replica's padded tokens / mean, per step (mean over steps; 1.0 is perfect)")
+    if any(r["mode"].startswith("pack") for r in rows):
+        lines.append("pack L: samples packed into rows of L tokens (longer ones split), about the tokens of "
+                     "--batch-size samples per step, one shape [rows, L]")
     return "\n".join(lines)
 
 
@@ -178,15 +188,19 @@ def run(args) -> int:
     topo = ef.Topology(args.replicas, weights=parse_weights(args.weights))
     plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
                    balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder,
-                   bucket_window=args.bucket_window)
+                   bucket_window=args.bucket_window, pack=args.pack, pack_overflow=args.pack_overflow)
     ep = plan.epoch(args.epoch)
     summary = ep.summary()
     if tokens is not None:
         summary["tokens"] = tokens
     if costs is not None:
         from evenflow.report.tokens import compare_modes
-        summary["modes"] = compare_modes(index, topo, args.batch_size, seed=args.seed, epoch=args.epoch,
-                                         bucket_window=args.bucket_window)
+        g = args.batch_size
+        if args.pack:  # --batch-size counts packs: compare with steps of about as many tokens
+            g = max(args.replicas, int(round(g * args.pack / float(np.mean(costs)) / args.replicas)) * args.replicas)
+        summary["modes"] = compare_modes(index, topo, g, seed=args.seed, epoch=args.epoch,
+                                         bucket_window=args.bucket_window, pack=args.pack or None,
+                                         packs=args.batch_size if args.pack else None)
     if args.plot:
         from evenflow.report.plot import plot_plan
         plot_plan(ep, args.plot)

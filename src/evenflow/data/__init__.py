@@ -20,6 +20,7 @@ from evenflow.data.arrays import split_indices
 from evenflow.data.convert import ConvertResult, convert
 from evenflow.data.load import load_dataset, register_loader
 from evenflow.data.loaded import LoadedData
+from evenflow.data.packed import packed_batch, rows_batch
 from evenflow.data.records_source import RecordSource
 from evenflow.data.sequences import PadSequences
 from evenflow.data.source import RESERVED_KEYS, ArraySource, Source, SubsetSource
@@ -39,7 +40,9 @@ __all__ = [
     "TextSource",
     "convert",
     "load_dataset",
+    "packed_batch",
     "register_loader",
+    "rows_batch",
     "split_indices",
     "stdlib_docs",
 ]

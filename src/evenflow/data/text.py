@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evenflow.data.packed import packed_batch
 from evenflow.data.pad_lengths import check_pad_lengths, pad_lengths_of, padded_length, parse_pad_lengths
 from evenflow.plan.index import Index
 
@@ -170,6 +171,10 @@ class TextSource:
             shapes occur. Must reach the longest sequence. None pads to the longest
             sequence of each batch.
 
+    For a packed plan (``Plan(..., pack=L)``), the readers call ``packed(...)`` instead: rows of
+    L tokens holding several samples, with ``segment_ids`` and ``positions``
+    (:mod:`evenflow.data.packed`).
+
     ``batch(ids)`` returns ``features`` ``[slots, L]`` (0 after each sequence; int32, or
     int64 for wider token dtypes: :attr:`TextData.id_dtype`), ``label`` int64 ``[slots]`` and
     ``length`` int64 ``[slots]``. ``index()`` gives the lengths as costs, so a cost-balanced,
@@ -208,6 +213,10 @@ class TextSource:
         features, length = pad_tokens([self.data.sequence(i) for i in ids.tolist()], self.pad_lengths,
                                       self.data.id_dtype)
         return {"features": features, "label": self.data.labels[ids], "length": length}
+
+    def packed(self, ids, starts, row, rows: int, length: int) -> dict:
+        """One replica's batch of a packed plan: :func:`evenflow.data.packed.packed_batch` of this data."""
+        return packed_batch(self.data, ids, starts, row, rows, length)
 
     def __repr__(self):
         return f"TextSource(num_samples={self.num_samples}, pad_lengths={self.pad_lengths})"

@@ -4,7 +4,8 @@
 * per-step cost imbalance ``max_r(load_r / share_r) / total``: 1.0 is perfect, 2.0
   means the slowest replica does twice its fair part (costs default to 1);
 * token efficiency: real cost over padded cost when each replica pads its batch
-  to its longest sample (rows of padding are not counted);
+  to its longest sample (rows of padding are not counted); for a packed plan, real
+  tokens over the tokens of every replica's batch ``[rows, L]``;
 * label deviation: how far a replica's per-label count is from its proportional
   share ``n_c * k_r / n``, per step and over the epoch.
 """
@@ -16,8 +17,10 @@ __all__ = ["replica_loads", "step_imbalance", "token_efficiency", "label_deviati
 
 
 def _costs_of(ep) -> np.ndarray:
-    c = ep.index.cost_or_ones()
-    return np.where(ep.ids >= 0, c[np.maximum(ep.ids, 0)], 0.0)
+    c = ep.index.cost_or_ones()[np.maximum(ep.ids, 0)]
+    if ep.pack_length:  # a piece of a split sample costs its own tokens
+        c = np.minimum(c - ep.starts, ep.pack_length)
+    return np.where(ep.ids >= 0, c, 0.0)
 
 
 def replica_loads(ep) -> np.ndarray:
@@ -38,6 +41,8 @@ def token_efficiency(ep) -> float:
     """Real cost / padded cost, each replica padding its batch to its longest sample."""
     c = _costs_of(ep)
     real = c.sum()
+    if ep.pack_length:
+        return float(real / (ep.num_steps * ep.replicas * ep.rows * ep.pack_length)) if ep.num_steps else 1.0
     padded = (c.max(axis=2) * ep.real_counts).sum()
     return float(real / padded) if padded > 0 else 1.0
 
@@ -93,4 +98,5 @@ def summarize(ep) -> dict:
         "token_efficiency": token_efficiency(ep),
         "label_deviation_step": dev_step,
         "label_deviation_epoch": dev_epoch,
+        **({"pack_length": ep.pack_length, "rows": ep.rows} if ep.pack_length else {}),
     }

@@ -7,6 +7,8 @@ from typing import Literal
 
 import numpy as np
 
+from evenflow.plan.pack import PACK_OVERFLOW
+
 __all__ = ["PlanOptions", "BALANCE_MODES"]
 
 Balance = Literal["count", "cost"]
@@ -36,6 +38,14 @@ class PlanOptions:
         drop_remainder: drop the last, partial global step of each epoch.
         bucket_window: with ``bucket``, how many global steps' worth of samples
             are sorted together; larger means less padding and less randomness.
+        pack: 0 (off) or L: lay samples back to back into rows (packs) of at most L
+            tokens (:mod:`evenflow.plan.pack`; needs costs that are token counts);
+            ``global_batch_size`` then counts packs, and each replica's batch is
+            ``[rows, L]``.
+        pack_overflow: with ``pack``, a sample longer than L is an error (``"error"``)
+            or is split into pieces of at most L tokens (``"split"``).
+        pack_attention: with ``pack`` and ``balance="cost"``, a pack costs its tokens
+            plus this times the sum of its samples' squared lengths (attention).
     """
 
     global_batch_size: int
@@ -45,11 +55,23 @@ class PlanOptions:
     bucket: bool = False
     drop_remainder: bool = False
     bucket_window: int = 256
+    pack: int = 0
+    pack_overflow: str = "error"
+    pack_attention: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "global_batch_size", _check_int("global_batch_size", self.global_batch_size, 1))
         object.__setattr__(self, "seed", _check_int("seed", self.seed, 0))
         object.__setattr__(self, "bucket_window", _check_int("bucket_window", self.bucket_window, 1))
+        object.__setattr__(self, "pack", _check_int("pack", self.pack, 0))
+        if self.pack_overflow not in PACK_OVERFLOW:
+            raise ValueError(f"pack_overflow must be one of {', '.join(map(repr, PACK_OVERFLOW))}, "
+                             f"got {self.pack_overflow!r}")
+        attention = self.pack_attention
+        if isinstance(attention, bool) or not isinstance(attention, (int, float, np.number)) \
+                or not np.isfinite(attention) or attention < 0:
+            raise ValueError(f"pack_attention must be a finite number >= 0, got {attention!r}")
+        object.__setattr__(self, "pack_attention", float(attention))
         if self.balance not in BALANCE_MODES:
             raise ValueError(
                 f"balance must be one of {', '.join(map(repr, BALANCE_MODES))}, got {self.balance!r}")
@@ -57,6 +79,10 @@ class PlanOptions:
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
+        if self.pack and (self.stratify or self.bucket):
+            which = "stratify" if self.stratify else "bucket"
+            raise ValueError(f"pack={self.pack} cannot be combined with {which}=True: packs are planned whole, "
+                             f"every row {self.pack} tokens wide; turn {which} off or pack=0")
 
     def check_against(self, index, topology) -> None:
         """Raise if these options cannot plan ``index`` on ``topology``; warn if they are pointless."""
@@ -69,13 +95,16 @@ class PlanOptions:
         if self.stratify and index.labels is None:
             raise ValueError("stratify=True needs labels, but the index has none; "
                              "build the Index with labels=... or turn stratify off")
+        if self.pack and index.costs is None:
+            raise ValueError("pack needs each sample's length in tokens as its cost, but the index has no costs; "
+                             "build the Index with costs=lengths (a TextSource's index() does) or pack=0")
         if self.bucket and index.costs is None:
             raise ValueError("bucket=True needs costs, but the index has none; "
                              "build the Index with costs=... (e.g. sequence lengths) or turn bucket off")
         if self.balance == "cost" and index.costs is None:
             warnings.warn("balance='cost' without costs treats every sample as cost 1, "
                           "which is the same as balance='count'", stacklevel=3)
-        if self.drop_remainder and index.num_samples < g:
+        if self.drop_remainder and not self.pack and index.num_samples < g:
             raise ValueError(
                 f"drop_remainder=True with fewer samples than one global batch leaves nothing to train: "
                 f"num_samples is {index.num_samples} and global_batch_size is {g}; "

@@ -19,6 +19,7 @@ import numpy as np
 
 from evenflow.plan.apportion import replica_counts
 from evenflow.plan.assign_cost import assign_cost, cost_slots
+from evenflow.plan.assign_pack import pack_costs, pack_counts, packed_epoch
 from evenflow.plan.assign_count import assign_contiguous
 from evenflow.plan.assign_stratified import assign_stratified
 from evenflow.plan.cursor import Cursor
@@ -27,6 +28,7 @@ from evenflow.plan.index import Index
 from evenflow.plan.metrics import summarize
 from evenflow.plan.options import PlanOptions
 from evenflow.plan.order import epoch_order, step_bounds
+from evenflow.plan.pack import check_pack_lengths, pack_layout
 from evenflow.plan.topology import Topology
 
 __all__ = ["Plan", "EpochPlan"]
@@ -44,6 +46,13 @@ class EpochPlan:
         total_steps: number of global steps in the whole epoch.
         index: the index that was planned.
         topology: the topology that was planned for.
+        row: packed plans only (``pack_length > 0``): int64 like ``ids``, the row of replica
+            r's batch ``[rows, pack_length]`` that holds slot j's sample (-1 for padding); a
+            row's samples lie back to back from its first token, in slot order.
+        starts: packed plans only: int64 like ``ids``, the token of its sample where slot j's
+            piece starts (0 unless a sample longer than the pack was split).
+        pack_length: L for a packed plan, else 0.
+        rows: packs per replica batch for a packed plan, else 0.
     """
 
     ids: np.ndarray
@@ -52,6 +61,10 @@ class EpochPlan:
     total_steps: int
     index: Index
     topology: Topology
+    row: np.ndarray | None = None
+    starts: np.ndarray | None = None
+    pack_length: int = 0
+    rows: int = 0
 
     @property
     def num_steps(self) -> int:
@@ -103,13 +116,14 @@ class Plan:
         index: the dataset (:class:`Index`).
         topology: replicas and their weights (:class:`Topology`).
         global_batch_size, seed, stratify, balance, bucket, drop_remainder,
-        bucket_window: see :class:`PlanOptions`.
+        bucket_window, pack, pack_overflow, pack_attention: see :class:`PlanOptions`.
         options: a ready :class:`PlanOptions` instead of the keywords above.
     """
 
     def __init__(self, index: Index, topology: Topology, global_batch_size: int | None = None, seed: int = 0,
                  stratify: bool = False, balance: str = "count", bucket: bool = False,
-                 drop_remainder: bool = False, bucket_window: int = 256, *, options: PlanOptions | None = None):
+                 drop_remainder: bool = False, bucket_window: int = 256, pack: int = 0, pack_overflow: str = "error",
+                 pack_attention: float = 0.0, *, options: PlanOptions | None = None, _layout=None):
         if not isinstance(index, Index):
             raise TypeError(f"index must be an evenflow Index, got {type(index).__name__}")
         if not isinstance(topology, Topology):
@@ -119,10 +133,15 @@ class Plan:
                 raise TypeError("Plan needs global_batch_size (samples per global step, summed over replicas)")
             options = PlanOptions(global_batch_size=global_batch_size, seed=seed, stratify=stratify,
                                   balance=balance, bucket=bucket, drop_remainder=drop_remainder,
-                                  bucket_window=bucket_window)
+                                  bucket_window=bucket_window, pack=pack, pack_overflow=pack_overflow,
+                                  pack_attention=pack_attention)
         options.check_against(index, topology)
         check_epoch_fits(index.num_samples)
         self.index, self.topology, self.options = index, topology, options
+        self._rows, self._layout = 0, None
+        if options.pack:
+            self._init_packs(_layout)
+            return
         bounds = step_bounds(index.num_samples, options.global_batch_size, options.drop_remainder)
         self._sizes = np.diff(bounds)
         # A replica whose share of a step rounds to zero gets an all-padding row there (mask 0):
@@ -131,6 +150,33 @@ class Plan:
         self._slots = int(counts.max()) if counts.size else 0
         if options.balance == "cost":
             self._slots = cost_slots(self._slots, options.global_batch_size)
+
+    def _init_packs(self, layout) -> None:
+        o = self.options
+        same = layout is not None and layout.length == o.pack
+        self._layout = layout if same else pack_layout(
+            check_pack_lengths(self.index.costs, o.pack, o.pack_overflow), o.pack)
+        if o.drop_remainder and self._layout.num_packs < o.global_batch_size:
+            raise ValueError(
+                f"drop_remainder=True with fewer packs than one global batch leaves nothing to train: the samples "
+                f"fill {self._layout.num_packs} packs of {o.pack} tokens and global_batch_size is "
+                f"{o.global_batch_size} packs; use drop_remainder=False or a smaller global batch size")
+        self._pack_costs = pack_costs(self._layout, o.pack_attention) if o.balance == "cost" else None
+        counts = pack_counts(self._layout.num_packs, o.global_batch_size, o.drop_remainder, self.topology.shares)
+        self._sizes = counts.sum(axis=1)
+        self._rows = int(counts.max()) if counts.size else 0
+        # Any replica holds at most `rows` packs, so at most the pieces of the `rows` fullest packs.
+        self._slots = int(np.sort(self._layout.pack_sizes)[::-1][:self._rows].sum())
+
+    @property
+    def layout(self):
+        """The :class:`~evenflow.plan.pack.PackLayout` of a packed plan, else None."""
+        return self._layout
+
+    @property
+    def rows(self) -> int:
+        """Packs per replica batch (``[rows, pack]`` tokens) of a packed plan, else 0."""
+        return self._rows
 
     @property
     def num_steps(self) -> int:
@@ -144,17 +190,20 @@ class Plan:
 
     def with_topology(self, topology: Topology) -> "Plan":
         """The same plan for another topology: same global steps, new split among replicas."""
-        return Plan(self.index, topology, options=self.options)
+        return Plan(self.index, topology, options=self.options, _layout=self._layout)
 
     def with_options(self, **changes) -> "Plan":
         """The same index and topology with some options changed."""
-        return Plan(self.index, self.topology, options=dataclasses.replace(self.options, **changes))
+        options = dataclasses.replace(self.options, **changes)
+        same = options.pack == self.options.pack and options.pack_overflow == self.options.pack_overflow
+        return Plan(self.index, self.topology, options=options, _layout=self._layout if same else None)
 
     def fingerprint(self) -> str:
         """A short string that two workers compare to prove they plan identically."""
         o = self.options
         return (f"{self.index.fingerprint()}-g{o.global_batch_size}-s{o.seed}-{o.balance}"
-                f"-st{int(o.stratify)}-b{int(o.bucket)}w{o.bucket_window}-d{int(o.drop_remainder)}")
+                f"-st{int(o.stratify)}-b{int(o.bucket)}w{o.bucket_window}-d{int(o.drop_remainder)}"
+                + (f"-p{o.pack}{o.pack_overflow[0]}a{o.pack_attention:g}" if o.pack else ""))
 
     def epoch(self, epoch: int, start: Cursor | None = None) -> EpochPlan:
         """Plan epoch ``epoch``, or its remainder from ``start``.
@@ -185,6 +234,11 @@ class Plan:
             first = start.step
         o, idx = self.options, self.index
         check_epoch_fits(idx.num_samples)
+        if o.pack:
+            ids, starts, row = packed_epoch(self._layout, o, self.topology.shares, int(epoch), first, self._rows,
+                                            self._slots, self._pack_costs)
+            return EpochPlan(ids=ids, epoch=int(epoch), start_step=first, total_steps=self.num_steps, index=idx,
+                             topology=self.topology, row=row, starts=starts, pack_length=o.pack, rows=self._rows)
         order, bounds = epoch_order(idx, o, int(epoch))
         counts = replica_counts(self._sizes, self.topology.shares)
         if o.stratify and o.balance == "count":
@@ -204,4 +258,5 @@ class Plan:
     def __repr__(self):
         o = self.options
         return (f"Plan({self.index!r}, {self.topology!r}, global_batch_size={o.global_batch_size}, seed={o.seed}, "
-                f"stratify={o.stratify}, balance={o.balance!r}, bucket={o.bucket}, drop_remainder={o.drop_remainder})")
+                f"stratify={o.stratify}, balance={o.balance!r}, bucket={o.bucket}, drop_remainder={o.drop_remainder}"
+                + (f", pack={o.pack}, pack_overflow={o.pack_overflow!r}" if o.pack else "") + ")")

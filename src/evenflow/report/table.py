@@ -30,10 +30,15 @@ def plan_table(summary: dict) -> str:
     rows = [[d["replica"], round(d["weight"], 4), d["real"], d["padding"], round(d["cost"], 1)]
             for d in summary["per_replica"]]
     text = format_table(["replica", "weight", "real", "padding", "cost"], rows)
+    if summary.get("pack_length"):
+        efficiency = (f"packed: {summary['rows']} rows of {summary['pack_length']} tokens per replica batch; "
+                      f"token efficiency (real tokens / rows x L): {summary['token_efficiency']:.4f}")
+    else:
+        efficiency = f"token efficiency (pad to longest per replica batch): {summary['token_efficiency']:.4f}"
     text += (f"\n\nsteps {summary['num_steps']}  slots/replica {summary['slots']}  real samples {summary['real_samples']}"
              f"\nper-step imbalance max(load/share)/total: mean {summary['imbalance_mean']:.4f}  "
              f"p99 {summary['imbalance_p99']:.4f}  max {summary['imbalance_max']:.4f}"
-             f"\ntoken efficiency (pad to longest per replica batch): {summary['token_efficiency']:.4f}"
+             f"\n{efficiency}"
              f"\nlabel deviation |count - share|: per step {summary['label_deviation_step']:.3f}  "
              f"epoch {summary['label_deviation_epoch']:.3f}")
     return text

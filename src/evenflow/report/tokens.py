@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["token_loads", "token_summary", "compare_modes", "MODES"]
+__all__ = ["token_loads", "token_summary", "packed_token_summary", "compare_modes", "MODES"]
 
 # (name, balance, bucket) of the plan modes `evenflow inspect --dataset` compares.
 MODES: tuple[tuple[str, str, bool], ...] = (("count", "count", False), ("count+bucket", "count", True),
@@ -62,13 +62,38 @@ def token_summary(ids: np.ndarray, lengths: np.ndarray) -> dict:
             "token_efficiency": float(real.sum() / padded.sum()) if padded.sum() > 0 else 1.0}
 
 
+def packed_token_summary(ep, lengths: np.ndarray) -> dict:
+    """:func:`token_summary` of a packed epoch plan: every replica computes ``rows x L`` tokens per step."""
+    real_slots = ep.ids >= 0
+    piece = np.minimum(np.asarray(lengths, np.float64)[np.maximum(ep.ids, 0)] - ep.starts, ep.pack_length)
+    real = np.where(real_slots, piece, 0.0).sum(axis=2)
+    # A replica computes its whole batch [rows, L]; only a short last step leaves whole rows empty.
+    s, r, j = np.nonzero(real_slots)
+    used = np.zeros(real.shape + (max(ep.rows, 1),), bool)
+    used[s, r, ep.row[s, r, j]] = True
+    rows_used = used.sum(axis=2)
+    padded = np.full(real.shape, float(ep.rows * ep.pack_length))
+    busy = rows_used * float(ep.pack_length)
+    mean = busy.mean(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        imb = np.where(mean > 0, busy.max(axis=1) / mean, 1.0)
+    return {"steps": int(real.shape[0]), "tokens_per_replica_step": float(real.mean()),
+            "padded_per_replica_step": float(padded.mean()), "max_padded_per_step": float(padded.max(axis=1).mean()),
+            "imbalance_mean": float(imb.mean()), "imbalance_p99": float(np.percentile(imb, 99)) if imb.size else 1.0,
+            "token_efficiency": float(real.sum() / padded.sum()) if padded.sum() > 0 else 1.0}
+
+
 def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch: int = 0,
-                  bucket_window: int = 256) -> list[dict]:
+                  bucket_window: int = 256, pack: int | None = None, packs: int | None = None) -> list[dict]:
     """:func:`token_summary` of one epoch under each plan mode of :data:`MODES`.
 
     Args:
         index: an :class:`~evenflow.plan.index.Index` with costs (the lengths).
         topology: the :class:`~evenflow.plan.topology.Topology`.
+
+        pack: L for a last row, ``pack L``: the samples packed into rows of L tokens (longer
+            ones split), as many packs per step as hold about ``global_batch_size`` samples'
+            tokens (or ``packs``); None packs to the longest sample when the costs are token counts.
 
     Returns:
         One dict per mode: ``mode`` and the keys of :func:`token_summary`.
@@ -83,4 +108,13 @@ def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch:
         plan = Plan(index, topology, global_batch_size=global_batch_size, seed=seed, balance=balance,
                     bucket=bucket, bucket_window=bucket_window)
         rows.append({"mode": name, **token_summary(plan.epoch(epoch).ids, index.costs)})
+    costs = np.asarray(index.costs)
+    if pack is None and np.all(costs == np.rint(costs)) and costs.min() >= 1:
+        pack = int(costs.max())
+    if pack:
+        r = topology.replicas
+        packs = packs or max(r, int(round(global_batch_size * costs.mean() / pack / r)) * r)
+        plan = Plan(index, topology, global_batch_size=packs, seed=seed, balance="cost", pack=pack,
+                    pack_overflow="split")
+        rows.append({"mode": f"pack {pack}", **packed_token_summary(plan.epoch(epoch), costs)})
     return rows

@@ -26,6 +26,7 @@ from evenflow.tf.keras_steps import StepRecorder, exact_steps
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.models import MODELS, build_model
 from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
+from evenflow.tf.packed import packed_dataset, packed_text_cnn
 from evenflow.tf.reader import PlanReader
 from evenflow.tf.record_chain import RecordChain
 from evenflow.tf.records_source import RecordSource, decode_images
@@ -64,6 +65,8 @@ __all__ = [
     "make_strategy",
     "masked_loss",
     "mirrored_strategy",
+    "packed_dataset",
+    "packed_text_cnn",
     "per_sample_cross_entropy",
     "sample_seeds",
     "tf_source",

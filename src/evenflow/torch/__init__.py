@@ -40,12 +40,13 @@ from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.models import MODELS, OPTIMIZERS, build_model, make_optimizer
 from evenflow.torch.sharding import shard_model
 from evenflow.torch.state import TorchState
+from evenflow.torch.text import packed_text_cnn
 from evenflow.torch.trainer import EpochResult, EvalResult, Trainer
 
 __all__ = [
     "ArraySource", "DatasetSource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "MODELS",
     "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource", "Source",
     "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp", "finish_distributed",
-    "init_distributed", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook", "per_sample_cross_entropy",
-    "plan_loader", "rank_and_world_size", "shard_model", "sum_gradients_hook",
+    "init_distributed", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook", "packed_text_cnn",
+    "per_sample_cross_entropy", "plan_loader", "rank_and_world_size", "shard_model", "sum_gradients_hook",
 ]

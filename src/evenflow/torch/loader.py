@@ -10,7 +10,9 @@ Because the sampler carries the ids, one loader streams any number of epochs fro
 a :class:`~evenflow.plan.cursor.Cursor`, and workers never plan anything.
 
 A batch is a dict of tensors whose first axis is the plan's ``slots`` (the rank's real
-count in that step with ``trim_padding``):
+count in that step with ``trim_padding``), except, for a packed plan (``Plan(pack=L)``), the
+source's ``packed(...)`` arrays ``features``, ``segment_ids`` and ``positions`` ``[rows, L]``
+(:mod:`evenflow.data.packed`):
 
 * whatever the source returns, at least ``features`` and ``label``;
 * ``id``: int64 ``[slots]`` sample ids, -1 for padding;
@@ -66,7 +68,9 @@ def rank_and_world_size(rank: int | None = None, world_size: int | None = None) 
 
 
 class PlanSteps:
-    """The sampler: one key ``(epoch, step, ids [slots], global_real_count)`` per step of this rank.
+    """The sampler: one key ``(epoch, step, ids [slots], global_real_count, packing)`` per step of this rank.
+
+    ``packing`` is None, or for a packed plan ``(starts [slots], row [slots], rows, L)``.
 
     Args:
         plan: the plan; ``plan.topology.replicas`` must equal the world size.
@@ -101,7 +105,7 @@ class PlanSteps:
         if self.feed is not None:  # row by row, so the feed can switch the weights mid-way
             for g in range(self.feed.first, self.feed.end):
                 ids, count, epoch = self.feed.rows(g, self.rank)
-                yield int(epoch), g - int(epoch) * self.plan.num_steps, ids, int(count)
+                yield int(epoch), g - int(epoch) * self.plan.num_steps, ids, int(count), None
             return
         for epoch in range(self.start.epoch, self.epochs):
             cursor = self.start if epoch == self.start.epoch else None
@@ -109,7 +113,9 @@ class PlanSteps:
             rows = np.ascontiguousarray(ep.ids[:, self.rank, :])
             counts = ep.global_real_counts
             for s in range(ep.num_steps):
-                yield epoch, ep.start_step + s, rows[s], int(counts[s])
+                packing = None if not ep.pack_length else (
+                    ep.starts[s, self.rank], ep.row[s, self.rank], ep.rows, ep.pack_length)
+                yield epoch, ep.start_step + s, rows[s], int(counts[s]), packing
 
 
 class _StepBatches:
@@ -119,7 +125,9 @@ class _StepBatches:
         self.source, self.transform, self.trim_padding = source, transform, trim_padding
 
     def __getitem__(self, key) -> dict:
-        epoch, step, ids, count = key
+        epoch, step, ids, count, packing = key
+        if packing is not None:
+            return self._packed(epoch, step, ids, count, packing)
         if self.trim_padding:  # the real slots only (one padding slot if there is none)
             ids = ids[ids >= 0] if (ids >= 0).any() else ids[:1]
         real = ids >= 0
@@ -134,6 +142,16 @@ class _StepBatches:
         # travels through its own shared-memory segment. Returning 7 tensors per batch instead of 3
         # was the difference between 0.8x and 1.7x DistributedSampler's batched variant in
         # benchmarks/torch_loader.py (2 workers per rank).
+        batch.update(id=ids, global_real_count=count, epoch=epoch, step=step)
+        return self.transform(batch) if self.transform is not None else batch
+
+    def _packed(self, epoch, step, ids, count, packing) -> dict:
+        # Real slots come first in a packed plan's rows, and their segment ids count from there.
+        starts, row, rows, length = packing
+        if self.trim_padding:
+            k = max(int((ids >= 0).sum()), 1)
+            ids, starts, row = ids[:k], starts[:k], row[:k]
+        batch = dict(self.source.packed(ids, starts, row, rows, length))
         batch.update(id=ids, global_real_count=count, epoch=epoch, step=step)
         return self.transform(batch) if self.transform is not None else batch
 
@@ -215,6 +233,13 @@ class PlanLoader:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be a function batch -> batch, got {type(transform).__name__}")
         self.source, self.plan = source, plan
+        if plan.options.pack and not callable(getattr(source, "packed", None)):
+            raise TypeError(f"a packed plan (pack={plan.options.pack}) needs a source that builds packed batches, "
+                            f"packed(ids, starts, row, rows, length), such as evenflow.data.TextSource; "
+                            f"{type(source).__name__} has none")
+        if plan.options.pack and feed is not None:
+            raise ValueError("a packed plan cannot be read through a PlanFeed (switching weights mid-epoch); "
+                             "read it without feed=")
         if not isinstance(trim_padding, bool):
             raise TypeError(f"trim_padding must be True or False, got {trim_padding!r}")
         self.steps = PlanSteps(plan, self.rank, start, epochs, feed=feed)
