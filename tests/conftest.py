@@ -7,8 +7,8 @@ start several cooperating processes (workers, ranks) under tight deadlines or ti
 the others notice a killed one, and those whose assertions rest on measured speeds: run beside
 other tests, their peers or their timings would be starved by work that is not theirs. Tests
 of cooperating processes with generous deadlines and no timing in their assertions (the
-parameter-server and sharded-parameter tests), and the checkpoint faults (one process at a
-time, killed at fixed points), run in the parallel pass.
+parameter-server and sharded-parameter tests, two ranks of your own DDP loop), and the
+checkpoint faults (one process at a time, killed at fixed points), run in the parallel pass.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-# One process per run, generous deadlines, no timings in the assertions: in the parallel pass.
-NOT_SERIAL = ("faults/test_checkpoint_faults.py",)
+# Generous deadlines, no kills to notice and no timings in the assertions: in the parallel pass.
+NOT_SERIAL = ("faults/test_checkpoint_faults.py", "torch/test_own_loop_ddp.py",
+              "examples/test_torch_ddp_own_dataset.py")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_fault_tolerance.py",
-          "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_own_loop_ddp.py", "torch/test_cli_resume.py",
-          "cli/test_flag_table.py", "examples/test_torch_ddp_own_dataset.py")
+          "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py")
 
 
 def pytest_configure(config):

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ARGS = ["--framework", "torch", "--dataset", "builtin:digits", "--epochs", "2", "--checkpoint-every", "5",
+ARGS = ["--framework", "torch", "--dataset", "builtin:digits", "--epochs", "1", "--checkpoint-every", "5",
         "--keep-checkpoints", "10", "--audit", "--loader-workers", "0", "--no-telemetry"]
 
 

@@ -52,5 +52,8 @@ def test_packed_dataset_refusals():
     with pytest.raises(ValueError, match="reads a packed plan"):
         packed_dataset(TextSource(data), plan, 0)
     packed = plan.with_options(pack=200)
+    from evenflow.tf import PlanReader
+    with pytest.raises(ValueError, match="read it with evenflow.tf.packed_dataset"):
+        PlanReader(TextSource(data)).replica_dataset(packed, 0, epochs=1)
     with pytest.raises(TypeError, match="needs a source that builds packed batches"):
         packed_dataset(ef.data.ArraySource(np.zeros((60, 2)), data.labels), packed, 0)

@@ -75,3 +75,25 @@ def test_plan_loader_reads_a_packed_plan_row_by_row(workers):
     with pytest.raises(TypeError, match="needs a source that builds packed batches"):
         PlanLoader(ef.data.ArraySource(np.zeros((70, 2)), np.zeros(70, int), costs=data.lengths),
                    plan, rank=0, world_size=2)
+
+
+def test_the_trainer_trains_and_evaluates_a_packed_plan_counting_each_sample_once():
+    from evenflow.data.text import TextSource
+    from evenflow.torch import Trainer
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 160)
+    # Class 1 sequences use high byte values: learnable in a few epochs.
+    seqs = [rng.integers(128 * y, 128 * y + 128, int(rng.integers(2, 90))) for y in labels]
+    data = TextData.from_sequences(seqs, labels)
+    train, test = TextSource(data.subset(np.arange(120))), TextSource(data.subset(np.arange(120, 160)))
+    plan = ef.Plan(train.index(), ef.Topology(1), global_batch_size=4, pack=128, seed=1)
+    test_plan = ef.Plan(test.index(), ef.Topology(1), global_batch_size=4, pack=128)
+    torch.manual_seed(0)
+    model = packed_text_cnn(2, vocab_size=data.vocab_size)
+    trainer = Trainer(model, torch.optim.Adam(model.parameters(), 3e-3))
+    results = trainer.fit(train, plan, epochs=4)
+    assert [r.samples for r in results] == [120] * 4  # every sample once per epoch, packed or not
+    assert results[-1].loss < results[0].loss
+    evaluation = trainer.evaluate(test, test_plan)
+    assert evaluation.count == 40 and evaluation.accuracy > 0.8

@@ -97,7 +97,8 @@ class PlanOptions:
                              "build the Index with labels=... or turn stratify off")
         if self.pack and index.costs is None:
             raise ValueError("pack needs each sample's length in tokens as its cost, but the index has no costs; "
-                             "build the Index with costs=lengths (a TextSource's index() does) or pack=0")
+                             "build the Index with costs=lengths (a TextSource's index() does; evenflow inspect: "
+                             "--costs or a text --dataset) or pack=0")
         if self.bucket and index.costs is None:
             raise ValueError("bucket=True needs costs, but the index has none; "
                              "build the Index with costs=... (e.g. sequence lengths) or turn bucket off")

@@ -122,6 +122,9 @@ class PlanReader:
     def _check(self, plan: Plan) -> None:
         if not isinstance(plan, Plan):
             raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
+        if plan.options.pack:
+            raise ValueError(f"PlanReader reads unpacked plans; this plan packs rows of {plan.options.pack} tokens: "
+                             f"read it with evenflow.tf.packed_dataset(source, plan, replica)")
         if plan.index.num_samples != self.source.num_samples:
             raise ValueError(f"the plan covers {plan.index.num_samples} samples but the source has "
                              f"{self.source.num_samples}; plan with source.index()")

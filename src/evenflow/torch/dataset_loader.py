@@ -25,8 +25,10 @@ from evenflow.torch.loader import PlanLoader, rank_and_world_size
 __all__ = ["plan_loader"]
 
 # The further keyword arguments plan_loader passes on: to the Plan, or to the PlanLoader.
+# Packing needs token sequences (TextSource.packed), which a torch Dataset does not give.
 _PLAN_OPTIONS = tuple(f.name for f in dataclasses.fields(PlanOptions)
-                      if f.name not in ("global_batch_size", "seed", "stratify"))
+                      if f.name not in ("global_batch_size", "seed", "stratify", "pack", "pack_overflow",
+                                        "pack_attention"))
 _LOADER_OPTIONS = tuple(p for p in inspect.signature(PlanLoader).parameters
                         if p not in ("source", "plan", "rank", "world_size", "start", "epochs", "num_workers"))
 

@@ -143,7 +143,7 @@ class TorchEngine:
             for batch in reader.loader(plan, self.rank, self.world, Cursor(epoch, 0), epoch + 1):
                 x, y, mask = (batch[k].to(self.device) for k in ("features", "label", "mask"))
                 with self._autocast():
-                    logits = self.model(x)
+                    logits = _forward(self.model, batch, x, self.device)
                 totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask)
         return totals
 
@@ -174,7 +174,7 @@ class TorchEngine:
             with self._no_sync(last):
                 t0 = time.time()
                 with self._autocast():
-                    logits = self.ddp(x)
+                    logits = _forward(self.ddp, batch, x, self.device)
                 per_sample = self.loss_fn(logits, y)
                 loss = masked_loss(per_sample, mask, total)
                 if not last:
@@ -252,6 +252,13 @@ def _check_sharded(gradient_sum: str, compression: str, bucket_bytes: int, simul
                          "have (every layer's all-gather waits for all ranks); drop simulate")
 
 
+def _forward(module, batch: dict, x, device):
+    """The model's logits: ``module(x)``, or for a packed batch ``module(x, segment_ids, slots)``."""
+    if "segment_ids" in batch:  # rows of several samples (Plan(pack=L)): one logit row per slot
+        return module(x, batch["segment_ids"].to(device, non_blocking=True), int(batch["label"].shape[0]))
+    return module(x)
+
+
 def _sums(logits, per_sample, y, mask) -> np.ndarray:
     """``[loss sum, hits, real count]`` over the real slots."""
     torch = _torch()
@@ -267,9 +274,9 @@ def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndar
     """One plan step's outputs as the loop reads them (numpy, one row: this rank)."""
     torch = _torch()
     with torch.no_grad():
-        rows = x.shape[0]
+        rows = logits.shape[0]  # one per slot (a packed batch's x has rows of several samples)
         finite = torch.isfinite(per_sample.float()) & torch.isfinite(logits.float()).reshape(rows, -1).all(1)
-        if x.is_floating_point():
+        if x.is_floating_point() and x.shape[0] == rows:
             finite &= torch.isfinite(x.float()).reshape(rows, -1).all(1)
         suspects = ((mask > 0) & ~finite).cpu().numpy()
     return {"sums": _sums(logits, per_sample, y, mask)[None, :], "flags": flags,
