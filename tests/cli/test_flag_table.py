@@ -8,6 +8,7 @@ option without a row fails :func:`test_the_table_has_a_row_for_every_option`.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import io
@@ -130,28 +131,37 @@ def runs(tmp_path_factory):
     # Long enough for a re-plan to take effect: the TensorFlow pipelines switch plans at the first step
     # they have not read (their prefetch buffers ahead of the decision), past the main run's 12 steps.
     r["tf_long"] = _tf(root, "tf_long", "--dataset", str(data), *COMMON, "--epochs", "4")
-    r["tf_nan"] = _tf(root, "tf_nan", "--config", str(root / "run.toml"), "--no-telemetry", "--restore-after", "2",
-                      "--restore-lr-factor", "0.25", "--max-restores", "5", "--communication", "ring")
-    r["tf_apply_nan"] = _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite")
-    r["tf_workers"] = _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1", "--communication",
-                          "ring", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--eval-dataset",
-                          str(root / "digits_eval.npz"), launch=True)
     r["torch"] = _torch(root, "torch", "--dataset", str(data), *COMMON, "--backend", "gloo", "--loader-workers",
                         "2", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--verbose")
     # The main run's 6 updates leave 4 after the slowdown: too few for a sure decision on a busy machine.
     r["torch_long"] = _torch(root, "torch_long", "--dataset", str(data), *COMMON, "--backend", "gloo",
                              "--epochs", "4")
     shutil.copytree(root / "torch", root / "torch_fresh")
-    r["torch_fresh"] = _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
-                              "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
-                              "--eval-dataset", str(root / "eval.npz"))
-    r["torch_sharded"] = _torch(root, "torch_sharded", "--dataset", str(data), "--feature-key", "feat",
-                                "--label-key", "lab", "--replicas", "2", "--shard-parameters", "--epochs", "2", "--accumulate-steps",
-                                "2", "--checkpoint-every", "2", "--audit", "--precision", "mixed_bfloat16")
-    r["torch_nan"] = _torch(root, "torch_nan", "--config", str(root / "run.toml"), "--no-telemetry",
-                            "--restore-after", "2", "--restore-lr-factor", "0.25", "--max-restores", "5", world=1)
-    r["torch_apply_nan"] = _torch(root, "torch_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite",
-                                  world=1)
+    nan = ("--config", str(root / "run.toml"), "--no-telemetry", "--restore-after", "2", "--restore-lr-factor", "0.25",
+           "--max-restores", "5")
+    # The runs above re-plan from measured speeds and run alone; the rest check nothing timed, so they run
+    # two at a time, each run of several processes (which picks free ports) beside a single process.
+    pairs = [
+        {"tf_workers": lambda: _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1",
+                                   "--communication", "ring", "--bytes-per-pack", "65536", "--collective-timeout",
+                                   "60", "--eval-dataset", str(root / "digits_eval.npz"), launch=True),
+         "tf_nan": lambda: _tf(root, "tf_nan", *nan, "--communication", "ring")},
+        {"torch_fresh": lambda: _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
+                                       "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
+                                       "--eval-dataset", str(root / "eval.npz")),
+         "tf_apply_nan": lambda: _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite")},
+        {"torch_sharded": lambda: _torch(root, "torch_sharded", "--dataset", str(data), "--feature-key", "feat",
+                                         "--label-key", "lab", "--replicas", "2", "--shard-parameters", "--epochs",
+                                         "2", "--accumulate-steps", "2", "--checkpoint-every", "2", "--audit",
+                                         "--precision", "mixed_bfloat16"),
+         "torch_nan": lambda: _torch(root, "torch_nan", *nan, world=1)},
+        {"torch_apply_nan": lambda: _torch(root, "torch_apply", "--config", str(root / "run.toml"),
+                                           "--no-skip-nonfinite", world=1)},
+    ]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for pair in pairs:
+            started = {name: pool.submit(run) for name, run in pair.items()}
+            r.update({name: job.result() for name, job in started.items()})
     for name in ("tf", "tf_resume", "tf_long", "tf_nan", "tf_workers", "torch", "torch_long", "torch_fresh",
                  "torch_sharded", "torch_nan"):
         assert r[name].code == 0, f"{name} failed:\n{r[name].err[-3000:]}"

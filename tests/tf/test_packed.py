@@ -57,3 +57,14 @@ def test_packed_dataset_refusals():
         PlanReader(TextSource(data)).replica_dataset(packed, 0, epochs=1)
     with pytest.raises(TypeError, match="needs a source that builds packed batches"):
         packed_dataset(ef.data.ArraySource(np.zeros((60, 2)), data.labels), packed, 0)
+
+
+def test_the_registry_builds_the_packed_model_by_name():
+    from evenflow.tf import build_model
+
+    model = build_model("packed_text_cnn", (None,), 3, vocab_size=300)
+    assert model((np.ones((2, 5), np.int32), np.ones((2, 5), np.int32)), slots=4).shape == (4, 3)
+    with pytest.raises(ValueError, match="needs token sequences"):
+        build_model("packed_text_cnn", (8, 8), 3)
+    with pytest.raises(ValueError, match="runs in float32"):
+        build_model("packed_text_cnn", (None,), 3, precision="mixed_bfloat16")

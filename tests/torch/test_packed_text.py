@@ -97,3 +97,34 @@ def test_the_trainer_trains_and_evaluates_a_packed_plan_counting_each_sample_onc
     assert results[-1].loss < results[0].loss
     evaluation = trainer.evaluate(test, test_plan)
     assert evaluation.count == 40 and evaluation.accuracy > 0.8
+
+
+def test_two_ddp_ranks_train_a_packed_plan_to_the_weights_of_one_process(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from tests.torch.conftest import run_ranks
+
+    worker = Path(__file__).with_name("_packed_worker.py")
+    groups = [(lambda r, w=w: [sys.executable, str(worker), str(tmp_path / f"w{w}-{r}.npz")], w,
+               lambda r, w=w: tmp_path / f"w{w}-{r}.npz") for w in (1, 2)]
+    one, two = run_ranks(groups, timeout=150)
+    for run in (*one, *two):
+        assert run.returncode == 0 and run.found is not None, run.stderr[-3000:]
+    single = one[0].found
+    assert single["samples"].tolist() == [150, 150]  # every sample once per epoch
+    for run in two:
+        assert run.found["samples"].tolist() == [150, 150]
+        np.testing.assert_allclose(run.found["loss"], single["loss"], rtol=1e-5)
+        np.testing.assert_allclose(run.found["weights"], single["weights"], rtol=1e-4, atol=1e-6)
+
+
+def test_the_registry_builds_the_packed_model_by_name():
+    from evenflow.torch import build_model
+
+    model = build_model("packed_text_cnn", (None,), 3, vocab_size=300)
+    assert model.embed.num_embeddings == 300 and model.logits.out_features == 3
+    with pytest.raises(ValueError, match="needs token sequences"):
+        build_model("packed_text_cnn", (8, 8), 3)
+    with pytest.raises(ValueError, match="has no dropout"):
+        build_model("packed_text_cnn", (None,), 3, dropout=0.5)

@@ -15,6 +15,7 @@ from typing import Callable
 
 from evenflow.run.models import check_model_input
 from evenflow.tf._lazy import keras as _keras
+from evenflow.tf.packed import packed_text_cnn
 from evenflow.tf.text import text_cnn
 
 __all__ = ["MODELS", "build_model", "check_model_input"]
@@ -56,7 +57,19 @@ def _cnn(input_shape, num_classes, dtype, width: int = 32, dropout: float = 0.0)
     return keras.Sequential(stack, name="cnn")
 
 
-MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "text_cnn": text_cnn}
+def _packed(input_shape, num_classes, dtype, dropout: float = 0.0, vocab_size: int = 257):
+    if len(tuple(input_shape)) != 1:
+        raise ValueError(f"model 'packed_text_cnn' needs token sequences (per-sample shape (length,)), got "
+                         f"{tuple(input_shape)}")
+    if dropout or dtype.name != "float32":
+        raise ValueError(f"model 'packed_text_cnn' has no dropout and runs in float32; got dropout {dropout} and "
+                         f"precision {dtype.name!r}")
+    return packed_text_cnn(num_classes, vocab_size=vocab_size)
+
+
+MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "text_cnn": text_cnn, "packed_text_cnn": _packed}
+# Built through the API only (it reads packed batches: evenflow.tf.packed_dataset); evenflow train has no packing.
+API_ONLY = ("packed_text_cnn",)
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, precision: str = "float32",
                 dropout: float = 0.0, vocab_size: int | None = None):
@@ -68,16 +81,19 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, preci
         num_classes: number of output logits, >= 2.
         precision: a Keras dtype policy name: ``float32``, ``mixed_float16`` or ``mixed_bfloat16``.
         dropout: rate of a dropout layer before the logits (0: none).
-        vocab_size: ``text_cnn`` only: token ids are below it (default 257, byte text;
-            :attr:`evenflow.data.LoadedData.vocab_size`).
+        vocab_size: ``text_cnn`` and ``packed_text_cnn`` only: token ids are below it (default
+            257, byte text; :attr:`evenflow.data.LoadedData.vocab_size`).
 
     Returns:
-        A ``keras.Model`` mapping ``[batch, *input_shape]`` to float32 logits ``[batch, num_classes]``.
+        A ``keras.Model`` mapping ``[batch, *input_shape]`` to float32 logits ``[batch, num_classes]``;
+        ``packed_text_cnn`` is called as ``model((features, segment_ids), slots=n)`` on the batches of a
+        packed plan (:func:`evenflow.tf.packed_dataset`) and returns ``[slots, num_classes]``.
     """
-    check_model_input(name, input_shape)
+    if name not in API_ONLY:
+        check_model_input(name, input_shape)
     if num_classes < 2:
         raise ValueError(f"num_classes must be at least 2, got {num_classes}")
     keras = _keras()
-    extra = {"vocab_size": int(vocab_size)} if name == "text_cnn" and vocab_size is not None else {}
+    extra = {"vocab_size": int(vocab_size)} if name in ("text_cnn", *API_ONLY) and vocab_size is not None else {}
     return MODELS[name](tuple(input_shape), int(num_classes), keras.DTypePolicy(precision), dropout=float(dropout),
                         **extra)

@@ -1,6 +1,8 @@
 """Small classifiers chosen by name, the PyTorch twins of :mod:`evenflow.tf.models`.
 
-``mlp`` flattens any input (two hidden layers of 128); ``cnn`` takes ``[H, W]`` or
+``packed_text_cnn`` (:mod:`evenflow.torch.text`) reads the rows of a packed plan; it is built
+through the API only (``evenflow train`` does not pack). ``mlp`` flattens any input (two hidden
+layers of 128); ``cnn`` takes ``[H, W]`` or
 channels-last ``[H, W, C]`` images and is built from depthwise-separable
 convolutions (a depthwise 3x3 filter per channel, then a 1x1 pointwise mix), the
 same layer plan as the TensorFlow model. The weights are initialised by PyTorch,
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.text import packed_text_cnn
 
 __all__ = ["MODELS", "build_model", "check_model_input", "OPTIMIZERS", "make_optimizer"]
 
@@ -52,28 +55,42 @@ def _cnn(input_shape, num_classes, width: int = 32, dropout: float = 0.0):
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), *_dropout(nn, dropout), nn.Linear(2 * width, num_classes))
 
 
-MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp}
+def _packed(input_shape, num_classes, dropout: float = 0.0, vocab_size: int = 257):
+    if dropout:
+        raise ValueError(f"model 'packed_text_cnn' has no dropout, got dropout {dropout}")
+    return packed_text_cnn(num_classes, vocab_size=vocab_size)
+
+
+MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "packed_text_cnn": _packed}
 
 
 def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
     """Raise ``ValueError`` if model ``name`` is unknown or cannot take ``input_shape`` (no torch needed)."""
     if name not in MODELS:
         raise ValueError(f"model must be one of {', '.join(sorted(MODELS))}, got {name!r}")
+    if name == "packed_text_cnn" and len(input_shape) != 1:
+        raise ValueError(f"model 'packed_text_cnn' needs token sequences (per-sample shape (length,)), got "
+                         f"{tuple(input_shape)}")
     ranks = _NEEDS.get(name)
     if ranks and len(input_shape) not in ranks:
         raise ValueError(f"model {name!r} needs image-shaped features [H, W] or [H, W, C], got per-sample shape "
                          f"{tuple(input_shape)}; reshape the features or use model 'mlp'")
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, dropout: float = 0.0):
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, dropout: float = 0.0,
+                vocab_size: int | None = None):
     """A ``torch.nn.Module`` mapping ``[batch, *input_shape]`` float32 to logits ``[batch, num_classes]``.
 
-    ``dropout``: rate of a dropout layer before the logits (0: none).
+    ``dropout``: rate of a dropout layer before the logits (0: none). ``packed_text_cnn`` (token
+    sequences, ``vocab_size`` default 257) is called as ``model(features, segment_ids, slots)`` on the
+    batches of a packed plan and returns ``[slots, num_classes]``; :class:`~evenflow.torch.Trainer`
+    calls it so.
     """
     check_model_input(name, input_shape)
     if num_classes < 2:
         raise ValueError(f"num_classes must be at least 2, got {num_classes}")
-    return MODELS[name](tuple(input_shape), int(num_classes), dropout=float(dropout))
+    extra = {"vocab_size": int(vocab_size)} if name == "packed_text_cnn" and vocab_size is not None else {}
+    return MODELS[name](tuple(input_shape), int(num_classes), dropout=float(dropout), **extra)
 
 
 OPTIMIZERS: dict[str, Callable] = {
