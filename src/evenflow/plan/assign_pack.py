@@ -80,7 +80,7 @@ def packed_epoch(layout: PackLayout, options, shares, epoch: int, first: int, ro
     piece_at = fill_layout(layout, epoch_rng(options.seed, epoch, _STREAM_FILL))
     order = epoch_rng(options.seed, epoch, _STREAM_PACK_ORDER).permutation(layout.num_packs).astype(np.int64)
     bounds = step_bounds(layout.num_packs, options.global_batch_size, options.drop_remainder)
-    counts = replica_counts(np.diff(bounds), np.asarray(shares))[first:]
+    counts = pack_counts(layout.num_packs, options.global_batch_size, options.drop_remainder, shares)[first:]
     sub_order, sub_bounds = order[int(bounds[first]):int(bounds[-1])], bounds[first:]
     if options.balance == "cost":
         packs = assign_cost(sub_order, sub_bounds, counts, rows, costs, np.asarray(shares))

@@ -153,8 +153,8 @@ class Plan:
 
     def _init_packs(self, layout) -> None:
         o = self.options
-        same = layout is not None and layout.length == o.pack
-        self._layout = layout if same else pack_layout(
+        # A layout handed over (with_topology, with_options) was made for the same pack and overflow.
+        self._layout = layout if layout is not None else pack_layout(
             check_pack_lengths(self.index.costs, o.pack, o.pack_overflow), o.pack)
         if o.drop_remainder and self._layout.num_packs < o.global_batch_size:
             raise ValueError(

@@ -62,18 +62,17 @@ def token_summary(ids: np.ndarray, lengths: np.ndarray) -> dict:
             "token_efficiency": float(real.sum() / padded.sum()) if padded.sum() > 0 else 1.0}
 
 
-def packed_token_summary(ep, lengths: np.ndarray) -> dict:
+def packed_token_summary(ep) -> dict:
     """:func:`token_summary` of a packed epoch plan: every replica computes ``rows x L`` tokens per step."""
-    real_slots = ep.ids >= 0
-    piece = np.minimum(np.asarray(lengths, np.float64)[np.maximum(ep.ids, 0)] - ep.starts, ep.pack_length)
-    real = np.where(real_slots, piece, 0.0).sum(axis=2)
+    from evenflow.plan.metrics import replica_loads
+
+    real = replica_loads(ep)  # the tokens of each replica's pieces
     # A replica computes its whole batch [rows, L]; only a short last step leaves whole rows empty.
-    s, r, j = np.nonzero(real_slots)
+    s, r, j = np.nonzero(ep.ids >= 0)
     used = np.zeros(real.shape + (max(ep.rows, 1),), bool)
     used[s, r, ep.row[s, r, j]] = True
-    rows_used = used.sum(axis=2)
     padded = np.full(real.shape, float(ep.rows * ep.pack_length))
-    busy = rows_used * float(ep.pack_length)
+    busy = used.sum(axis=2) * float(ep.pack_length)
     mean = busy.mean(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         imb = np.where(mean > 0, busy.max(axis=1) / mean, 1.0)
@@ -116,5 +115,5 @@ def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch:
         packs = packs or max(r, int(round(global_batch_size * costs.mean() / pack / r)) * r)
         plan = Plan(index, topology, global_batch_size=packs, seed=seed, balance="cost", pack=pack,
                     pack_overflow="split")
-        rows.append({"mode": f"pack {pack}", **packed_token_summary(plan.epoch(epoch), costs)})
+        rows.append({"mode": f"pack {pack}", **packed_token_summary(plan.epoch(epoch))})
     return rows
