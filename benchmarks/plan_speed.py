@@ -21,10 +21,21 @@ JSON (``--json-out``): ``rows[i]`` has num_samples, method (permutation, count, 
 seconds_median, seconds_all, ratio_to_permutation, ratio_per_round_median, ns_per_sample,
 peak_extra_bytes, peak_extra_bytes_per_sample and output_bytes_per_sample.
 
+Two more parts, each on its own:
+
+* ``--lazy``: one worker's first step of a huge epoch (default N = 10^9 with memory-mapped
+  costs, R = 4096, G = 2^20), its seconds and peak memory, and the planning throughput of
+  consecutive windows (``benchmarks/plan_speed_lazy.py``);
+* ``--grid``: cost mode over N x R x G/R as ratios to a permutation, the worst cell named
+  (``benchmarks/plan_speed_grid.py``).
+
 Examples:
     python benchmarks/plan_speed.py                        # N = 1e5, 1e6, 1e7; R = 1024; G = 8192
     python benchmarks/plan_speed.py --quick                # N = 1e4, 1e5; one round
     python benchmarks/plan_speed.py --sizes 1e7 --modes cost --repeats 1
+    python benchmarks/plan_speed.py --lazy                 # writes an 8 GiB cost file once
+    python benchmarks/plan_speed.py --lazy --lazy-samples 1e8 --cost-file /tmp/costs_1e8.npy
+    python benchmarks/plan_speed.py --grid --grid-sizes 1e5,1e6
 """
 from __future__ import annotations
 
@@ -39,6 +50,8 @@ import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
 from _common import machine, write_result  # noqa: E402
+import plan_speed_grid  # noqa: E402
+import plan_speed_lazy  # noqa: E402
 
 import numpy as np
 
@@ -63,7 +76,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small, fast run")
     p.add_argument("--json-out", type=Path, default=ROOT / "results" / "plan_speed.json",
                    help="where to write the results (default benchmarks/results/plan_speed.json)")
+    _extra_args(p)
     args = p.parse_args(argv)
+    for name in ("lazy_samples", "lazy_global_batch_size", "permutation_max"):
+        setattr(args, name, int(float(getattr(args, name))))
+    try:
+        args.grid_sizes = [int(float(x)) for x in args.grid_sizes.split(",")]
+        args.grid_replicas = [int(x) for x in args.grid_replicas.split(",")]
+        args.grid_per_replica = [int(x) for x in args.grid_per_replica.split(",")]
+    except ValueError:
+        p.error("--grid-sizes, --grid-replicas and --grid-per-replica take comma-separated numbers")
+    args.lazy_modes = [x.strip() for x in args.lazy_modes.split(",") if x.strip()]
     if args.sizes is None:
         args.sizes = "1e4,1e5" if args.quick else "1e5,1e6,1e7"
     if args.repeats is None:
@@ -79,6 +102,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
     return args
+
+
+def _extra_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lazy", action="store_true", help="only the lazy part: one worker's first step of a huge epoch")
+    p.add_argument("--lazy-samples", default="1e9", help="N of the lazy part (default 1e9)")
+    p.add_argument("--lazy-replicas", type=int, default=4096, help="R of the lazy part (default 4096)")
+    p.add_argument("--lazy-global-batch-size", default=str(2**20), help="G of the lazy part (default 2^20)")
+    p.add_argument("--lazy-modes", default="count,cost,cost+bucket", help="modes of the lazy part")
+    p.add_argument("--cost-file", type=Path, default=Path("/tmp/evenflow_plan_speed_costs.npy"),
+                   help="the lazy part's memory-mapped costs, written once (8 bytes per sample)")
+    p.add_argument("--window-steps", type=int, default=4, help="steps per window in the throughput run (default 4)")
+    p.add_argument("--throughput-seconds", type=float, default=20.0,
+                   help="how long each mode plans windows for the throughput figure (default 20)")
+    p.add_argument("--permutation-max", default="1e9", help="time numpy's permutation of N up to this N (default 1e9)")
+    p.add_argument("--grid", action="store_true", help="only the cost-mode grid")
+    p.add_argument("--grid-sizes", default="1e5,1e6,1e7,1e8", help="grid N values")
+    p.add_argument("--grid-replicas", default="8,64,512,4096", help="grid R values")
+    p.add_argument("--grid-per-replica", default="2,8,64", help="grid G/R values")
+    p.add_argument("--grid-repeats", type=int, default=3, help="alternating rounds per grid cell (default 3)")
 
 
 def _plans(n: int, args) -> dict:
@@ -186,6 +228,13 @@ def format_table(result: dict) -> str:
 def main(args) -> dict:
     t0 = time.perf_counter()
     where = machine()                                       # before the run: the code it ran on
+    for flag, part in (("lazy", plan_speed_lazy), ("grid", plan_speed_grid)):
+        if getattr(args, flag):
+            got = part.run(args)
+            out = args.json_out.with_name(f"plan_speed_{flag}.json") if args.json_out.name == "plan_speed.json" \
+                else args.json_out
+            return write_result({"benchmark": f"plan_speed --{flag}", flag: got, "machine": where,
+                                 "seconds": time.perf_counter() - t0}, part.format_table(got), out)
     print(HEAD, flush=True)
     rows = []
     for n in args.size_list:

@@ -6,34 +6,63 @@ fractional parts. Ties (always the case with equal weights) are broken by a
 rotation that starts where the previous step's extra samples stopped, so the
 extras are dealt round-robin over the epoch and, with equal weights, epoch
 totals differ by at most one.
+
+The rotation of step s depends only on the steps before it through a running sum of
+their leftovers, so any window of steps is computed without the rows before it.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["replica_counts"]
+__all__ = ["replica_counts", "max_replica_count"]
 
 
-def replica_counts(step_sizes: np.ndarray, shares: np.ndarray) -> np.ndarray:
-    """Real samples per replica for each step of an epoch.
-
-    Args:
-        step_sizes: int ``[S]``, real samples in each global step of the whole epoch.
-        shares: float ``[R]``, each replica's fraction of the work, summing to 1.
-
-    Returns:
-        int64 ``[S, R]`` whose rows sum to ``step_sizes``.
-    """
-    sizes = np.asarray(step_sizes, dtype=np.int64)
-    r = shares.shape[0]
+def _parts(sizes: np.ndarray, shares: np.ndarray):
     quota = sizes[:, None] * shares[None, :]
     base = np.floor(quota + 1e-9).astype(np.int64)
-    frac = np.round(quota - base, 9)
-    left = sizes - base.sum(axis=1)
-    start = (np.cumsum(left) - left) % r
+    return base, np.round(quota - base, 9), sizes - base.sum(axis=1)
+
+
+def _leftovers(sizes: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    # One row per distinct step size (an epoch has at most two: full steps and the last).
+    distinct, where = np.unique(sizes, return_inverse=True)
+    return _parts(distinct, shares)[2][where]
+
+
+def _counts(sizes: np.ndarray, shares: np.ndarray, start: np.ndarray) -> np.ndarray:
+    r = shares.shape[0]
+    base, frac, left = _parts(sizes, shares)
     rotation = (np.arange(r)[None, :] - start[:, None]) % r
     # Rank replicas by (larger fraction first, then rotation); the first `left` get one more.
     rank_order = np.lexsort((rotation, -frac), axis=-1)
     rank = np.empty_like(rank_order)
     np.put_along_axis(rank, rank_order, np.arange(r)[None, :].repeat(sizes.shape[0], 0), axis=1)
     return base + (rank < left[:, None])
+
+
+def replica_counts(step_sizes: np.ndarray, shares: np.ndarray, first: int = 0, last: int | None = None) -> np.ndarray:
+    """Real samples per replica for steps ``first..last-1`` of an epoch.
+
+    Args:
+        step_sizes: int ``[S]``, real samples in each global step of the whole epoch.
+        shares: float ``[R]``, each replica's fraction of the work, summing to 1.
+        first, last: the window of steps (default: all of them).
+
+    Returns:
+        int64 ``[last - first, R]`` whose rows sum to ``step_sizes[first:last]``.
+    """
+    sizes = np.asarray(step_sizes, dtype=np.int64)
+    left = _leftovers(sizes, shares)
+    start = ((np.cumsum(left) - left) % shares.shape[0])[first:last]
+    return _counts(sizes[first:last], shares, start)
+
+
+def max_replica_count(step_sizes: np.ndarray, shares: np.ndarray) -> int:
+    """``replica_counts(step_sizes, shares).max()`` (0 for no steps), from the distinct rows only."""
+    sizes = np.asarray(step_sizes, dtype=np.int64)
+    if sizes.size == 0:
+        return 0
+    left = _leftovers(sizes, shares)
+    start = (np.cumsum(left) - left) % shares.shape[0]
+    rows = np.unique(np.stack((sizes, start), axis=1), axis=0)
+    return int(_counts(rows[:, 0], shares, rows[:, 1]).max())

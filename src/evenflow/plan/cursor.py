@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Cursor"]
+__all__ = ["Cursor", "window_steps"]
 
 
 @dataclass(frozen=True, order=True)
@@ -39,3 +39,29 @@ class Cursor:
     @classmethod
     def from_dict(cls, d: dict) -> "Cursor":
         return cls(epoch=int(d["epoch"]), step=int(d["step"]))
+
+
+def window_steps(epoch, start: "Cursor | None", stop: "Cursor | None", num_steps: int) -> tuple[int, int]:
+    """Steps ``(first, last)`` of ``epoch`` from the cursors ``start``..``stop`` (None: the epoch's ends), checked."""
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+        raise TypeError(f"epoch must be an int, got {type(epoch).__name__} ({epoch!r})")
+    if epoch < 0:
+        raise ValueError(f"epoch must be >= 0, got {epoch}")
+    bound = []
+    for name, cursor, default in (("start", start, 0), ("stop", stop, num_steps)):
+        if cursor is None:
+            bound.append(default)
+            continue
+        if not isinstance(cursor, Cursor):
+            raise TypeError(f"{name} must be an evenflow Cursor, got {type(cursor).__name__}")
+        if cursor.epoch != epoch:
+            raise ValueError(f"the {name} cursor is in epoch {cursor.epoch} but epoch {epoch} was asked for; "
+                             f"pass epoch={cursor.epoch} or a cursor in epoch {epoch}")
+        if cursor.step > num_steps:
+            raise ValueError(f"the {name} cursor must be within the epoch's {num_steps} steps, "
+                             f"got step {cursor.step}; the last valid cursor is Cursor({epoch}, {num_steps})")
+        bound.append(cursor.step)
+    if bound[1] < bound[0]:
+        raise ValueError(f"the stop cursor (step {bound[1]}) is before the start cursor (step {bound[0]}); "
+                         f"pass a stop at or after the start")
+    return bound[0], bound[1]

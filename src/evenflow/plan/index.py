@@ -14,6 +14,8 @@ import numpy as np
 
 __all__ = ["Index"]
 
+_CHECK_CHUNK = 1 << 20
+
 
 def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
     try:
@@ -30,12 +32,23 @@ def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
             f"{name} has {arr.shape[0]} entries; pass exactly {num_samples} {name}")
     if arr.dtype.kind not in "iufb":
         raise TypeError(f"Index {name} must be numeric, got dtype {arr.dtype}; convert them to numbers first")
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise ValueError(
-            f"Index {name} must be finite, but {name}[{bad}] is {arr[bad]}; "
-            f"fix or drop that sample before planning")
+    if arr.dtype.kind == "f":
+        bad = _first_where(arr, lambda part: ~np.isfinite(part))
+        if bad is not None:
+            raise ValueError(
+                f"Index {name} must be finite, but {name}[{bad}] is {arr[bad]}; "
+                f"fix or drop that sample before planning")
     return arr.astype(dtype, copy=False)
+
+
+def _first_where(arr: np.ndarray, test) -> int | None:
+    # Checked in chunks, so a memory-mapped array of a billion entries is read once and
+    # the temporaries stay at a few MiB.
+    for lo in range(0, arr.shape[0], _CHECK_CHUNK):
+        hit = np.flatnonzero(test(arr[lo:lo + _CHECK_CHUNK]))
+        if hit.size:
+            return lo + int(hit[0])
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,8 +90,8 @@ class Index:
             object.__setattr__(self, "_codes", codes.astype(np.int64))
         if self.costs is not None:
             costs = _as_vector("costs", self.costs, n, np.float64)
-            if np.any(costs < 0):
-                bad = int(np.flatnonzero(costs < 0)[0])
+            bad = _first_where(costs, lambda part: part < 0)
+            if bad is not None:
                 raise ValueError(f"Index costs must be >= 0, but costs[{bad}] is {costs[bad]}; "
                                  f"use a length, a size or a time")
             costs.flags.writeable = False

@@ -5,19 +5,26 @@ the seed, the epoch and the global batch size, never on the replicas, so a
 job that changes its topology mid-epoch keeps the same global steps.
 
 Three orderings compose:
-* a seeded permutation (always);
+* a seeded permutation (always): :class:`~evenflow.plan.shuffle.EpochShuffle`, random access,
+  so a window of steps is planned without the rest of the epoch;
 * stratification: each step's class counts are apportioned from the dataset's
   mix, carrying rounding debts forward, so every prefix of steps is within one
   sample per class of the dataset's mix and every step within two;
-* bucketing: windows of ``bucket_window`` steps are sorted by cost, cut into
-  steps, then the steps are shuffled, so a step holds samples of similar cost
-  while the order of steps stays random.
+* bucketing (:mod:`evenflow.plan.bucket`): windows of ``bucket_window`` steps are
+  sorted by cost, cut into steps, then the steps are shuffled, so a step holds samples
+  of similar cost while the order of steps stays random.
+
+Stratification apportions each class over the whole epoch, so a stratified order is
+built whole (O(N)) and then read like the others.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["epoch_rng", "epoch_order", "step_bounds"]
+from evenflow.plan.bucket import BucketedOrder
+from evenflow.plan.shuffle import EpochShuffle, stream_keys
+
+__all__ = ["EpochOrder", "epoch_rng", "step_bounds"]
 
 # Separate random streams, so adding a new random choice never changes an old one.
 _STREAM_ORDER, _STREAM_STRATIFY, _STREAM_BUCKET, _STREAM_WITHIN = 1, 2, 3, 4
@@ -97,47 +104,43 @@ def _stratified(codes: np.ndarray, bounds: np.ndarray, rng: np.random.Generator)
     return order
 
 
-def _bucketed(order: np.ndarray, costs: np.ndarray, g: int, window_steps: int,
-              bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    used = int(bounds[-1])
-    num_full = used // g
-    order = order[:used]
-    window = g * window_steps
-    window_id = np.arange(used) // window
-    order = order[np.lexsort((costs[order], window_id))]
-    # A partial last step is a run of similar costs at a random place in the last window (not its
-    # longest samples, which would make the epoch end on its slowest step); the rest of that
-    # window stays sorted and is cut into full steps as usual.
-    rem = used - num_full * g
-    if rem:
-        last = (used - 1) // window * window
-        at = last + int(rng.integers(0, used - last - rem + 1))
-        tail = order[at: at + rem]
-        order = np.concatenate((order[:at], order[at + rem:]))
-    else:
-        tail = order[:0]
-    # Shuffle the full steps; a partial step stays last, so drop_remainder keeps meaning "the last one".
-    step_perm = rng.permutation(num_full)
-    full = order.reshape(num_full, g)[step_perm]
-    # Shuffle inside each step so a contiguous split does not hand replica 0 the shortest samples.
-    full = np.take_along_axis(full, np.argsort(rng.random(full.shape), axis=1), axis=1)
-    return np.concatenate((full.ravel(), tail))
+class EpochOrder:
+    """The samples of one epoch in global-step order, read a window of steps at a time.
 
+    ``steps(first, last)`` equals the same slice of the whole epoch's order, whatever the
+    window; ``at(positions)`` reads single positions (orders that are neither stratified
+    nor bucketed only: there a position's sample does not depend on any other).
 
-def epoch_order(index, options, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """The samples of an epoch in global-step order.
-
-    Returns:
-        ``(order, bounds)``: ``order`` is int64 ``[n_used]`` (all N ids, or fewer with
-        ``drop_remainder``); ``bounds`` is int64 ``[num_steps + 1]`` as in :func:`step_bounds`.
+    Attributes:
+        bounds: int64 ``[num_steps + 1]`` as in :func:`step_bounds`.
+        random_access: whether ``at`` is available.
     """
-    n, g = index.num_samples, options.global_batch_size
-    bounds = step_bounds(n, g, options.drop_remainder)
-    if options.stratify:
-        order = _stratified(index.label_codes, bounds, epoch_rng(options.seed, epoch, _STREAM_STRATIFY))
-    else:
-        order = epoch_rng(options.seed, epoch, _STREAM_ORDER).permutation(n).astype(np.int64, copy=False)
-    if options.bucket:
-        order = _bucketed(order, index.costs, g, options.bucket_window, bounds,
-                          epoch_rng(options.seed, epoch, _STREAM_BUCKET))
-    return order[: int(bounds[-1])], bounds
+
+    def __init__(self, index, options, epoch: int):
+        n, g = index.num_samples, options.global_batch_size
+        self.bounds = step_bounds(n, g, options.drop_remainder)
+        self.random_access = not (options.stratify or options.bucket)
+        self.kept = None  # what a window of this epoch may keep for the next (a stratified split)
+        if options.stratify:
+            whole = _stratified(index.label_codes, self.bounds, epoch_rng(options.seed, epoch, _STREAM_STRATIFY))
+            self._at, self._range = whole.__getitem__, lambda lo, hi: whole[lo:hi]
+        else:
+            shuffle = EpochShuffle(n, options.seed, epoch, _STREAM_ORDER)
+            self._at, self._range = shuffle, shuffle.range
+        self._bucketed = None
+        if options.bucket:
+            self._bucketed = BucketedOrder(self._range, index.costs, g, options.bucket_window, int(self.bounds[-1]),
+                                           epoch_rng(options.seed, epoch, _STREAM_BUCKET),
+                                           stream_keys(options.seed, epoch, _STREAM_WITHIN, 1)[0])
+
+    def steps(self, first: int, last: int) -> np.ndarray:
+        """Samples of steps ``first..last-1``, int64 ``[bounds[last] - bounds[first]]``."""
+        if self._bucketed is not None:
+            return self._bucketed.steps(first, last)
+        return self._range(int(self.bounds[first]), int(self.bounds[last]))
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """Samples at ``positions`` of the order (int64, same shape)."""
+        if not self.random_access:
+            raise ValueError("a stratified or bucketed order is read by steps, not by positions")
+        return self._at(positions)

@@ -17,19 +17,18 @@ import dataclasses
 
 import numpy as np
 
-from evenflow.plan.apportion import replica_counts
-from evenflow.plan.assign_cost import assign_cost, cost_slots
+from evenflow.plan.apportion import max_replica_count
+from evenflow.plan.assign_cost import cost_slots
 from evenflow.plan.assign_pack import pack_costs, pack_counts, packed_epoch
-from evenflow.plan.assign_count import assign_contiguous
-from evenflow.plan.assign_stratified import assign_stratified
-from evenflow.plan.cursor import Cursor
+from evenflow.plan.cursor import Cursor, window_steps
 from evenflow.plan.memory import check_epoch_fits
 from evenflow.plan.index import Index
 from evenflow.plan.metrics import summarize
 from evenflow.plan.options import PlanOptions
-from evenflow.plan.order import epoch_order, step_bounds
+from evenflow.plan.order import EpochOrder, step_bounds
 from evenflow.plan.pack import check_pack_lengths, pack_layout
 from evenflow.plan.topology import Topology
+from evenflow.plan.window import replica_rows, window_ids
 
 __all__ = ["Plan", "EpochPlan"]
 
@@ -68,7 +67,7 @@ class EpochPlan:
 
     @property
     def num_steps(self) -> int:
-        """Steps in this plan (``total_steps - start_step``)."""
+        """Steps in this plan: ``ids.shape[0]`` (the rest of the epoch from ``start_step``, or a window)."""
         return int(self.ids.shape[0])
 
     @property
@@ -136,9 +135,8 @@ class Plan:
                                   bucket_window=bucket_window, pack=pack, pack_overflow=pack_overflow,
                                   pack_attention=pack_attention)
         options.check_against(index, topology)
-        check_epoch_fits(index.num_samples)
         self.index, self.topology, self.options = index, topology, options
-        self._rows, self._layout = 0, None
+        self._rows, self._layout, self._order = 0, None, None
         if options.pack:
             self._init_packs(_layout)
             return
@@ -146,13 +144,13 @@ class Plan:
         self._sizes = np.diff(bounds)
         # A replica whose share of a step rounds to zero gets an all-padding row there (mask 0):
         # every replica still runs every step, so no collective waits.
-        counts = replica_counts(self._sizes, topology.shares)
-        self._slots = int(counts.max()) if counts.size else 0
+        self._slots = max_replica_count(self._sizes, topology.shares)
         if options.balance == "cost":
             self._slots = cost_slots(self._slots, options.global_batch_size)
 
     def _init_packs(self, layout) -> None:
         o = self.options
+        check_epoch_fits(self.index.num_samples)
         # A layout handed over (with_topology, with_options) was made for the same pack and overflow.
         self._layout = layout if layout is not None else pack_layout(
             check_pack_lengths(self.index.costs, o.pack, o.pack_overflow), o.pack)
@@ -184,6 +182,22 @@ class Plan:
         return int(self._sizes.shape[0])
 
     @property
+    def step_sizes(self) -> np.ndarray:
+        """int64 ``[num_steps]``: real samples per global step (packs per step for a packed plan)."""
+        return self._sizes.astype(np.int64, copy=True)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether a window of steps costs time and memory in proportion to the window.
+
+        True for count and cost balance without bucketing, packing or a stratified count split;
+        the others plan what they need of the epoch (see :mod:`evenflow.plan.window`), so a
+        reader takes their epochs whole.
+        """
+        o = self.options
+        return not (o.pack or o.bucket or (o.stratify and o.balance == "count"))
+
+    @property
     def slots(self) -> int:
         """Per-replica batch size (slot axis of ``EpochPlan.ids``)."""
         return self._slots
@@ -205,55 +219,64 @@ class Plan:
                 f"-st{int(o.stratify)}-b{int(o.bucket)}w{o.bucket_window}-d{int(o.drop_remainder)}"
                 + (f"-p{o.pack}{o.pack_overflow[0]}a{o.pack_attention:g}" if o.pack else ""))
 
-    def epoch(self, epoch: int, start: Cursor | None = None) -> EpochPlan:
-        """Plan epoch ``epoch``, or its remainder from ``start``.
+    def _steps(self, epoch, start, stop) -> tuple[int, int]:
+        return window_steps(epoch, start, stop, self.num_steps)
+
+    def _epoch_order(self, epoch: int) -> EpochOrder:
+        # The last epoch's order is kept: a reader asks for one window after another.
+        kept = self._order
+        if kept is None or kept[0] != epoch:
+            kept = self._order = (epoch, EpochOrder(self.index, self.options, epoch))
+        return kept[1]
+
+    def epoch(self, epoch: int, start: Cursor | None = None, stop: Cursor | None = None) -> EpochPlan:
+        """Plan epoch ``epoch``, or the window of its steps from ``start`` to ``stop``.
 
         Args:
             epoch: epoch number, >= 0.
-            start: optional cursor in this epoch; the plan then covers steps
-                ``start.step..num_steps-1`` only. ``epoch(e, Cursor(e, s)).ids``
-                equals ``epoch(e).ids[s:]``.
+            start: optional cursor in this epoch: the plan starts at ``start.step``.
+                ``epoch(e, Cursor(e, s)).ids`` equals ``epoch(e).ids[s:]``.
+            stop: optional cursor in this epoch: the plan ends before ``stop.step``.
+                ``epoch(e, Cursor(e, a), Cursor(e, b)).ids`` equals ``epoch(e).ids[a:b]``, and
+                costs time and memory in proportion to the window, not to the epoch (see
+                :mod:`evenflow.plan.window` for the modes that need more).
 
         Returns:
             An :class:`EpochPlan`.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
-            raise TypeError(f"epoch must be an int, got {type(epoch).__name__} ({epoch!r})")
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        first = 0
-        if start is not None:
-            if not isinstance(start, Cursor):
-                raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
-            if start.epoch != epoch:
-                raise ValueError(f"the start cursor is in epoch {start.epoch} but epoch {epoch} was asked for; "
-                                 f"pass epoch={start.epoch} or a cursor in epoch {epoch}")
-            if start.step > self.num_steps:
-                raise ValueError(f"the start cursor must be within the epoch's {self.num_steps} steps, "
-                                 f"got step {start.step}; the last valid cursor is Cursor({epoch}, {self.num_steps})")
-            first = start.step
+        first, last = self._steps(epoch, start, stop)
         o, idx = self.options, self.index
-        check_epoch_fits(idx.num_samples)
         if o.pack:
             ids, starts, row = packed_epoch(self._layout, o, self.topology.shares, int(epoch), first, self._rows,
                                             self._slots, self._pack_costs)
-            return EpochPlan(ids=ids, epoch=int(epoch), start_step=first, total_steps=self.num_steps, index=idx,
-                             topology=self.topology, row=row, starts=starts, pack_length=o.pack, rows=self._rows)
-        order, bounds = epoch_order(idx, o, int(epoch))
-        counts = replica_counts(self._sizes, self.topology.shares)
-        if o.stratify and o.balance == "count":
-            # Epoch-level label balance carries state from step to step: plan all, then slice.
-            ids = assign_stratified(order, bounds, counts, self._slots, idx.label_codes, idx.num_classes)[first:]
-        else:
-            lo = int(bounds[first])
-            sub_order, sub_bounds, sub_counts = order[lo:], bounds[first:], counts[first:]
-            if o.balance == "cost":
-                ids = assign_cost(sub_order, sub_bounds, sub_counts, self._slots, idx.cost_or_ones(),
-                                  np.asarray(self.topology.shares), runs=o.bucket)
-            else:
-                ids = assign_contiguous(sub_order, sub_bounds, sub_counts, self._slots)
+            keep = slice(0, last - first)
+            return EpochPlan(ids=ids[keep], epoch=int(epoch), start_step=first, total_steps=self.num_steps,
+                             index=idx, topology=self.topology, row=row[keep], starts=starts[keep],
+                             pack_length=o.pack, rows=self._rows)
+        ids = window_ids(self._epoch_order(int(epoch)), idx, o, self.topology.shares, self._sizes, self._slots,
+                         first, last)
         return EpochPlan(ids=ids, epoch=int(epoch), start_step=first, total_steps=self.num_steps,
                          index=idx, topology=self.topology)
+
+    def replica_ids(self, epoch: int, replica: int, start: Cursor | None = None,
+                    stop: Cursor | None = None) -> np.ndarray:
+        """One replica's rows of a window: ``epoch(epoch, start, stop).ids[:, replica]``.
+
+        In count mode (not stratified, not bucketed, not packed) only that replica's samples
+        are computed, so a worker plans its own rows of a billion-sample epoch in time
+        proportional to them; the other modes plan the window and take the replica's rows.
+
+        Returns:
+            int64 ``[steps, slots]``, -1 for padding.
+        """
+        if isinstance(replica, bool) or not isinstance(replica, (int, np.integer)) \
+                or not 0 <= replica < self.topology.replicas:
+            raise ValueError(f"replica must be an int in 0..{self.topology.replicas - 1}, got {replica!r}")
+        first, last = self._steps(epoch, start, stop)
+        if self.options.pack:
+            return self.epoch(epoch, start, stop).ids[:, replica].copy()
+        return replica_rows(self._epoch_order(int(epoch)), self.index, self.options, self.topology.shares,
+                            self._sizes, self._slots, int(replica), first, last)
 
     def __repr__(self):
         o = self.options

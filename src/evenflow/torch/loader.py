@@ -42,6 +42,7 @@ __all__ = ["PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size", 
 
 # Batches each DataLoader worker loads ahead (the DataLoader's own default).
 PREFETCH_FACTOR = 2
+WINDOW_SAMPLES = 1 << 18  # a rank plans this many samples of global steps at a time (at least one step)
 
 
 def rank_and_world_size(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -109,6 +110,9 @@ class PlanSteps:
             return
         for epoch in range(self.start.epoch, self.epochs):
             cursor = self.start if epoch == self.start.epoch else None
+            if self.plan.windowed:
+                yield from self._windows(epoch, cursor.step if cursor is not None else 0)
+                continue
             ep = self.plan.epoch(epoch, start=cursor)
             rows = np.ascontiguousarray(ep.ids[:, self.rank, :])
             counts = ep.global_real_counts
@@ -116,6 +120,18 @@ class PlanSteps:
                 packing = None if not ep.pack_length else (
                     ep.starts[s, self.rank], ep.row[s, self.rank], ep.rows, ep.pack_length)
                 yield epoch, ep.start_step + s, rows[s], int(counts[s]), packing
+
+
+    def _windows(self, epoch: int, first: int):
+        # This rank's rows only, a window of steps at a time: memory in proportion to the window,
+        # whatever the epoch's size (in count mode, without the other ranks' rows either).
+        sizes = self.plan.step_sizes
+        width = max(1, WINDOW_SAMPLES // self.plan.options.global_batch_size)
+        for a in range(first, self.plan.num_steps, width):
+            b = min(a + width, self.plan.num_steps)
+            rows = self.plan.replica_ids(epoch, self.rank, start=Cursor(epoch, a), stop=Cursor(epoch, b))
+            for s in range(b - a):
+                yield epoch, a + s, rows[s], int(sizes[a + s]), None
 
 
 class _StepBatches:

@@ -1,0 +1,58 @@
+"""The rows of a window of steps: ``[steps, replicas, slots]``, or one replica's ``[steps, slots]``.
+
+A window is planned from the epoch's order (:class:`~evenflow.plan.order.EpochOrder`) alone:
+its steps' samples, and the replica counts of its steps (whose rotation depends on earlier
+steps only through a running sum). What a window costs depends on the mode:
+
+* count: the window's samples; one replica's rows alone read only that replica's positions;
+* cost: the window's samples (every replica's split depends on the whole step);
+* bucket: the bucket windows its steps come from;
+* stratified with count balance: the whole epoch (each replica's label counts are kept
+  within one of their share over the epoch, which carries state from step to step).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from evenflow.plan.apportion import replica_counts
+from evenflow.plan.assign_cost import assign_cost
+from evenflow.plan.assign_count import assign_contiguous
+from evenflow.plan.assign_stratified import assign_stratified
+from evenflow.plan.memory import check_epoch_fits
+
+__all__ = ["window_ids", "replica_rows"]
+
+
+def window_ids(order, index, options, shares: np.ndarray, sizes: np.ndarray, slots: int,
+               first: int, last: int) -> np.ndarray:
+    """int64 ``[last - first, R, slots]``: every replica's rows in steps ``first..last-1``."""
+    bounds = order.bounds
+    if options.stratify and options.balance == "count":
+        check_epoch_fits(int(bounds[-1]))
+        if order.kept is None:  # planned once per epoch, then sliced by every window
+            counts = replica_counts(sizes, shares)
+            whole = order.steps(0, sizes.shape[0])
+            order.kept = assign_stratified(whole, bounds, counts, slots, index.label_codes, index.num_classes)
+        return order.kept[first:last].copy()
+    check_epoch_fits(int(bounds[last] - bounds[first]))
+    counts = replica_counts(sizes, shares, first, last)
+    samples, sub_bounds = order.steps(first, last), bounds[first:last + 1]
+    if options.balance == "cost":
+        return assign_cost(samples, sub_bounds, counts, slots, index.cost_or_ones(), np.asarray(shares),
+                           runs=options.bucket)
+    return assign_contiguous(samples, sub_bounds, counts, slots)
+
+
+def replica_rows(order, index, options, shares: np.ndarray, sizes: np.ndarray, slots: int, replica: int,
+                 first: int, last: int) -> np.ndarray:
+    """int64 ``[last - first, slots]``: replica ``replica``'s rows in steps ``first..last-1``."""
+    if not (order.random_access and options.balance == "count"):
+        return window_ids(order, index, options, shares, sizes, slots, first, last)[:, replica].copy()
+    counts = replica_counts(sizes, shares, first, last)
+    mine = counts[:, replica]
+    before = counts[:, :replica].sum(axis=1)
+    real = np.arange(slots)[None, :] < mine[:, None]
+    positions = order.bounds[first:last, None] + before[:, None] + np.arange(slots)[None, :]
+    rows = np.full((last - first, slots), -1, dtype=np.int64)
+    rows[real] = order.at(positions[real])
+    return rows
