@@ -2,18 +2,18 @@
 
 Replica sample counts are free up to a cap of a quarter more than count mode's
 slots (:func:`cost_slots`), so a replica that drew one very long sample can take
-fewer others. Steps are planned in chunks of about 2**18 samples, so temporaries
+fewer others. Steps are planned in chunks of about 2**19 samples, so temporaries
 stay bounded whatever N is, and each chunk is vectorised over its steps:
 
-1. Greedy (LPT): each step's samples are sorted by cost, largest first, and each
-   goes to the replica with the least load per unit weight that has a free slot —
-   sample by sample for small steps, in rounds (the participating replicas, least
-   loaded first, take the next largest samples) for large ones.
-2. Refinement: replicas are paired most-loaded with least-loaded (and the most
-   loaded with the 16 least loaded), and each pair exchanges the two samples, or
-   moves one sample into a free slot, that best evens out their loads. A step
-   stops as soon as a pass finds nothing better or its maximum reaches the lower
-   bound max(mean load, largest sample / largest weight).
+1. Greedy (LPT in rounds): each step's samples are sorted by cost, largest first.
+   In every round the replicas whose load per unit weight is at most the lowest one
+   plus the next sample's cost each take one sample, the least loaded the largest;
+   a replica that drew a long sample sits out rounds until the others catch up, as
+   in sample-by-sample LPT, and a replica with all slots full sits out for good.
+2. Refinement (:mod:`evenflow.plan.assign_cost_refine`): replicas are paired most
+   loaded with least loaded, and each pair exchanges the two samples, or moves one
+   sample into a free slot, that best evens out their loads, until a step is within
+   a small tolerance of its lower bound max(mean load, largest sample / largest weight).
 3. With bucketing (``runs=True``) a second split is tried: contiguous runs of the
    cost-sorted step, cut where the running cost reaches each replica's share, then
    refined. Samples of similar cost then share a batch, so padding each batch to
@@ -24,50 +24,91 @@ from __future__ import annotations
 
 import numpy as np
 
+from evenflow.plan.assign_cost_refine import refine
+
 __all__ = ["assign_cost", "cost_slots"]
 
-_ITEM_GREEDY_LIMIT = 1 << 15  # per-sample LPT while (step size x replicas) is small; rounds beyond
-_CHUNK_SAMPLES = 1 << 18  # samples planned together: bounds every temporary by this, not by N
-_SWAP_ELEMS = 1 << 21  # bounds the [steps, pairs, slots, slots] exchange tensor (16 MiB of float64)
-_PARTNERS = 16  # least-loaded replicas the most loaded one tries in refinement pass (b)
-_TOL = 1e-4  # a step within this fraction of its lower bound is left as it is
+_CHUNK_SAMPLES = 1 << 19  # samples planned together: bounds every temporary by this, not by N
+_RADIX_FROM = 512  # steps this large are sorted by a 16-bit cost key (radix sort), smaller ones exactly
 _RUNS_SLACK = 0.01  # how much worse than the greedy's a runs split may balance and still be kept
 
 
-def _greedy(sid: np.ndarray, c: np.ndarray, k: np.ndarray, w: np.ndarray, slots: int):
-    s, n = sid.shape
-    r = k.shape[1]
-    m = int(k.max())
-    t = np.arange(m)[None, None, :]
-    has = t < k[:, :, None]
-    rounds = np.floor((t + 0.5) * m / np.maximum(k, 1)[:, :, None]).astype(np.int64)
-    part = np.zeros((s, r, m), dtype=bool)
-    si, ri, _ = np.nonzero(has)
-    part[si, ri, rounds[has]] = True
+def _bits(x: int) -> int:
+    return max(1, int(x).bit_length())
 
-    out = np.full((s, r, slots), -1, dtype=np.int64)
-    cost3 = np.zeros((s, r, slots))
-    loads = np.zeros((s, r))
-    fill = np.zeros((s, r), dtype=np.int64)
-    offset = np.zeros(s, dtype=np.int64)
-    lane = np.arange(r)[None, :]
-    for j in range(m):
-        p = part[:, :, j]
-        count = p.sum(axis=1)
-        key = np.where(p, loads / w[None, :], np.inf)
-        who = np.argsort(key, axis=1, kind="stable")
-        take = lane < count[:, None]
-        item = np.minimum(offset[:, None] + lane, n - 1)
-        srow, col = np.nonzero(take)
-        rep = who[srow, col]
-        it = item[srow, col]
-        slot = fill[srow, rep]
-        out[srow, rep, slot] = sid[srow, it]
-        cost3[srow, rep, slot] = c[srow, it]
-        loads[srow, rep] += c[srow, it]
-        fill[srow, rep] += 1
-        offset += count
-    return out, cost3, loads
+
+def _sort_desc(sid: np.ndarray, c: np.ndarray):
+    """Each step's samples by cost, largest first (ties by position)."""
+    s, n = c.shape
+    if n >= _RADIX_FROM:
+        # Costs rounded to 8 significant bits: a stable radix sort, and the greedy only needs
+        # the order up to such rounding (the refinement works on exact costs).
+        q = ~(c.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        pos = np.argsort(q, axis=1, kind="stable")
+    else:
+        bits = _bits(n - 1)
+        low = np.int64((1 << bits) - 1)
+        key = ((c + 0.0).view(np.int64) & ~low) | (low - np.arange(n))
+        key.sort(axis=1)
+        pos = low - (key[:, ::-1] & low)
+    flat = (np.arange(s) * n)[:, None] + pos
+    return sid.ravel()[flat], c.ravel()[flat]
+
+
+def _greedy(c: np.ndarray, w: np.ndarray, slots: int):
+    """LPT in rounds over cost-sorted steps ``c`` ``[s, n]``: (replica, slot) of every sample."""
+    s, n = c.shape
+    r = w.shape[0]
+    ib = _bits(r - 1)
+    low = np.int64((1 << (ib + _bits(slots))) - 1)
+    equal = bool(np.all(w == w[0]))
+    # Costs per unit of weight; r zero-cost columns past the end keep every lane's index in its row.
+    flat = np.zeros((s, n + r))
+    flat[:, :n] = c / w[0] if equal else c
+    flat = flat.ravel()
+    inv_w = 1.0 / w
+    # Each replica's state in one sortable int64: load per weight in the high bits, then its
+    # filled slots, then its id; sorting a row orders the replicas by load.
+    key = np.broadcast_to(np.arange(r, dtype=np.int64), (s, r)).copy()
+    offset = np.zeros(s, np.int64)
+    base = np.arange(s, dtype=np.int64) * (n + r)
+    lane = np.arange(r)
+    tags = np.empty(s * (n + r), np.int64)  # (filled slots << ib) | replica, for every sample
+    rounds = 0
+    while offset.size:
+        tag = key & low
+        load = (key & ~low).view(np.float64)
+        at = (base + offset)[:, None] + lane
+        item = flat[at] if equal else flat[at] * inv_w[tag & ((1 << ib) - 1)]
+        # The replicas within one sample of the least loaded take a sample each, largest to least.
+        p = np.minimum(np.count_nonzero(load <= (load[:, 0] + item[:, 0])[:, None], axis=1), n - offset)
+        take = lane < p[:, None]
+        tags[at] = tag  # lanes past p write where a later round (or the padding) overwrites
+        load = load + item * take
+        tag = tag + (take << ib)
+        rounds += 1
+        if rounds >= slots:
+            load[(tag >> ib) >= slots] = np.inf
+        key = (load.view(np.int64) & ~low) | tag
+        key.sort(axis=1)
+        offset += p
+        keep = offset < n
+        if not keep.all():
+            key, offset, base = key[keep], offset[keep], base[keep]
+    tags = tags.reshape(s, n + r)[:, :n]
+    return tags & ((1 << ib) - 1), tags >> ib
+
+
+def _place(sid: np.ndarray, c: np.ndarray, rep: np.ndarray, slot: np.ndarray, r: int, slots: int):
+    """``[s, R, slots]`` ids and costs, loads ``[s, R]`` and filled slots ``[s, R]`` of a split."""
+    s, n = rep.shape
+    dest = ((np.arange(s)[:, None] * r + rep) * slots + slot).ravel()
+    out = np.full(s * r * slots, -1, dtype=np.int64)
+    out[dest] = sid.ravel()
+    cost3 = np.zeros(s * r * slots)
+    cost3[dest] = c.ravel()
+    out, cost3 = out.reshape(s, r, slots), cost3.reshape(s, r, slots)
+    return out, cost3, cost3.sum(axis=2), (out >= 0).sum(axis=2)
 
 
 def _runs(sid: np.ndarray, c: np.ndarray, k: np.ndarray, w: np.ndarray, slots: int):
@@ -99,7 +140,7 @@ def _runs(sid: np.ndarray, c: np.ndarray, k: np.ndarray, w: np.ndarray, slots: i
     cost3 = np.zeros((s, r, slots))
     out[fill] = sid.ravel()  # C order of the mask is the order of the runs
     cost3[fill] = c.ravel()
-    return out, cost3, cost3.sum(axis=2)
+    return out, cost3, cost3.sum(axis=2), counts
 
 
 def cost_slots(count_slots: int, global_batch_size: int) -> int:
@@ -107,124 +148,24 @@ def cost_slots(count_slots: int, global_batch_size: int) -> int:
     return min(global_batch_size, count_slots + max(1, -(-count_slots // 4)))
 
 
-def _greedy_items(sid: np.ndarray, c: np.ndarray, k: np.ndarray, w: np.ndarray, slots: int):
-    # Classic LPT with capacities: every sample, largest first, goes to the replica with the
-    # least load per unit weight that still has a free slot. O(n * R) per step.
-    s, n = sid.shape
-    r = k.shape[1]
-    out = np.full((s, r, slots), -1, dtype=np.int64)
-    cost3 = np.zeros((s, r, slots))
-    loads = np.zeros((s, r))
-    fill = np.zeros((s, r), dtype=np.int64)
-    rows = np.arange(s)
-    inv_w = 1.0 / w[None, :]
-    for j in range(n):
-        key = np.where(fill < slots, loads * inv_w, np.inf)
-        rep = np.argmin(key, axis=1)
-        slot = fill[rows, rep]
-        out[rows, rep, slot] = sid[:, j]
-        cost3[rows, rep, slot] = c[:, j]
-        loads[rows, rep] += c[:, j]
-        fill[rows, rep] += 1
-    return out, cost3, loads
-
-
-def _swap(o, c3, ld, rows, hi, lo, wa, wb) -> np.ndarray:
-    """Best single exchange between replica pairs (hi, lo) of each step; bool [b]: which steps improved."""
-    m = o.shape[2]
-    la, lb = ld[rows, hi], ld[rows, lo]
-    # A free slot of `lo` counts as a sample of cost 0, so exchanging with it is a move; a free
-    # slot of `hi` counts as infinitely costly, so it is never picked.
-    ca = np.where(o[rows, hi] >= 0, c3[rows, hi], np.inf)  # [b, pairs, m]
-    cb = c3[rows, lo]
-    # Load per unit weight of both replicas after exchanging slot i of hi with slot j of lo,
-    # the larger of the two, computed in place: two [b, pairs, m, m] buffers in all.
-    d = ca[:, :, :, None] - cb[:, :, None, :]          # [b, pairs, m, m]
-    new = la[..., None, None] - d
-    new /= wa[..., None, None]
-    d += lb[..., None, None]
-    d /= wb[..., None, None]
-    np.maximum(new, d, out=new)
-    del d
-    b, pairs = hi.shape
-    new = new.reshape(b, pairs, m * m)
-    best = np.argmin(new, axis=2)
-    best_val = np.take_along_axis(new, best[..., None], axis=2)[..., 0]
-    better = best_val < (la / wa) * (1 - 1e-12)
-    # One exchange per step per pass, so two pairs never touch the same replica twice.
-    if pairs > 1 and hi[0, 0] == hi[0, 1]:
-        gain = np.where(better, la / wa - best_val, -np.inf)
-        keep = np.argmax(gain, axis=1)
-        better = better & (np.arange(pairs)[None, :] == keep[:, None])
-    bs, bp = np.nonzero(better)
-    if bs.size:
-        i, j = best[bs, bp] // m, best[bs, bp] % m
-        ra, rb = hi[bs, bp], lo[bs, bp]
-        ida, idb = o[bs, ra, i].copy(), o[bs, rb, j].copy()
-        cva, cvb = c3[bs, ra, i].copy(), c3[bs, rb, j].copy()
-        o[bs, ra, i], o[bs, rb, j] = idb, ida
-        c3[bs, ra, i], c3[bs, rb, j] = cvb, cva
-        ld[bs, ra] += cvb - cva
-        ld[bs, rb] += cva - cvb
-    return better.any(axis=1)
-
-
-def _refine(out: np.ndarray, cost3: np.ndarray, loads: np.ndarray, w: np.ndarray, floor: np.ndarray,
-            iterations: int) -> None:
-    """Pairwise exchanges, in place, on the steps that are not yet within ``_TOL`` of ``floor``."""
-    s, r, m = out.shape
-    pairs = r // 2
-    if pairs == 0 or m == 0:
-        return
-    partners = min(_PARTNERS, r - 1)
-    inv_w = 1.0 / w[None, :]
-    active = np.flatnonzero((loads * inv_w).max(axis=1) > floor * (1 + _TOL))
-    for _ in range(iterations):
-        if active.size == 0:
-            return
-        # Work on compact copies of the steps still improving; a step drops out for good once
-        # it reaches its lower bound or a pass finds nothing better.
-        o, c3, ld = out[active], cost3[active], loads[active]
-        rows = np.arange(active.size)[:, None]
-        # (a) most loaded with least loaded, second with second, ... all in parallel;
-        order = np.argsort(ld * inv_w, axis=1, kind="stable")
-        hi, lo = order[:, ::-1][:, :pairs], order[:, :pairs]
-        moved = _swap(o, c3, ld, rows, hi, lo, w[hi], w[lo])
-        # (b) the most loaded replica with whichever of the least loaded allows the best exchange.
-        order = np.argsort(ld * inv_w, axis=1, kind="stable")
-        top = np.repeat(order[:, -1:], partners, axis=1)
-        rest = order[:, :partners]
-        moved |= _swap(o, c3, ld, rows, top, rest, w[top], w[rest])
-        out[active], cost3[active], loads[active] = o, c3, ld
-        active = active[moved & ((ld * inv_w).max(axis=1) > floor[active] * (1 + _TOL))]
-
-
 def _split_steps(sid: np.ndarray, counts: np.ndarray, slots: int, costs: np.ndarray, w: np.ndarray,
                  iterations: int, runs: bool) -> np.ndarray:
     """Cost-balanced ``[steps, R, slots]`` layout of equal-size steps ``sid`` ``[steps, n]``."""
-    n = sid.shape[1]
     r = counts.shape[1]
-    c = costs[sid]
-    desc = np.argsort(-c, axis=1, kind="stable")
-    sid = np.take_along_axis(sid, desc, axis=1)
-    c = np.take_along_axis(c, desc, axis=1)
-    del desc
+    sid, c = _sort_desc(sid, costs[sid])
     # No split can beat the step's mean load, nor its largest sample on the fastest replica.
-    floor = np.maximum(c.sum(axis=1) / w.sum(), c[:, 0] / w.max())
-    greedy = _greedy_items if n * r <= _ITEM_GREEDY_LIMIT else _greedy
-    out, cost3, loads = greedy(sid, c, counts, w, slots)
-    _refine(out, cost3, loads, w, floor, iterations)
+    floor = np.maximum(c.sum(axis=1) / w.sum(), c.max(axis=1) / w.max())
+    out, cost3, loads, fill = _place(sid, c, *_greedy(c, w, slots), r, slots)
+    refine(out, cost3, loads, fill, w, floor, iterations)
     if runs:
         # Runs pad less but can get stuck a sample away from balance (a replica two samples
         # over its neighbours in a step of near-equal costs); keep them where they balance
         # as well as the greedy split.
-        r_out, r_cost3, r_loads = _runs(sid, c, counts, w, slots)
-        _refine(r_out, r_cost3, r_loads, w, floor, iterations)
+        r_out, r_cost3, r_loads, r_fill = _runs(sid, c, counts, w, slots)
+        refine(r_out, r_cost3, r_loads, r_fill, w, floor, iterations)
         ok = (r_loads / w).max(axis=1) <= (loads / w).max(axis=1) * (1 + _RUNS_SLACK)
         out[ok] = r_out[ok]
-    del sid, c
-    # Real samples first in every replica's row.
-    return np.take_along_axis(out, np.argsort(out < 0, axis=2, kind="stable"), axis=2)
+    return out
 
 
 def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: int,
@@ -235,7 +176,7 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots
         order, bounds, counts, slots: as in :func:`evenflow.plan.assign_count.assign_contiguous`.
         costs: float64 ``[N]`` cost per sample.
         weights: float64 ``[R]`` relative replica speeds.
-        iterations: maximum swap-refinement passes.
+        iterations: maximum exchange-refinement passes.
 
     Returns:
         int64 ``[S, R, slots]``, -1 for padding.
@@ -244,13 +185,15 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots
     ids = np.empty((s_steps, r, slots), dtype=np.int64)
     sizes = np.diff(bounds)
     base = int(bounds[0])
-    pairs = max(1, r // 2, min(_PARTNERS, r - 1))
     for size in np.unique(sizes):
         steps = np.flatnonzero(sizes == size)
         if size == 0:
             ids[steps] = -1
             continue
-        chunk = max(1, min(_CHUNK_SAMPLES // int(size), _SWAP_ELEMS // (pairs * slots * slots)))
+        if r * slots < size:
+            raise ValueError(f"cost balancing needs room for every sample of a step: {r} replicas x {slots} slots "
+                             f"< {int(size)} samples; pass slots >= {-(-int(size) // r)}")
+        chunk = max(1, _CHUNK_SAMPLES // int(size))
         for lo in range(0, steps.size, chunk):
             part = steps[lo:lo + chunk]
             starts = bounds[part] - base
