@@ -31,6 +31,19 @@ def test_chunked_planning_matches_one_chunk(monkeypatch, runs):
         assert sorted(chunked[s][chunked[s] >= 0]) == sorted(order[s * 64:(s + 1) * 64])
 
 
+@pytest.mark.parametrize("cores", [1, 2, 3])
+def test_chunks_planned_on_several_cores_match_one_core(monkeypatch, cores):
+    # Chunks run in threads, one per core; the result must not depend on how many or their timing.
+    costs = np.random.default_rng(4).lognormal(0, 1, 64 * 40)
+    monkeypatch.setattr(ac, "_cores", lambda: 1)
+    _, serial, _ = _layout(40, 64, 4, costs, runs=True)
+    monkeypatch.setattr(ac, "_cores", lambda: cores)
+    monkeypatch.setattr(ac, "_PARALLEL_MIN", 64)  # small chunks here, so several threads start
+    monkeypatch.setattr(ac, "_CHUNK_SAMPLES", 64 * 7)
+    _, threaded, _ = _layout(40, 64, 4, costs, runs=True)
+    assert np.array_equal(serial, threaded)
+
+
 def test_one_giant_sample_takes_only_what_the_others_cannot_hold():
     # The lower bound is the giant sample itself: its replica takes no other sample, except those
     # the other replicas have no free slot for (slots cap counts at a quarter over count mode's).

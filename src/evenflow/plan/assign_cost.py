@@ -22,6 +22,9 @@ stay bounded whatever N is, and each chunk is vectorised over its steps:
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from evenflow.plan.assign_cost_refine import refine
@@ -29,6 +32,7 @@ from evenflow.plan.assign_cost_refine import refine
 __all__ = ["assign_cost", "cost_slots"]
 
 _CHUNK_SAMPLES = 1 << 19  # samples planned together: bounds every temporary by this, not by N
+_PARALLEL_MIN = 1 << 17  # samples per chunk below which chunks are not split further across cores
 _RADIX_FROM = 512  # steps this large are sorted by a 16-bit cost key (radix sort), smaller ones exactly
 _RUNS_SLACK = 0.01  # how much worse than the greedy's a runs split may balance and still be kept
 
@@ -185,6 +189,7 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots
     ids = np.empty((s_steps, r, slots), dtype=np.int64)
     sizes = np.diff(bounds)
     base = int(bounds[0])
+    jobs = []
     for size in np.unique(sizes):
         steps = np.flatnonzero(sizes == size)
         if size == 0:
@@ -193,10 +198,30 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots
         if r * slots < size:
             raise ValueError(f"cost balancing needs room for every sample of a step: {r} replicas x {slots} slots "
                              f"< {int(size)} samples; pass slots >= {-(-int(size) // r)}")
-        chunk = max(1, _CHUNK_SAMPLES // int(size))
-        for lo in range(0, steps.size, chunk):
-            part = steps[lo:lo + chunk]
-            starts = bounds[part] - base
-            sid = order[starts[:, None] + np.arange(size)[None, :]]
-            ids[part] = _split_steps(sid, counts[part], slots, costs, weights, iterations, runs)
+        # At most _CHUNK_SAMPLES per chunk, and one chunk per core where chunks stay large enough
+        # for numpy's loops (which release the GIL) to outweigh Python's per-call overhead.
+        per_core = max(-(-steps.size // _cores()), _PARALLEL_MIN // int(size))
+        chunk = max(1, min(_CHUNK_SAMPLES // int(size), per_core))
+        jobs += [(int(size), steps[lo:lo + chunk]) for lo in range(0, steps.size, chunk)]
+
+    def plan_chunk(job) -> None:
+        size, part = job
+        sid = order[(bounds[part] - base)[:, None] + np.arange(size)[None, :]]
+        ids[part] = _split_steps(sid, counts[part], slots, costs, weights, iterations, runs)
+
+    # Chunks are independent and numpy releases the GIL in its loops: plan them on every core.
+    workers = min(len(jobs), _cores()) if int(bounds[-1]) - base >= 2 * _PARALLEL_MIN else 1
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(plan_chunk, jobs))
+    else:
+        for job in jobs:
+            plan_chunk(job)
     return ids
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
