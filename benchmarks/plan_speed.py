@@ -40,6 +40,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import itertools
 import gc
 import statistics
 import time
@@ -131,7 +132,9 @@ def _plans(n: int, args) -> dict:
         costs = np.random.default_rng(args.seed).lognormal(0.0, 1.0, n) if mode == "cost" else None
         plan = ef.Plan(ef.Index(n, costs=costs), topo, global_batch_size=args.global_batch_size,
                        seed=args.seed, balance=mode)
-        out[mode] = lambda plan=plan: plan.epoch(0)
+        # A new epoch each call: a plan keeps its last epoch's order, which a timing loop would reuse.
+        epochs = itertools.count()
+        out[mode] = lambda plan=plan, epochs=epochs: plan.epoch(next(epochs))
     return out
 
 

@@ -2,7 +2,7 @@
 
 Run through ``python benchmarks/plan_speed.py --grid`` (see there for the options). For each
 cell, costs are lognormal(0, 1); ``numpy.random.default_rng(1).permutation(N)`` and
-``Plan(..., balance="cost").epoch(0)`` are timed alternately in the same process (permutation,
+``Plan(..., balance="cost").epoch(e)`` (a new epoch e each call) are timed alternately in the same process (permutation,
 plan, permutation, plan, ...; ``--grid-repeats`` rounds, calls under 0.1 s repeated within a
 round), and the ratio is the plan's median over the permutation's median. Cells whose global
 batch exceeds N are skipped. The imbalance is the p99 over full steps of
@@ -11,6 +11,7 @@ batch exceeds N are skipped. The imbalance is the p99 over full steps of
 from __future__ import annotations
 
 import gc
+import itertools
 import statistics
 import time
 
@@ -51,9 +52,10 @@ def cell(n: int, r: int, per: int, repeats: int) -> dict | None:
     imbalance = _imbalance(ids, costs, g)
     del ids
     t_perm, t_plan = [], []
+    epochs = itertools.count(1)  # a new epoch each call: a plan keeps its last epoch's order
     for _ in range(repeats):
         t_perm.append(_timed(perm))
-        t_plan.append(_timed(lambda: plan.epoch(0)))
+        t_plan.append(_timed(lambda: plan.epoch(next(epochs))))
     ratio = statistics.median(t_plan) / statistics.median(t_perm)
     return {"num_samples": n, "replicas": r, "per_replica": per, "global_batch_size": g,
             "permutation_s": statistics.median(t_perm), "plan_s": statistics.median(t_plan),

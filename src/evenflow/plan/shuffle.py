@@ -58,7 +58,8 @@ class EpochShuffle:
         self.n = int(n)
         self._table = None
         if self.n <= TABLE_MAX:
-            self._table = _generator(seed, epoch, stream).permutation(self.n).astype(np.int64)
+            self._table = _generator(seed, epoch, stream).permutation(self.n).astype(np.int64, copy=False)
+            self._table.flags.writeable = False
             return
         m = max(2, (self.n - 1).bit_length())
         self._low = m // 2
@@ -95,7 +96,7 @@ class EpochShuffle:
         return out.reshape(positions.shape)
 
     def range(self, lo: int, hi: int) -> np.ndarray:
-        """Sample ids at positions ``lo..hi-1``, int64 ``[hi - lo]``."""
+        """Sample ids at positions ``lo..hi-1``, int64 ``[hi - lo]`` (read-only for a table)."""
         if self._table is not None:
-            return self._table[lo:hi].copy()
+            return self._table[lo:hi]  # a read-only view
         return self(np.arange(lo, hi, dtype=np.int64))
