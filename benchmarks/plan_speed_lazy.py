@@ -96,7 +96,8 @@ def run(args) -> dict:
         rows.append({"mode": mode, **got})
         print(f"{mode:<12} open {got['open_s']:6.2f} s   first step {got['first_step_s']:6.3f} s, "
               f"peak {got['first_step_peak_bytes'] / 2**20:7.1f} MiB   "
-              f"throughput {got.get('throughput_samples_per_s', 0) / 1e6:6.2f} M samples/s", flush=True)
+              f"throughput {got.get('throughput_samples_per_s', 0) / 1e6:6.2f} M samples/s "
+              f"(0: read an epoch at a time, not timed)", flush=True)
     perm = None
     if n <= args.permutation_max:
         perm = _child(_PERMUTATION, str(n))["permutation_s"]
@@ -116,8 +117,9 @@ def format_table(lazy: dict) -> str:
     for row in lazy["modes"]:
         tp = row.get("throughput_samples_per_s")
         ratio = "-" if not (tp and perm) else f"{perm / tp:13.2f}"
+        rate = "-" if not tp else f"{tp / 1e6:12.2f}"
         lines.append(f"{row['mode']:<12} {row['open_s']:>7.2f} {row['first_step_s']:>12.3f} "
-                     f"{row['first_step_peak_bytes'] / 2**20:>9.1f} {(tp or 0) / 1e6:>12.2f} {ratio:>13}")
+                     f"{row['first_step_peak_bytes'] / 2**20:>9.1f} {rate:>12} {ratio:>13}")
     if perm:
         lines.append(f"numpy.random.permutation({lazy['num_samples']:,}): {lazy['permutation_s']:.1f} s, "
                      f"{perm / 1e6:.2f} M samples/s; x permutation = its throughput / the plan's")
