@@ -133,3 +133,25 @@ def test_the_torch_sampler_reads_windows_that_equal_the_whole_epochs(mode, monke
         for (e, s, ids, count, packing), (we, ws, wids, wcount) in zip(keys, want):
             assert (e, s, count, packing) == (we, ws, wcount, None)
             np.testing.assert_array_equal(ids, wids)
+
+
+@pytest.mark.parametrize("mode", ["count", "count weighted", "count drop"])
+def test_the_tensorflow_rows_of_a_replica_are_planned_alone_and_equal_the_epochs(mode, monkeypatch):
+    pytest.importorskip("tensorflow")
+    from evenflow.tf import epoch_rows
+
+    monkeypatch.setattr(epoch_rows, "WINDOW_SAMPLES", 100)  # windows of 4 steps of 24
+    plan = _plan(mode)
+    rows = epoch_rows.EpochRows(plan, ef.Cursor(1, 5))
+    for epoch, first in ((1, 5), (2, 0)):
+        ep = plan.epoch(epoch, start=ef.Cursor(epoch, first))
+        for replica in (0, 2, range(0, 3), range(1, 3)):
+            ids, counts = rows.rows(epoch, replica)
+            if isinstance(replica, int):
+                want_ids, want_counts = ep.ids[:, replica], ep.global_real_counts
+            else:
+                want_ids = ep.ids[:, replica.start:replica.stop].reshape(-1, plan.slots)
+                want_counts = np.repeat(ep.global_real_counts, len(replica))
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(counts, want_counts)
+    assert not rows._cache  # no whole epoch was planned

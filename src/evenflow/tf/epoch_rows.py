@@ -14,7 +14,9 @@ import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
 
-__all__ = ["EpochRows"]
+__all__ = ["EpochRows", "WINDOW_SAMPLES"]
+
+WINDOW_SAMPLES = 1 << 18  # global-step samples per window when a replica's rows are planned alone
 
 
 class EpochRows:
@@ -47,6 +49,8 @@ class EpochRows:
         replica's row per step; a range (a worker's replicas): one row per step and
         replica of the range, step-major, so consecutive rows go to consecutive replicas.
         """
+        if replica is not None and self._plan.windowed and self._plan.options.balance == "count":
+            return self._own_rows(int(epoch), replica)
         ep = self.epoch_plan(int(epoch))
         counts = ep.global_real_counts.astype(np.int64)
         if replica is None:
@@ -56,6 +60,22 @@ class EpochRows:
             counts = np.repeat(counts, len(replica))
         else:
             ids = ep.ids[:, replica, :]
+        return np.ascontiguousarray(ids, dtype=np.int64), counts
+
+    def _own_rows(self, epoch: int, replica: int | range):
+        # Count mode computes only the asked replicas' rows, a window of steps at a time: memory in
+        # proportion to those rows, not to the epoch, and no replica's rows planned twice.
+        plan = self._plan
+        first = self._start.step if epoch == self._start.epoch else 0
+        width = max(1, WINDOW_SAMPLES // plan.options.global_batch_size)
+        wanted = [replica] if isinstance(replica, int) else list(replica)
+        parts = []
+        for a in range(first, plan.num_steps, width):
+            b = min(a + width, plan.num_steps)
+            one = [plan.replica_ids(epoch, r, start=Cursor(epoch, a), stop=Cursor(epoch, b)) for r in wanted]
+            parts.append(np.stack(one, axis=1).reshape(-1, plan.slots))  # step-major, as the epoch path
+        ids = np.concatenate(parts) if parts else np.zeros((0, plan.slots), np.int64)
+        counts = np.repeat(plan.step_sizes[first:], len(wanted))
         return np.ascontiguousarray(ids, dtype=np.int64), counts
 
     def columns(self, epochs: range, replica: int | range | None) -> dict:
