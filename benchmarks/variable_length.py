@@ -117,11 +117,13 @@ def arranged_plan(index, topology, global_batch_size: int, epochs_ids: list[np.n
     class Arranged(ef.Plan):
         num_steps = property(lambda self: steps)
         slots = property(lambda self: int(epochs_ids[0].shape[2]))
+        windowed = property(lambda self: False)  # readers take its epochs whole, through epoch()
 
-        def epoch(self, epoch, start=None):
+        def epoch(self, epoch, start=None, stop=None):
             first = 0 if start is None else start.step
-            return EpochPlan(ids=epochs_ids[epoch][first:], epoch=int(epoch), start_step=first, total_steps=steps,
-                             index=self.index, topology=self.topology)
+            last = steps if stop is None else stop.step
+            return EpochPlan(ids=epochs_ids[epoch][first:last], epoch=int(epoch), start_step=first,
+                             total_steps=steps, index=self.index, topology=self.topology)
 
     return Arranged(index, topology, global_batch_size=global_batch_size)
 

@@ -1,4 +1,5 @@
 """Lazy plans: any window of steps, or one replica's rows, equals the same slice of the whole epoch."""
+import dataclasses
 import tracemalloc
 
 import numpy as np
@@ -155,3 +156,13 @@ def test_the_tensorflow_rows_of_a_replica_are_planned_alone_and_equal_the_epochs
             np.testing.assert_array_equal(ids, want_ids)
             np.testing.assert_array_equal(counts, want_counts)
     assert not rows._cache  # no whole epoch was planned
+
+
+def test_a_subclass_that_plans_its_own_epochs_is_read_through_them():
+    class Reversed(ef.Plan):
+        def epoch(self, epoch, start=None, stop=None):
+            ep = super().epoch(epoch, start, stop)
+            return dataclasses.replace(ep, ids=ep.ids[:, ::-1].copy())
+
+    plan = _plan("count")
+    assert plan.windowed and not Reversed(plan.index, plan.topology, options=plan.options).windowed
