@@ -98,9 +98,8 @@ def test_a_window_of_a_huge_epoch_costs_the_window_only():
     rows = plan.replica_ids(1, 5, start=ef.Cursor(1, 1000), stop=ef.Cursor(1, 1002))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    # The whole epoch would take about 24 GB; the window takes the step counts (a few int64 per
-    # step: 244,141 steps) and its own 8,192 samples.
-    assert peak < 16 * 2**20, peak
+    # The whole epoch would take about 24 GB; the window takes its own 8,192 samples.
+    assert peak < 2**20, peak
     assert ep.ids.shape == (2, 64, 64) and (ep.ids >= 0).all()
     np.testing.assert_array_equal(rows, ep.ids[:, 5])
     assert np.unique(ep.ids).size == 2 * 4096 and ep.ids.max() < 10**9
@@ -166,3 +165,40 @@ def test_a_subclass_that_plans_its_own_epochs_is_read_through_them():
 
     plan = _plan("count")
     assert plan.windowed and not Reversed(plan.index, plan.topology, options=plan.options).windowed
+
+
+@pytest.mark.parametrize("weights", [None, (3, 1, 2), (1, 1, 1, 1, 5)])
+@pytest.mark.parametrize("n,g", [(1003, 24), (960, 24), (7, 5), (100, 100)])
+def test_the_step_grid_gives_the_counts_of_the_whole_epoch_for_any_window(weights, n, g):
+    from evenflow.plan.apportion import max_replica_count, replica_counts
+    from evenflow.plan.order import step_bounds
+    from evenflow.plan.steps import StepGrid
+
+    shares = ef.Topology(replicas=len(weights) if weights else 3, weights=weights).shares
+    for drop in (False, True):
+        if drop and n < g:
+            continue
+        bounds = step_bounds(n, g, drop)
+        sizes = np.diff(bounds)
+        grid = StepGrid(n, g, drop)
+        whole = replica_counts(sizes, shares)
+        np.testing.assert_array_equal(grid.bounds(), bounds)
+        np.testing.assert_array_equal(grid.counts(shares), whole)
+        assert grid.max_count(shares) == max_replica_count(sizes, shares) == whole.max()
+        for a, b in [(0, 1), (2, 5), (grid.num_steps - 1, grid.num_steps)]:
+            if 0 <= a <= b <= grid.num_steps:
+                np.testing.assert_array_equal(grid.counts(shares, a, b), whole[a:b])
+
+
+def test_a_plan_of_a_hundred_billion_samples_is_made_at_once_and_refuses_a_whole_epoch():
+    tracemalloc.start()
+    plan = ef.Plan(ef.Index(num_samples=10**11), ef.Topology(replicas=8), global_batch_size=256)
+    one = plan.epoch(0, start=ef.Cursor(0, 390_000_000), stop=ef.Cursor(0, 390_000_001))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert plan.num_steps == 390_625_000 and one.ids.shape == (1, 8, 32) and peak < 2**20
+    tracemalloc.start()
+    with pytest.raises(ValueError, match="planning an epoch of 100,000,000,000 samples needs"):
+        plan.epoch(0)
+    assert tracemalloc.get_traced_memory()[1] < 2**20  # refused before anything of its size was built
+    tracemalloc.stop()

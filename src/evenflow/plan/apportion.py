@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["replica_counts", "max_replica_count"]
+__all__ = ["replica_counts", "max_replica_count", "leftovers", "split_counts"]
 
 
 def _parts(sizes: np.ndarray, shares: np.ndarray):
@@ -23,13 +23,15 @@ def _parts(sizes: np.ndarray, shares: np.ndarray):
     return base, np.round(quota - base, 9), sizes - base.sum(axis=1)
 
 
-def _leftovers(sizes: np.ndarray, shares: np.ndarray) -> np.ndarray:
+def leftovers(sizes: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """Samples of each step left after every replica's floor (dealt by the rotation)."""
     # One row per distinct step size (an epoch has at most two: full steps and the last).
     distinct, where = np.unique(sizes, return_inverse=True)
     return _parts(distinct, shares)[2][where]
 
 
-def _counts(sizes: np.ndarray, shares: np.ndarray, start: np.ndarray) -> np.ndarray:
+def split_counts(sizes: np.ndarray, shares: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Real samples per replica of steps of ``sizes`` whose rotations start at ``start``."""
     r = shares.shape[0]
     base, frac, left = _parts(sizes, shares)
     rotation = (np.arange(r)[None, :] - start[:, None]) % r
@@ -52,9 +54,9 @@ def replica_counts(step_sizes: np.ndarray, shares: np.ndarray, first: int = 0, l
         int64 ``[last - first, R]`` whose rows sum to ``step_sizes[first:last]``.
     """
     sizes = np.asarray(step_sizes, dtype=np.int64)
-    left = _leftovers(sizes, shares)
+    left = leftovers(sizes, shares)
     start = ((np.cumsum(left) - left) % shares.shape[0])[first:last]
-    return _counts(sizes[first:last], shares, start)
+    return split_counts(sizes[first:last], shares, start)
 
 
 def max_replica_count(step_sizes: np.ndarray, shares: np.ndarray) -> int:
@@ -62,7 +64,7 @@ def max_replica_count(step_sizes: np.ndarray, shares: np.ndarray) -> int:
     sizes = np.asarray(step_sizes, dtype=np.int64)
     if sizes.size == 0:
         return 0
-    left = _leftovers(sizes, shares)
+    left = leftovers(sizes, shares)
     start = (np.cumsum(left) - left) % shares.shape[0]
     rows = np.unique(np.stack((sizes, start), axis=1), axis=0)
-    return int(_counts(rows[:, 0], shares, rows[:, 1]).max())
+    return int(split_counts(rows[:, 0], shares, rows[:, 1]).max())

@@ -112,24 +112,24 @@ class EpochOrder:
     nor bucketed only: there a position's sample does not depend on any other).
 
     Attributes:
-        bounds: int64 ``[num_steps + 1]`` as in :func:`step_bounds`.
+        grid: the epoch's :class:`~evenflow.plan.steps.StepGrid`.
         random_access: whether ``at`` is available.
     """
 
-    def __init__(self, index, options, epoch: int):
+    def __init__(self, index, options, epoch: int, grid):
         n, g = index.num_samples, options.global_batch_size
-        self.bounds = step_bounds(n, g, options.drop_remainder)
+        self.grid = grid
         self.random_access = not (options.stratify or options.bucket)
         self.kept = None  # what a window of this epoch may keep for the next (a stratified split)
         if options.stratify:
-            whole = _stratified(index.label_codes, self.bounds, epoch_rng(options.seed, epoch, _STREAM_STRATIFY))
+            whole = _stratified(index.label_codes, grid.bounds(), epoch_rng(options.seed, epoch, _STREAM_STRATIFY))
             self._at, self._range = whole.__getitem__, lambda lo, hi: whole[lo:hi]
         else:
             shuffle = EpochShuffle(n, options.seed, epoch, _STREAM_ORDER)
             self._at, self._range = shuffle, shuffle.range
         self._bucketed = None
         if options.bucket:
-            self._bucketed = BucketedOrder(self._range, index.costs, g, options.bucket_window, int(self.bounds[-1]),
+            self._bucketed = BucketedOrder(self._range, index.costs, g, options.bucket_window, grid.used,
                                            epoch_rng(options.seed, epoch, _STREAM_BUCKET),
                                            stream_keys(options.seed, epoch, _STREAM_WITHIN, 1)[0])
 
@@ -137,7 +137,7 @@ class EpochOrder:
         """Samples of steps ``first..last-1``, int64 ``[bounds[last] - bounds[first]]``."""
         if self._bucketed is not None:
             return self._bucketed.steps(first, last)
-        return self._range(int(self.bounds[first]), int(self.bounds[last]))
+        return self._range(self.grid.start(first), self.grid.start(last))
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         """Samples at ``positions`` of the order (int64, same shape)."""

@@ -17,7 +17,6 @@ import dataclasses
 
 import numpy as np
 
-from evenflow.plan.apportion import max_replica_count
 from evenflow.plan.assign_cost import cost_slots
 from evenflow.plan.assign_pack import pack_costs, pack_counts, packed_epoch
 from evenflow.plan.cursor import Cursor, window_steps
@@ -25,10 +24,11 @@ from evenflow.plan.memory import check_epoch_fits
 from evenflow.plan.index import Index
 from evenflow.plan.metrics import summarize
 from evenflow.plan.options import PlanOptions
-from evenflow.plan.order import EpochOrder, step_bounds
+from evenflow.plan.order import EpochOrder
 from evenflow.plan.pack import check_pack_lengths, pack_layout
 from evenflow.plan.topology import Topology
-from evenflow.plan.window import replica_rows, window_ids
+from evenflow.plan.steps import StepGrid
+from evenflow.plan.window import check_window, replica_rows, window_ids
 
 __all__ = ["Plan", "EpochPlan"]
 
@@ -136,15 +136,14 @@ class Plan:
                                   pack_attention=pack_attention)
         options.check_against(index, topology)
         self.index, self.topology, self.options = index, topology, options
-        self._rows, self._layout, self._order = 0, None, None
+        self._rows, self._layout, self._order, self._grid = 0, None, None, None
         if options.pack:
             self._init_packs(_layout)
             return
-        bounds = step_bounds(index.num_samples, options.global_batch_size, options.drop_remainder)
-        self._sizes = np.diff(bounds)
+        self._grid = StepGrid(index.num_samples, options.global_batch_size, options.drop_remainder)
         # A replica whose share of a step rounds to zero gets an all-padding row there (mask 0):
         # every replica still runs every step, so no collective waits.
-        self._slots = max_replica_count(self._sizes, topology.shares)
+        self._slots = self._grid.max_count(topology.shares)
         if options.balance == "cost":
             self._slots = cost_slots(self._slots, options.global_batch_size)
 
@@ -179,12 +178,12 @@ class Plan:
     @property
     def num_steps(self) -> int:
         """Global steps per epoch (same for every epoch and topology)."""
-        return int(self._sizes.shape[0])
+        return self._grid.num_steps if self._grid is not None else int(self._sizes.shape[0])
 
     @property
     def step_sizes(self) -> np.ndarray:
         """int64 ``[num_steps]``: real samples per global step (packs per step for a packed plan)."""
-        return self._sizes.astype(np.int64, copy=True)
+        return self._grid.sizes() if self._grid is not None else self._sizes.astype(np.int64, copy=True)
 
     @property
     def windowed(self) -> bool:
@@ -228,7 +227,7 @@ class Plan:
         # The last epoch's order is kept: a reader asks for one window after another.
         kept = self._order
         if kept is None or kept[0] != epoch:
-            kept = self._order = (epoch, EpochOrder(self.index, self.options, epoch))
+            kept = self._order = (epoch, EpochOrder(self.index, self.options, epoch, self._grid))
         return kept[1]
 
     def epoch(self, epoch: int, start: Cursor | None = None, stop: Cursor | None = None) -> EpochPlan:
@@ -255,8 +254,8 @@ class Plan:
             return EpochPlan(ids=ids[keep], epoch=int(epoch), start_step=first, total_steps=self.num_steps,
                              index=idx, topology=self.topology, row=row[keep], starts=starts[keep],
                              pack_length=o.pack, rows=self._rows)
-        ids = window_ids(self._epoch_order(int(epoch)), idx, o, self.topology.shares, self._sizes, self._slots,
-                         first, last)
+        check_window(self._grid, o, first, last)  # before the epoch's order is built
+        ids = window_ids(self._epoch_order(int(epoch)), idx, o, self.topology.shares, self._slots, first, last)
         return EpochPlan(ids=ids, epoch=int(epoch), start_step=first, total_steps=self.num_steps,
                          index=idx, topology=self.topology)
 
@@ -277,8 +276,9 @@ class Plan:
         first, last = self._steps(epoch, start, stop)
         if self.options.pack:
             return self.epoch(epoch, start, stop).ids[:, replica].copy()
+        check_window(self._grid, self.options, first, last)
         return replica_rows(self._epoch_order(int(epoch)), self.index, self.options, self.topology.shares,
-                            self._sizes, self._slots, int(replica), first, last)
+                            self._slots, int(replica), first, last)
 
     def __repr__(self):
         o = self.options

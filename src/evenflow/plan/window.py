@@ -14,45 +14,51 @@ from __future__ import annotations
 
 import numpy as np
 
-from evenflow.plan.apportion import replica_counts
 from evenflow.plan.assign_cost import assign_cost
 from evenflow.plan.assign_count import assign_contiguous
 from evenflow.plan.assign_stratified import assign_stratified
 from evenflow.plan.memory import check_epoch_fits
 
-__all__ = ["window_ids", "replica_rows"]
+__all__ = ["check_window", "window_ids", "replica_rows"]
 
 
-def window_ids(order, index, options, shares: np.ndarray, sizes: np.ndarray, slots: int,
-               first: int, last: int) -> np.ndarray:
+def check_window(grid, options, first: int, last: int) -> None:
+    """Raise ``ValueError`` before planning a window that cannot fit in memory (see :mod:`memory`)."""
+    if options.stratify:  # the class order (and with count balance the split) of the whole epoch
+        check_epoch_fits(grid.used)
+    else:
+        check_epoch_fits(grid.start(last) - grid.start(first))
+
+
+def window_ids(order, index, options, shares: np.ndarray, slots: int, first: int, last: int) -> np.ndarray:
     """int64 ``[last - first, R, slots]``: every replica's rows in steps ``first..last-1``."""
-    bounds = order.bounds
+    grid = order.grid
+    check_window(grid, options, first, last)
     if options.stratify and options.balance == "count":
-        check_epoch_fits(int(bounds[-1]))
         if order.kept is None:  # planned once per epoch, then sliced by every window
-            counts = replica_counts(sizes, shares)
-            whole = order.steps(0, sizes.shape[0])
-            order.kept = assign_stratified(whole, bounds, counts, slots, index.label_codes, index.num_classes)
+            whole = order.steps(0, grid.num_steps)
+            order.kept = assign_stratified(whole, grid.bounds(), grid.counts(shares), slots, index.label_codes,
+                                           index.num_classes)
         return order.kept[first:last].copy()
-    check_epoch_fits(int(bounds[last] - bounds[first]))
-    counts = replica_counts(sizes, shares, first, last)
-    samples, sub_bounds = order.steps(first, last), bounds[first:last + 1]
+    counts = grid.counts(shares, first, last)
+    samples, sub_bounds = order.steps(first, last), grid.bounds(first, last)
     if options.balance == "cost":
         return assign_cost(samples, sub_bounds, counts, slots, index.cost_or_ones(), np.asarray(shares),
                            runs=options.bucket)
     return assign_contiguous(samples, sub_bounds, counts, slots)
 
 
-def replica_rows(order, index, options, shares: np.ndarray, sizes: np.ndarray, slots: int, replica: int,
+def replica_rows(order, index, options, shares: np.ndarray, slots: int, replica: int,
                  first: int, last: int) -> np.ndarray:
     """int64 ``[last - first, slots]``: replica ``replica``'s rows in steps ``first..last-1``."""
     if not (order.random_access and options.balance == "count"):
-        return window_ids(order, index, options, shares, sizes, slots, first, last)[:, replica].copy()
-    counts = replica_counts(sizes, shares, first, last)
+        return window_ids(order, index, options, shares, slots, first, last)[:, replica].copy()
+    grid = order.grid
+    counts = grid.counts(shares, first, last)
     mine = counts[:, replica]
     before = counts[:, :replica].sum(axis=1)
     real = np.arange(slots)[None, :] < mine[:, None]
-    positions = order.bounds[first:last, None] + before[:, None] + np.arange(slots)[None, :]
+    positions = grid.bounds(first, last)[:-1, None] + before[:, None] + np.arange(slots)[None, :]
     rows = np.full((last - first, slots), -1, dtype=np.int64)
     rows[real] = order.at(positions[real])
     return rows
