@@ -2,8 +2,9 @@
 
 Planning an epoch materialises its ids: about :data:`BYTES_PER_SAMPLE` bytes per sample at
 the peak (the permutation, the step layout and the output, measured by
-``benchmarks/plan_speed.py``: 18 to 24). A plan that cannot fit fails with one line saying
-how much it needs, instead of growing until the operating system kills the process.
+``benchmarks/plan_speed.py``: 18 to 27 at 10^7 samples). A window of steps needs that per
+sample of the window. A request that cannot fit fails with one line saying how much it needs,
+instead of growing until the operating system kills the process.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 
 __all__ = ["BYTES_PER_SAMPLE", "check_epoch_fits"]
 
-BYTES_PER_SAMPLE = 24
+BYTES_PER_SAMPLE = 28
 
 
 def _physical_bytes() -> int | None:
@@ -21,11 +22,13 @@ def _physical_bytes() -> int | None:
         return None
 
 
-def check_epoch_fits(num_samples: int, fraction: float = 0.8) -> None:
-    """Raise ``ValueError`` when an epoch of ``num_samples`` needs more than ``fraction`` of the memory."""
+def check_epoch_fits(num_samples: int, fraction: float = 0.8, what: str = "an epoch of") -> None:
+    """Raise ``ValueError`` when planning ``num_samples`` needs more than ``fraction`` of the memory."""
     total = _physical_bytes()
     need = int(num_samples) * BYTES_PER_SAMPLE
     if total is not None and need > fraction * total:
-        raise ValueError(f"planning an epoch of {num_samples:,} samples needs about {need / 2**30:,.1f} GiB "
+        raise ValueError(f"planning {what} {num_samples:,} samples needs about {need / 2**30:,.1f} GiB "
                          f"({BYTES_PER_SAMPLE} bytes per sample) and this machine has {total / 2**30:,.1f} GiB; "
-                         f"plan fewer samples (or split the dataset into parts planned one at a time)")
+                         + ("ask for fewer steps at a time (plan.epoch(e, start, stop))" if what == "a window of" else
+                            "plan a window of steps at a time (plan.epoch(e, start, stop), plan.replica_ids) "
+                            "or fewer samples"))

@@ -1,8 +1,8 @@
 """The rows of a window of steps: ``[steps, replicas, slots]``, or one replica's ``[steps, slots]``.
 
 A window is planned from the epoch's order (:class:`~evenflow.plan.order.EpochOrder`) alone:
-its steps' samples, and the replica counts of its steps (whose rotation depends on earlier
-steps only through a running sum). What a window costs depends on the mode:
+its steps' samples, and the replica counts of its steps (:class:`~evenflow.plan.steps.StepGrid`,
+in closed form). What a window costs depends on the mode:
 
 * count: the window's samples; one replica's rows alone read only that replica's positions;
 * cost: the window's samples (every replica's split depends on the whole step);
@@ -27,7 +27,8 @@ def check_window(grid, options, first: int, last: int) -> None:
     if options.stratify:  # the class order (and with count balance the split) of the whole epoch
         check_epoch_fits(grid.used)
     else:
-        check_epoch_fits(grid.start(last) - grid.start(first))
+        whole = first == 0 and last == grid.num_steps
+        check_epoch_fits(grid.start(last) - grid.start(first), what="an epoch of" if whole else "a window of")
 
 
 def window_ids(order, index, options, shares: np.ndarray, slots: int, first: int, last: int) -> np.ndarray:
