@@ -106,6 +106,16 @@ def test_fingerprint_changes_with_seed_and_options():
     assert a.fingerprint() != ef.Plan(ef.Index(101), ef.Topology(2), global_batch_size=10, seed=1).fingerprint()
 
 
+def test_the_fingerprint_names_the_planners_version(monkeypatch):
+    # Checkpoints of a planner that routes samples differently must not resume into this one.
+    from evenflow.plan import plan as plan_mod
+
+    a = ef.Plan(ef.Index(100), ef.Topology(2), global_batch_size=10, seed=1).fingerprint()
+    monkeypatch.setattr(plan_mod, "PLANNER_VERSION", plan_mod.PLANNER_VERSION + 1)
+    assert a.endswith(f"-v{plan_mod.PLANNER_VERSION - 1}")
+    assert ef.Plan(ef.Index(100), ef.Topology(2), global_batch_size=10, seed=1).fingerprint() != a
+
+
 @pytest.mark.parametrize("build,error,match", [
     (lambda: ef.Index(0), ValueError, r"at least 1, got 0"),
     (lambda: ef.Index(2.5), TypeError, r"must be an int"),

@@ -2,8 +2,9 @@
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.index import Index
 from evenflow.plan.options import BALANCE_MODES, PlanOptions
-from evenflow.plan.plan import EpochPlan, Plan
+from evenflow.plan.plan import PLANNER_VERSION, EpochPlan, Plan
 from evenflow.plan.rebalance_options import RebalanceOptions
 from evenflow.plan.topology import Topology
 
-__all__ = ["BALANCE_MODES", "Cursor", "EpochPlan", "Index", "Plan", "PlanOptions", "RebalanceOptions", "Topology"]
+__all__ = ["BALANCE_MODES", "PLANNER_VERSION", "Cursor", "EpochPlan", "Index", "Plan", "PlanOptions", "RebalanceOptions",
+           "Topology"]

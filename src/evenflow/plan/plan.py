@@ -30,7 +30,9 @@ from evenflow.plan.topology import Topology
 from evenflow.plan.steps import StepGrid
 from evenflow.plan.window import check_window, replica_rows, window_ids
 
-__all__ = ["Plan", "EpochPlan"]
+__all__ = ["Plan", "EpochPlan", "PLANNER_VERSION"]
+
+PLANNER_VERSION = 2  # raised whenever the same options route samples differently
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -214,11 +216,15 @@ class Plan:
         return Plan(self.index, self.topology, options=options, _layout=self._layout if same else None)
 
     def fingerprint(self) -> str:
-        """A short string that two workers compare to prove they plan identically."""
+        """A short string that two workers (or a run and its checkpoints) compare to prove they plan identically.
+
+        It ends with the planner's version, so a run directory written by a planner that routes
+        samples differently refuses to resume instead of seeing samples twice or never.
+        """
         o = self.options
         return (f"{self.index.fingerprint()}-g{o.global_batch_size}-s{o.seed}-{o.balance}"
                 f"-st{int(o.stratify)}-b{int(o.bucket)}w{o.bucket_window}-d{int(o.drop_remainder)}"
-                + (f"-p{o.pack}{o.pack_overflow[0]}a{o.pack_attention:g}" if o.pack else ""))
+                + (f"-p{o.pack}{o.pack_overflow[0]}a{o.pack_attention:g}" if o.pack else "") + f"-v{PLANNER_VERSION}")
 
     def _steps(self, epoch, start, stop) -> tuple[int, int]:
         return window_steps(epoch, start, stop, self.num_steps)

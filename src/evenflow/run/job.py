@@ -127,7 +127,7 @@ def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str 
     theirs = latest.meta.get("plan")
     if theirs != plan.fingerprint():
         raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({theirs}, this run plans "
-                         f"{plan.fingerprint()}: the dataset, global batch size, seed or stratification differ); "
+                         f"{plan.fingerprint()}: the dataset, global batch size, seed, stratification or the planner's version differ); "
                          f"use another --output-dir, or --no-resume to start over there")
     framework = latest.meta.get("framework", config.compute.framework)
     if framework != config.compute.framework:

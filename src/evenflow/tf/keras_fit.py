@@ -269,7 +269,7 @@ def _check_resume(run_dir: Path, plan: Plan, identity: str | None, epochs: int) 
                          f"this call's {identity[:12]}); use another output_dir, or delete its checkpoints to start over")
     if meta.get("plan") != plan.fingerprint():
         raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({meta.get('plan')}, this call plans "
-                         f"{plan.fingerprint()}: the data, batch_size, seed or stratify differ); use another output_dir")
+                         f"{plan.fingerprint()}: the data, batch_size, seed, stratify or the planner's version differ); use another output_dir")
     if found[-1].cursor.epoch > epochs:
         raise ValueError(f"epochs must be at least the {found[-1].cursor.epoch} epochs already trained in {run_dir}, "
                          f"got {epochs}")
