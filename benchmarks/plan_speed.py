@@ -36,6 +36,7 @@ Examples:
     python benchmarks/plan_speed.py --lazy                 # writes an 8 GiB cost file once
     python benchmarks/plan_speed.py --lazy --lazy-samples 1e8 --cost-file /tmp/costs_1e8.npy
     python benchmarks/plan_speed.py --grid --grid-sizes 1e5,1e6
+    python benchmarks/plan_speed.py --grid --grid-sizes 1e5,1e6 --grid-reuse-memory --json-out /tmp/grid_reused.json
 """
 from __future__ import annotations
 
@@ -79,6 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="where to write the results (default benchmarks/results/plan_speed.json)")
     _extra_args(p)
     args = p.parse_args(argv)
+    _refuse_other_parts(p, args)
     for name in ("lazy_samples", "lazy_global_batch_size", "permutation_max"):
         setattr(args, name, int(float(getattr(args, name))))
     try:
@@ -105,6 +107,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+_PARTS = {
+    "whole epochs": ("sizes", "replicas", "global_batch_size", "modes", "repeats", "seed", "no_memory", "quick"),
+    "--lazy": ("lazy_samples", "lazy_replicas", "lazy_global_batch_size", "lazy_modes", "cost_file", "window_steps",
+               "throughput_seconds", "permutation_max"),
+    "--grid": ("grid_sizes", "grid_replicas", "grid_per_replica", "grid_repeats", "grid_reuse_memory"),
+}
+
+
+def _refuse_other_parts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Each part runs alone, so a flag of another part would be ignored: refuse it instead (exit 2)."""
+    if args.lazy and args.grid:
+        p.error("--lazy and --grid are separate runs: pass one of them")
+    part = "--lazy" if args.lazy else "--grid" if args.grid else "whole epochs"
+    stray = [f"--{dest.replace('_', '-')}" for name, dests in _PARTS.items() if name != part for dest in dests
+             if getattr(args, dest) != p.get_default(dest)]
+    if stray:
+        p.error(f"{', '.join(stray)} {'does' if len(stray) == 1 else 'do'} not apply to the "
+                f"{part} run; drop {'it' if len(stray) == 1 else 'them'}")
+
+
 def _extra_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lazy", action="store_true", help="only the lazy part: one worker's first step of a huge epoch")
     p.add_argument("--lazy-samples", default="1e9", help="N of the lazy part (default 1e9)")
@@ -122,6 +144,8 @@ def _extra_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grid-replicas", default="8,64,512,4096", help="grid R values")
     p.add_argument("--grid-per-replica", default="2,8,64", help="grid G/R values")
     p.add_argument("--grid-repeats", type=int, default=3, help="alternating rounds per grid cell (default 3)")
+    p.add_argument("--grid-reuse-memory", action="store_true",
+                   help="free one 24 MiB array first, so freed memory is kept as in a long-running process")
 
 
 def _plans(n: int, args) -> dict:

@@ -82,6 +82,22 @@ def test_plan_speed_json_has_every_size_method_and_column(tmp_path):
     assert set(result["targets"]) == {"count_ratio_max", "cost_ratio_max", "peak_extra_bytes_per_sample_max"}
 
 
+@pytest.mark.parametrize("argv, named", [
+    (["--lazy", "--grid"], "--lazy and --grid"),
+    (["--lazy", "--sizes", "1e5"], "--sizes"),
+    (["--grid", "--quick", "--replicas", "8"], "--replicas, --quick"),
+    (["--grid-sizes", "1e5"], "--grid-sizes"),
+    (["--lazy", "--grid-repeats", "2"], "--grid-repeats"),
+    (["--grid", "--cost-file", "/tmp/x.npy"], "--cost-file"),
+])
+def test_plan_speed_refuses_a_flag_its_run_would_ignore(argv, named, capsys):
+    bench = _load("plan_speed")
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(argv)
+    assert stop.value.code == 2
+    assert named in capsys.readouterr().err
+
+
 def test_resync_benchmark_finds_the_same_header_both_ways(tmp_path):
     bench = _load("resync")
     out = tmp_path / "resync.json"

@@ -3,7 +3,9 @@
 Replica sample counts are free up to a cap of a quarter more than count mode's
 slots (:func:`cost_slots`), so a replica that drew one very long sample can take
 fewer others. Steps are planned in chunks of about 2**19 samples, so temporaries
-stay bounded whatever N is, and each chunk is vectorised over its steps:
+stay bounded whatever N is, and each chunk is vectorised over its steps; a short last
+step is padded into its chunk (padding sorts last and is never placed), so a window
+costs one pass of the pipeline, not one per step size:
 
 1. Greedy (LPT in rounds): each step's samples are sorted by cost, largest first.
    In every round the replicas whose load per unit weight is at most the lowest one
@@ -34,6 +36,7 @@ __all__ = ["assign_cost", "cost_slots"]
 _CHUNK_SAMPLES = 1 << 19  # samples planned together: bounds every temporary by this, not by N
 _PARALLEL_MIN = 1 << 17  # samples per chunk below which chunks are not split further across cores
 _RADIX_FROM = 512  # steps this large are sorted by a 16-bit cost key (radix sort), smaller ones exactly
+_STABLE_FROM = 2048  # replicas from which the greedy's row sorts run as merges (long rows stay nearly sorted)
 _RUNS_SLACK = 0.01  # how much worse than the greedy's a runs split may balance and still be kept
 
 
@@ -42,28 +45,36 @@ def _bits(x: int) -> int:
 
 
 def _sort_desc(sid: np.ndarray, c: np.ndarray):
-    """Each step's samples by cost, largest first (ties by position)."""
+    """Each step's samples by cost, largest first (ties by position); ``c`` is overwritten."""
     s, n = c.shape
+    c += 0.0  # -0.0 to 0.0, whose bits sort as the smallest
     if n >= _RADIX_FROM:
         # Costs rounded to 8 significant bits: a stable radix sort, and the greedy only needs
         # the order up to such rounding (the refinement works on exact costs).
         q = ~(c.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
         pos = np.argsort(q, axis=1, kind="stable")
     else:
-        bits = _bits(n - 1)
-        low = np.int64((1 << bits) - 1)
-        key = ((c + 0.0).view(np.int64) & ~low) | (low - np.arange(n))
+        low = np.int64((1 << _bits(n - 1)) - 1)
+        key = c.view(np.int64) & ~low
+        key |= low - np.arange(n)
         key.sort(axis=1)
-        pos = low - (key[:, ::-1] & low)
-    flat = (np.arange(s) * n)[:, None] + pos
-    return sid.ravel()[flat], c.ravel()[flat]
+        key &= low
+        pos = np.subtract(low, key[:, ::-1], out=key)
+    pos += (np.arange(s) * n)[:, None]
+    pos = pos.ravel()
+    return sid.ravel()[pos].reshape(s, n), c.ravel()[pos].reshape(s, n)
 
 
-def _greedy(c: np.ndarray, w: np.ndarray, slots: int):
-    """LPT in rounds over cost-sorted steps ``c`` ``[s, n]``: (replica, slot) of every sample."""
+def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.ndarray:
+    """LPT in rounds over cost-sorted steps ``c`` ``[s, n]`` whose first ``count[i]`` samples are real.
+
+    Returns int64 ``[s, n + R]``: ``(slot << bits(R - 1)) | replica`` of every real sample (the
+    rest is scratch).
+    """
     s, n = c.shape
     r = w.shape[0]
     ib = _bits(r - 1)
+    one = np.int64(1 << ib)
     low = np.int64((1 << (ib + _bits(slots))) - 1)
     equal = bool(np.all(w == w[0]))
     # Costs per unit of weight; r zero-cost columns past the end keep every lane's index in its row.
@@ -74,53 +85,75 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int):
     # Each replica's state in one sortable int64: load per weight in the high bits, then its
     # filled slots, then its id; sorting a row orders the replicas by load.
     key = np.broadcast_to(np.arange(r, dtype=np.int64), (s, r)).copy()
-    offset = np.zeros(s, np.int64)
-    base = np.arange(s, dtype=np.int64) * (n + r)
+    start = np.arange(s, dtype=np.int64) * (n + r)  # each unfinished step's next sample in flat
+    left = count.astype(np.int64)
     lane = np.arange(r)
-    tags = np.empty(s * (n + r), np.int64)  # (filled slots << ib) | replica, for every sample
+    tags = np.empty(s * (n + r), np.int64)
+    below = np.zeros((s, r + 1), dtype=bool)  # a last False column: argmin finds the first False of every row
+    kind = "stable" if r >= _STABLE_FROM else None
     rounds = 0
-    while offset.size:
+    while start.size:
         tag = key & low
         load = (key & ~low).view(np.float64)
-        at = (base + offset)[:, None] + lane
-        item = flat[at] if equal else flat[at] * inv_w[tag & ((1 << ib) - 1)]
-        # The replicas within one sample of the least loaded take a sample each, largest to least.
-        p = np.minimum(np.count_nonzero(load <= (load[:, 0] + item[:, 0])[:, None], axis=1), n - offset)
-        take = lane < p[:, None]
-        tags[at] = tag  # lanes past p write where a later round (or the padding) overwrites
-        load = load + item * take
-        tag = tag + (take << ib)
+        at = start[:, None] + lane
+        item = flat[at]
+        if not equal:
+            item *= inv_w[tag & (one - 1)]
+        # The replicas within one sample of the least loaded take a sample each, largest to least
+        # (loads ascend along a row, so they are a prefix of it), at most the step's samples left.
+        within = below[:start.size]
+        np.less_equal(load, (load[:, 0] + item[:, 0])[:, None], out=within[:, :r])
+        p = within.argmin(axis=1)
+        short = np.flatnonzero(p > left)
+        if short.size:
+            p[short] = left[short]
+            within[short, :r] = lane < p[short, None]
+        take = within[:, :r]
+        tags[at] = tag  # lanes past p write where a later round (or the scratch) overwrites
+        item *= take
+        load += item
+        tag += take * one
         rounds += 1
         if rounds >= slots:
             load[(tag >> ib) >= slots] = np.inf
-        key = (load.view(np.int64) & ~low) | tag
-        key.sort(axis=1)
-        offset += p
-        keep = offset < n
+        key = load.view(np.int64)
+        key &= ~low
+        key |= tag
+        key.sort(axis=1, kind=kind)
+        start += p
+        left -= p
+        keep = left > 0
         if not keep.all():
-            key, offset, base = key[keep], offset[keep], base[keep]
-    tags = tags.reshape(s, n + r)[:, :n]
-    return tags & ((1 << ib) - 1), tags >> ib
+            key, start, left = key[keep], start[keep], left[keep]
+    return tags.reshape(s, n + r)
 
 
-def _place(sid: np.ndarray, c: np.ndarray, rep: np.ndarray, slot: np.ndarray, r: int, slots: int):
-    """``[s, R, slots]`` ids and costs, loads ``[s, R]`` and filled slots ``[s, R]`` of a split."""
-    s, n = rep.shape
-    dest = ((np.arange(s)[:, None] * r + rep) * slots + slot).ravel()
+def _place(sid: np.ndarray, c: np.ndarray, tags: np.ndarray, r: int, slots: int, real: int):
+    """``[s, R, slots]`` ids and costs, loads ``[s, R]`` and filled slots ``[s, R]`` of a split.
+
+    Only the first ``real`` samples of ``sid`` (row after row) are placed: padding comes last.
+    """
+    s, n = sid.shape
+    ib = _bits(r - 1)
+    t = tags[:, :n]
+    lanes = (t & ((1 << ib) - 1)) + (np.arange(s, dtype=np.int64) * r)[:, None]
+    dest = lanes * slots + (t >> ib)
+    lanes, dest, cr = lanes.ravel()[:real], dest.ravel()[:real], c.ravel()[:real]
     out = np.full(s * r * slots, -1, dtype=np.int64)
-    out[dest] = sid.ravel()
+    out[dest] = sid.ravel()[:real]
     cost3 = np.zeros(s * r * slots)
-    cost3[dest] = c.ravel()
-    out, cost3 = out.reshape(s, r, slots), cost3.reshape(s, r, slots)
-    return out, cost3, cost3.sum(axis=2), (out >= 0).sum(axis=2)
+    cost3[dest] = cr
+    loads = np.bincount(lanes, weights=cr, minlength=s * r).reshape(s, r)
+    fill = np.bincount(lanes, minlength=s * r).reshape(s, r)
+    return out.reshape(s, r, slots), cost3.reshape(s, r, slots), loads, fill
 
 
-def _runs(sid: np.ndarray, c: np.ndarray, k: np.ndarray, w: np.ndarray, slots: int):
+def _runs(sid: np.ndarray, c: np.ndarray, w: np.ndarray, slots: int):
     # Contiguous runs of the cost-sorted step: replica r takes the r-th run, cut where the
     # running cost reaches its cumulative share. Neighbours in cost order share a batch, so
     # padding each batch to its longest sample wastes little (used with bucketing).
     s, n = sid.shape
-    r = k.shape[1]
+    r = w.shape[0]
     prefix = np.cumsum(c, axis=1)
     total = prefix[:, -1]
     target = total[:, None] * (np.cumsum(w)[:-1] / w.sum())[None, :]          # [s, r-1]
@@ -152,32 +185,48 @@ def cost_slots(count_slots: int, global_batch_size: int) -> int:
     return min(global_batch_size, count_slots + max(1, -(-count_slots // 4)))
 
 
-def _split_steps(sid: np.ndarray, counts: np.ndarray, slots: int, costs: np.ndarray, w: np.ndarray,
+def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarray, w: np.ndarray,
                  iterations: int, runs: bool) -> np.ndarray:
-    """Cost-balanced ``[steps, R, slots]`` layout of equal-size steps ``sid`` ``[steps, n]``."""
-    r = counts.shape[1]
-    sid, c = _sort_desc(sid, costs[sid])
+    """Cost-balanced ``[steps, R, slots]`` layout of steps ``sid`` ``[steps, n]``.
+
+    Row i holds step i's ``count[i]`` samples, then -1; only the last row may be short.
+    """
+    r = w.shape[0]
+    s, n = sid.shape
+    real = s * n - (n - int(count[-1]))
+    c = costs[sid]
+    c.ravel()[real:] = 0.0  # padding costs nothing, so it sorts after every sample of its step
+    sid, c = _sort_desc(sid, c)
     # No split can beat the step's mean load, nor its largest sample on the fastest replica.
     floor = np.maximum(c.sum(axis=1) / w.sum(), c.max(axis=1) / w.max())
-    out, cost3, loads, fill = _place(sid, c, *_greedy(c, w, slots), r, slots)
-    refine(out, cost3, loads, fill, w, floor, iterations)
+    out, cost3, loads, fill = _place(sid, c, _greedy(c, w, slots, count), r, slots, real)
+    refine(out, cost3, loads, fill, w, floor, iterations, count)
     if runs:
         # Runs pad less but can get stuck a sample away from balance (a replica two samples
         # over its neighbours in a step of near-equal costs); keep them where they balance
         # as well as the greedy split.
-        r_out, r_cost3, r_loads, r_fill = _runs(sid, c, counts, w, slots)
-        refine(r_out, r_cost3, r_loads, r_fill, w, floor, iterations)
+        r_out, r_cost3, r_loads, r_fill = _runs(sid, c, w, slots)
+        refine(r_out, r_cost3, r_loads, r_fill, w, floor, iterations, count)
         ok = (r_loads / w).max(axis=1) <= (loads / w).max(axis=1) * (1 + _RUNS_SLACK)
         out[ok] = r_out[ok]
     return out
 
 
-def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: int,
-                costs: np.ndarray, weights: np.ndarray, iterations: int = 32, runs: bool = False) -> np.ndarray:
+def _groups(sizes: np.ndarray, runs: bool) -> list[tuple[int, np.ndarray]]:
+    """(width, steps) of each group planned together: all steps, a short last one padded, or per size."""
+    if sizes.size and not runs and sizes[-1] > 0 and np.all(sizes[:-1] == sizes[0]) and sizes[-1] <= sizes[0]:
+        return [(int(sizes[0]), np.arange(sizes.size))]
+    # Runs cut each step by its own length, so steps of other sizes go in groups of their own.
+    return [(int(size), np.flatnonzero(sizes == size)) for size in np.unique(sizes)]
+
+
+def assign_cost(order: np.ndarray, bounds: np.ndarray, slots: int, costs: np.ndarray, weights: np.ndarray,
+                iterations: int = 32, runs: bool = False) -> np.ndarray:
     """Cost-balanced split of each step.
 
     Args:
-        order, bounds, counts, slots: as in :func:`evenflow.plan.assign_count.assign_contiguous`.
+        order, bounds, slots: as in :func:`evenflow.plan.assign_count.assign_contiguous` (each
+            replica's count is free up to ``slots``).
         costs: float64 ``[N]`` cost per sample.
         weights: float64 ``[R]`` relative replica speeds.
         iterations: maximum exchange-refinement passes.
@@ -185,38 +234,51 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots
     Returns:
         int64 ``[S, R, slots]``, -1 for padding.
     """
-    s_steps, r = counts.shape
-    ids = np.empty((s_steps, r, slots), dtype=np.int64)
+    s_steps, r = bounds.shape[0] - 1, weights.shape[0]
     sizes = np.diff(bounds)
     base = int(bounds[0])
     jobs = []
-    for size in np.unique(sizes):
-        steps = np.flatnonzero(sizes == size)
+    for size, steps in _groups(sizes, runs):
         if size == 0:
-            ids[steps] = -1
+            jobs.append((0, steps))
             continue
         if r * slots < size:
             raise ValueError(f"cost balancing needs room for every sample of a step: {r} replicas x {slots} slots "
-                             f"< {int(size)} samples; pass slots >= {-(-int(size) // r)}")
+                             f"< {size} samples; pass slots >= {-(-size // r)}")
         # At most _CHUNK_SAMPLES per chunk, and one chunk per core where chunks stay large enough
         # for numpy's loops (which release the GIL) to outweigh Python's per-call overhead.
-        per_core = max(-(-steps.size // _cores()), _PARALLEL_MIN // int(size))
-        chunk = max(1, min(_CHUNK_SAMPLES // int(size), per_core))
-        jobs += [(int(size), steps[lo:lo + chunk]) for lo in range(0, steps.size, chunk)]
+        per_core = max(-(-steps.size // _cores()), _PARALLEL_MIN // size)
+        chunk = max(1, min(_CHUNK_SAMPLES // size, per_core))
+        jobs += [(size, steps[lo:lo + chunk]) for lo in range(0, steps.size, chunk)]
 
-    def plan_chunk(job) -> None:
+    def plan_chunk(job) -> np.ndarray:
         size, part = job
-        sid = order[(bounds[part] - base)[:, None] + np.arange(size)[None, :]]
-        ids[part] = _split_steps(sid, counts[part], slots, costs, weights, iterations, runs)
+        if size == 0:
+            return np.full((part.size, r, slots), -1, dtype=np.int64)
+        lo, hi = int(bounds[part[0]]) - base, int(bounds[part[-1] + 1]) - base
+        if hi - lo == int(sizes[part].sum()) and part[-1] - part[0] == part.size - 1:  # back to back
+            if hi - lo == part.size * size:
+                sid = order[lo:hi].reshape(part.size, size)
+            else:  # a short last step, padded with -1
+                sid = np.full(part.size * size, -1, dtype=np.int64)
+                sid[:hi - lo] = order[lo:hi]
+                sid = sid.reshape(part.size, size)
+        else:
+            sid = order[(bounds[part] - base)[:, None] + np.arange(size)[None, :]]
+        return _split_steps(sid, sizes[part], slots, costs, weights, iterations, runs)
 
     # Chunks are independent and numpy releases the GIL in its loops: plan them on every core.
     workers = min(len(jobs), _cores()) if int(bounds[-1]) - base >= 2 * _PARALLEL_MIN else 1
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(plan_chunk, jobs))
+            parts = list(pool.map(plan_chunk, jobs))
     else:
-        for job in jobs:
-            plan_chunk(job)
+        parts = [plan_chunk(job) for job in jobs]
+    if len(jobs) == 1 and jobs[0][1].size == s_steps:
+        return parts[0]
+    ids = np.empty((s_steps, r, slots), dtype=np.int64)
+    for (_, part), got in zip(jobs, parts):
+        ids[part] = got
     return ids
 
 

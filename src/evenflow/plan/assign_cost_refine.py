@@ -3,10 +3,11 @@
 Each pass pairs the replicas of a step most loaded with least loaded, second with second,
 ..., keeps the pairs whose heavier replica is above the step's tolerance, and gives each
 pair the one exchange of samples (or move of a sample into a free slot) that best evens
-out its two loads per unit of weight. The best partner of each sample of the heavier
-replica is one of the two samples of the lighter one nearest in cost to it minus the
-ideal transfer, found for all samples of all pairs by one sort (O(m log m) per pair, not
-the O(m^2) of trying every exchange). A step stops when a pass improves none of its pairs,
+out its two loads per unit of weight. With up to ``BRUTE_MAX`` slots every exchange of every
+pair is rated at once (``[pairs, m, m]``, in cache-sized blocks of pairs); with more, the
+best partner of each sample of the heavier replica is one of the two samples of the lighter
+one nearest in cost to it minus the ideal transfer, found for all samples of all pairs by one
+sort (O(m log m) per pair). A step stops when a pass improves none of its pairs,
 when its maximum is within the tolerance of its lower bound (``TOL``, looser below
 ``TOL_SAMPLES`` samples per replica), or, once within 1% of the bound, when a pass closes
 less than a quarter of the remaining gap.
@@ -17,110 +18,158 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["refine", "TOL"]
+__all__ = ["refine", "TOL", "BRUTE_MAX"]
 
 TOL = 1e-4  # a step whose maximum load is within this fraction of its lower bound is left as it is ...
 TOL_SAMPLES = 64  # ... with this many samples per replica or more; with m < 64, within TOL * 64 / m
+BRUTE_MAX = 16  # up to this many slots, a pair's best exchange is found among all m x m, above it by a sort
+_BLOCK_BYTES = 1 << 18  # per temporary of the m x m rating: blocks this small stay in cache and reuse freed memory
 _CLOSE = 0.01  # within this fraction of its bound a step stops once a pass closes less than a quarter of its gap
 
 
-def _pack(v: np.ndarray, tag, low) -> np.ndarray:
+def _pack(v: np.ndarray, tag, low, out=None) -> np.ndarray:
     """Non-negative floats as sortable int64 with ``tag`` in the low bits (a relative change below 1e-9)."""
-    return (v.view(np.int64) & ~low) | tag
+    out = np.bitwise_and(v.view(np.int64), ~low, out=out)
+    return np.bitwise_or(out, tag, out=out)
 
 
-def _best_exchange(a, a_ok, b, la, lb, wa, wb):
+def _best_exchange(a, b, la, lb, wa, wb):
     """Per pair: (new max, slot in a, slot in b) of the best exchange; a free slot of b (cost 0) is a move.
 
     Moving cost ``d = a_i - b_j`` from the heavier replica gives the pair a maximum of
     ``max((la - d) / wa, (lb + d) / wb)``, smallest at ``d* = (la wb - lb wa) / (wa + wb)``
-    and growing on both sides, so for each ``a_i`` the best partner is one of the two
-    samples of ``b`` nearest ``a_i - d*``: one sort of both rows finds them all.
+    and growing on both sides. A free slot of ``a`` (cost 0) moves ``d <= 0``, which never
+    lowers the heavier side, so it is never chosen over an exchange that helps.
     """
+    dstar = np.maximum((la * wb - lb * wa) / (wa + wb), 0.0)
+    if a.shape[1] <= BRUTE_MAX:
+        ia, jb = _nearest_every_pair(a, b, wa, wb, dstar)
+    else:
+        ia, jb = _nearest_by_sort(a, b, wa, wb, dstar)
+    rows = np.arange(a.shape[0])
+    d = a[rows, ia] - b[rows, jb]
+    return np.maximum((la - d) / wa, (lb + d) / wb), ia, jb
+
+
+def _nearest_every_pair(a, b, wa, wb, dstar):
+    """Every (i, j) of each pair at once: ``[p, m, m]``, cheaper than sorting for a few slots.
+
+    Pairs go in blocks of about ``_BLOCK_BYTES`` per temporary: small blocks stay in the cache and
+    reuse the allocator's memory, where one temporary over all pairs costs a fresh page per 4 KiB.
+    """
+    p, m = a.shape
+    ia, jb = np.empty(p, np.int64), np.empty(p, np.int64)
+    a = a - dstar[:, None]               # x = a_i - d* - b_j: the pair's maximum grows by -x / wa below 0, x / wb above
+    equal = bool(np.all(wa == wb))
+    step = max(1, _BLOCK_BYTES // (8 * m * m))
+    for lo in range(0, p, step):
+        hi = min(p, lo + step)
+        x = a[lo:hi, :, None] - b[lo:hi, None, :]
+        if equal:
+            np.abs(x, out=x)
+        else:
+            y = x * (-1.0 / wa[lo:hi])[:, None, None]
+            x *= (1.0 / wb[lo:hi])[:, None, None]
+            np.maximum(x, y, out=x)
+        k = np.argmin(x.reshape(hi - lo, m * m), axis=1)
+        np.floor_divide(k, m, out=ia[lo:hi])
+        np.remainder(k, m, out=jb[lo:hi])
+    return ia, jb
+
+
+def _nearest_by_sort(a, b, wa, wb, dstar):
+    """For each ``a_i`` the two samples of ``b`` nearest ``a_i - d*``, by one sort of both rows (O(m log m))."""
     p, m = a.shape
     low = np.int64((1 << _bits(2 * m - 1)) - 1)
     lane = np.arange(m)
     kb = _pack(b, lane, low)
     kb.sort(axis=1)
     b_val = (kb & ~low).view(np.float64)                                       # ascending
-    dstar = np.maximum((la * wb - lb * wa) / (wa + wb), 0.0)[:, None]
-    merged = np.concatenate((_pack(b_val + dstar, lane, low), _pack(np.where(a_ok, a, 1e300), m + lane, low)),
-                            axis=1)
+    merged = np.empty((p, 2 * m), np.int64)
+    _pack(b_val + dstar[:, None], lane, low, out=merged[:, :m])
+    _pack(a, m + lane, low, out=merged[:, m:])
     merged.sort(axis=1)
-    is_a = (merged & low) >= m
-    ka = merged[is_a].reshape(p, m)
-    below = np.nonzero(is_a)[1].reshape(p, m) - lane                           # samples of b with b + d* <= a
+    at_a = np.flatnonzero((merged & low) >= m)                                 # m per row, in row order
+    ka = merged.ravel()[at_a].reshape(p, m)
+    below = at_a.reshape(p, m) - (np.arange(p) * (2 * m))[:, None] - lane      # samples of b with b + d* <= a
     a_val = (ka & ~low).view(np.float64)
     pad = np.empty((p, m + 2))
     pad[:, 0], pad[:, 1:-1], pad[:, -1] = -np.inf, b_val, np.inf
     at = (np.arange(p) * (m + 2))[:, None] + below
     pad = pad.ravel()
-    # The nearest b at or below a - d* moves d >= d* (the lighter side sets the maximum), the one above moves less.
-    new_lo = (lb[:, None] + a_val - pad[at]) / wb[:, None]
-    new_hi = (la[:, None] - a_val + pad[at + 1]) / wa[:, None]
-    up = new_hi < new_lo
-    new = np.where(up, new_hi, new_lo)
-    i = np.argmin(new, axis=1)
+    # The nearest b at or below a - d* moves d >= d* (the maximum grows by (d - d*) / wb), the one
+    # above moves less (it grows by (d* - d) / wa); the caller rates the winner exactly.
+    grow_lo = (a_val - pad[at] - dstar[:, None]) / wb[:, None]
+    grow_hi = (dstar[:, None] - a_val + pad[at + 1]) / wa[:, None]
+    up = grow_hi < grow_lo
+    i = np.argmin(np.where(up, grow_hi, grow_lo), axis=1)
     rows = np.arange(p)
     j = below[rows, i] - 1 + up[rows, i]
-    return new[rows, i], (ka[rows, i] & low) - m, kb[rows, j] & low
+    return (ka[rows, i] & low) - m, kb[rows, j] & low
 
 
 def _bits(x: int) -> int:
     return max(1, int(x).bit_length())
 
 
-def _apply(o, c3, ld, fl, s, hi, lo, ia, jb):
-    """Exchange slot ``ia`` of replica ``hi`` with slot ``jb`` of ``lo`` in steps ``s``; a free ``jb`` is a move."""
-    move = jb >= fl[s, lo]
-    ca, ida = c3[s, hi, ia], o[s, hi, ia]
-    jb = np.where(move, fl[s, lo], jb)
-    cb = np.where(move, 0.0, c3[s, lo, np.minimum(jb, o.shape[2] - 1)])
-    idb = np.where(move, -1, o[s, lo, np.minimum(jb, o.shape[2] - 1)])
-    o[s, lo, jb], c3[s, lo, jb] = ida, ca
-    ld[s, hi] += cb - ca
-    ld[s, lo] += ca - cb
-    # An exchange puts b where a was; a move fills a's slot with hi's last sample, so real samples stay first.
-    last = fl[s, hi] - 1
-    fill_id = np.where(move, o[s, hi, last], idb)
-    fill_c = np.where(move, c3[s, hi, last], cb)
-    o[s, hi, ia], c3[s, hi, ia] = fill_id, fill_c
-    mv = move.nonzero()[0]
-    o[s[mv], hi[mv], last[mv]] = -1
-    c3[s[mv], hi[mv], last[mv]] = 0.0
-    fl[s[mv], hi[mv]] -= 1
-    fl[s[mv], lo[mv]] += 1
+def _apply(o, c3, ld, fl, lane_a, lane_b, ia, jb):
+    """Exchange slot ``ia`` of row ``lane_a`` (a step's replica) with slot ``jb`` of row ``lane_b``.
+
+    A free ``jb`` is a move. Each row appears at most once, so the fancy-indexed updates do not collide.
+    """
+    m = o.shape[2]
+    of, cf, lf, ff = o.reshape(-1), c3.reshape(-1), ld.reshape(-1), fl.reshape(-1)
+    fa, fb = ff[lane_a], ff[lane_b]
+    move = jb >= fb
+    at_a = lane_a * m + ia
+    at_b = lane_b * m + np.where(move, fb, jb)  # a move fills b's first free slot (id -1, cost 0)
+    ca, ida, cb, idb = cf[at_a], of[at_a], cf[at_b], of[at_b]
+    of[at_b], cf[at_b] = ida, ca
+    lf[lane_a] += cb - ca
+    lf[lane_b] += ca - cb
+    # An exchange puts b where a was; a move fills a's slot with a's last sample, so real samples stay first.
+    last = lane_a * m + fa - 1
+    of[at_a] = np.where(move, of[last], idb)
+    cf[at_a] = np.where(move, cf[last], cb)
+    gone = last[move]
+    of[gone], cf[gone] = -1, 0.0
+    ff[lane_a[move]] -= 1
+    ff[lane_b[move]] += 1
 
 
 def _pass(out, cost3, loads, fill, w, steps, thr) -> np.ndarray:
     """One pass of pairwise exchanges on ``steps``, in place; bool per step: which improved."""
-    m = out.shape[2]
+    r, m = out.shape[1], out.shape[2]
     key = loads[steps] / w[None, :]
     order = np.argsort(key, axis=1, kind="stable")
-    pairs = w.shape[0] // 2
+    pairs = r // 2
     hi, lo = order[:, ::-1][:, :pairs], order[:, :pairs]
     over = np.take_along_axis(key, hi, axis=1) > thr[:, None]
     pk, col = np.nonzero(over)
     ps, hi, lo = steps[pk], hi[pk, col], lo[pk, col]
-    a_ok = np.arange(m)[None, :] < fill[ps, hi][:, None]
-    la, lb, wa, wb = loads[ps, hi], loads[ps, lo], w[hi], w[lo]
-    val, ia, jb = _best_exchange(cost3[ps, hi], a_ok, cost3[ps, lo], la, lb, wa, wb)
+    lane_a, lane_b = ps * r + hi, ps * r + lo      # rows of the [steps * R, slots] views
+    flat_loads, rows = loads.reshape(-1), cost3.reshape(-1, m)
+    la, lb, wa, wb = flat_loads[lane_a], flat_loads[lane_b], w[hi], w[lo]
+    val, ia, jb = _best_exchange(np.take(rows, lane_a, axis=0), np.take(rows, lane_b, axis=0), la, lb, wa, wb)
     better = val < (la / wa) * (1 - 1e-12)
-    _apply(out, cost3, loads, fill, ps[better], hi[better], lo[better], ia[better], jb[better])
+    _apply(out, cost3, loads, fill, lane_a[better], lane_b[better], ia[better], jb[better])
     improved = np.zeros(steps.size, dtype=bool)
     improved[pk[better]] = True
     return improved
 
 
 def refine(out: np.ndarray, cost3: np.ndarray, loads: np.ndarray, fill: np.ndarray, w: np.ndarray,
-           floor: np.ndarray, iterations: int) -> None:
-    """Pairwise exchanges, in place, on the steps whose maximum is not within the tolerance of ``floor``."""
+           floor: np.ndarray, iterations: int, count: np.ndarray) -> None:
+    """Pairwise exchanges, in place, on the steps whose maximum is not within the tolerance of ``floor``.
+
+    ``count[i]`` is step i's number of samples.
+    """
     s, r, m = out.shape
     if r < 2 or m == 0:
         return
     # Fewer samples per replica balance more coarsely, and their imbalance is mostly the lower
     # bound's own (one long sample), so they stop further from the bound.
-    tol = TOL * max(1.0, TOL_SAMPLES * r / max(1, int(fill[0].sum())))
+    tol = TOL * np.maximum(1.0, TOL_SAMPLES * r / np.maximum(1, count))
     thr = floor * (1 + tol)
     active = np.flatnonzero((loads / w[None, :]).max(axis=1) > thr)
     for _ in range(iterations):
@@ -133,5 +182,5 @@ def refine(out: np.ndarray, cost3: np.ndarray, loads: np.ndarray, fill: np.ndarr
         # the gap or more once the step is within _CLOSE of its bound (later passes pay little there).
         f = floor[active]
         gain = before - after
-        active = active[moved & (after > f * (1 + tol)) & (gain > f * TOL)
+        active = active[moved & (after > f * (1 + tol[active])) & (gain > f * TOL)
                         & ((gain > (before - f) / 4) | (after > f * (1 + _CLOSE)))]

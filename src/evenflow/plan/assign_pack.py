@@ -83,7 +83,7 @@ def packed_epoch(layout: PackLayout, options, shares, epoch: int, first: int, ro
     counts = pack_counts(layout.num_packs, options.global_batch_size, options.drop_remainder, shares)[first:]
     sub_order, sub_bounds = order[int(bounds[first]):int(bounds[-1])], bounds[first:]
     if options.balance == "cost":
-        packs = assign_cost(sub_order, sub_bounds, counts, rows, costs, np.asarray(shares))
+        packs = assign_cost(sub_order, sub_bounds, rows, costs, np.asarray(shares))
     else:
         packs = assign_contiguous(sub_order, sub_bounds, counts, rows)
     return _open_packs(packs, layout, piece_at, width)

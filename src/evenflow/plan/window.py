@@ -32,21 +32,21 @@ def check_window(grid, options, first: int, last: int) -> None:
 
 
 def window_ids(order, index, options, shares: np.ndarray, slots: int, first: int, last: int) -> np.ndarray:
-    """int64 ``[last - first, R, slots]``: every replica's rows in steps ``first..last-1``."""
+    """int64 ``[last - first, R, slots]``: every replica's rows in steps ``first..last-1``.
+
+    The caller checks the window's size first (:func:`check_window`), before the epoch's order is built.
+    """
     grid = order.grid
-    check_window(grid, options, first, last)
     if options.stratify and options.balance == "count":
         if order.kept is None:  # planned once per epoch, then sliced by every window
             whole = order.steps(0, grid.num_steps)
             order.kept = assign_stratified(whole, grid.bounds(), grid.counts(shares), slots, index.label_codes,
                                            index.num_classes)
         return order.kept[first:last].copy()
-    counts = grid.counts(shares, first, last)
     samples, sub_bounds = order.steps(first, last), grid.bounds(first, last)
     if options.balance == "cost":
-        return assign_cost(samples, sub_bounds, counts, slots, index.cost_or_ones(), np.asarray(shares),
-                           runs=options.bucket)
-    return assign_contiguous(samples, sub_bounds, counts, slots)
+        return assign_cost(samples, sub_bounds, slots, index.cost_or_ones(), np.asarray(shares), runs=options.bucket)
+    return assign_contiguous(samples, sub_bounds, grid.counts(shares, first, last), slots)
 
 
 def replica_rows(order, index, options, shares: np.ndarray, slots: int, replica: int,
