@@ -94,10 +94,10 @@ def run(args) -> dict:
         got = _child(_CHILD, json.dumps([n, r, g, mode, str(args.cost_file), args.window_steps,
                                          args.throughput_seconds]))
         rows.append({"mode": mode, **got})
+        speed = got.get("throughput_samples_per_s")
         print(f"{mode:<12} open {got['open_s']:6.2f} s   first step {got['first_step_s']:6.3f} s, "
-              f"peak {got['first_step_peak_bytes'] / 2**20:7.1f} MiB   "
-              f"throughput {got.get('throughput_samples_per_s', 0) / 1e6:6.2f} M samples/s "
-              f"(0: read an epoch at a time, not timed)", flush=True)
+              f"peak {got['first_step_peak_bytes'] / 2**20:7.1f} MiB   throughput "
+              + (f"{speed / 1e6:6.2f} M samples/s" if speed else "not timed (read an epoch at a time)"), flush=True)
     perm = None
     if n <= args.permutation_max:
         perm = _child(_PERMUTATION, str(n))["permutation_s"]
