@@ -77,20 +77,20 @@ def test_augment_must_fit_the_data(tmp_path, capsys, digits):
 
 @pytest.mark.slow
 def test_train_and_demo_from_records(tmp_path, digits):
-    proc = _cli("train", "--dataset", str(digits), "--epochs", "12", "--replicas", "2",
+    proc = _cli("train", "--dataset", str(digits), "--epochs", "6", "--replicas", "2",
                 "--output-dir", str(tmp_path / "float"))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "float" / "summary.json").read_text())
-    assert summary["test_samples"] == 359 and summary["test_accuracy"] >= 0.9, summary["test_accuracy"]
+    assert summary["test_samples"] == 359 and summary["test_accuracy"] >= 0.9, summary["test_accuracy"]  # 0.975
     assert "records (1797 in 4 shards" in summary["dataset"] and summary["augment"] == "none"
     # The demo on the same digits stored as 32x32 JPEGs, augmented (training batches only).
     jpeg = _convert(tmp_path / "jpeg", "--image-format", "jpeg")
-    proc = _cli("demo", "--dataset", str(jpeg), "--augment", "--output-dir", str(tmp_path / "aug"))
+    proc = _cli("demo", "--dataset", str(jpeg), "--augment", "--epochs", "8", "--output-dir", str(tmp_path / "aug"))
     assert proc.returncode == 0, proc.stderr
     assert "augmenting training batches only: crop,rotate" in proc.stdout
     summary = json.loads((tmp_path / "aug" / "summary.json").read_text())
     assert summary["augment"] == "crop,rotate" and summary["test_samples"] == 359
-    assert summary["test_accuracy"] >= 0.85, summary["test_accuracy"]  # 0.930 measured; 0.955 without augmenting
+    assert summary["test_accuracy"] >= 0.85, summary["test_accuracy"]  # 0.891 measured in 8 epochs
 
 
 def test_bad_records_named_or_skipped(tmp_path):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["replica_counts", "max_replica_count", "leftovers", "split_counts"]
+__all__ = ["replica_counts", "leftovers", "split_counts"]
 
 
 def _parts(sizes: np.ndarray, shares: np.ndarray):
@@ -42,29 +42,18 @@ def split_counts(sizes: np.ndarray, shares: np.ndarray, start: np.ndarray) -> np
     return base + (rank < left[:, None])
 
 
-def replica_counts(step_sizes: np.ndarray, shares: np.ndarray, first: int = 0, last: int | None = None) -> np.ndarray:
-    """Real samples per replica for steps ``first..last-1`` of an epoch.
+def replica_counts(step_sizes: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """Real samples per replica in every step of an epoch.
+
+    A window of steps alone: :meth:`evenflow.plan.steps.StepGrid.counts`.
 
     Args:
         step_sizes: int ``[S]``, real samples in each global step of the whole epoch.
         shares: float ``[R]``, each replica's fraction of the work, summing to 1.
-        first, last: the window of steps (default: all of them).
 
     Returns:
-        int64 ``[last - first, R]`` whose rows sum to ``step_sizes[first:last]``.
+        int64 ``[S, R]`` whose rows sum to ``step_sizes``.
     """
     sizes = np.asarray(step_sizes, dtype=np.int64)
     left = leftovers(sizes, shares)
-    start = ((np.cumsum(left) - left) % shares.shape[0])[first:last]
-    return split_counts(sizes[first:last], shares, start)
-
-
-def max_replica_count(step_sizes: np.ndarray, shares: np.ndarray) -> int:
-    """``replica_counts(step_sizes, shares).max()`` (0 for no steps), from the distinct rows only."""
-    sizes = np.asarray(step_sizes, dtype=np.int64)
-    if sizes.size == 0:
-        return 0
-    left = leftovers(sizes, shares)
-    start = (np.cumsum(left) - left) % shares.shape[0]
-    rows = np.unique(np.stack((sizes, start), axis=1), axis=0)
-    return int(split_counts(rows[:, 0], shares, rows[:, 1]).max())
+    return split_counts(sizes, shares, (np.cumsum(left) - left) % shares.shape[0])
