@@ -135,17 +135,20 @@ def test_the_torch_sampler_reads_windows_that_equal_the_whole_epochs(mode, monke
             np.testing.assert_array_equal(ids, wids)
 
 
-@pytest.mark.parametrize("mode", ["count", "count weighted", "count drop"])
+@pytest.mark.parametrize("mode", ["count", "count weighted", "count drop", "cost weighted", "stratified cost"])
 def test_the_tensorflow_rows_of_a_replica_are_planned_alone_and_equal_the_epochs(mode, monkeypatch):
+    # Count mode: any replica's rows, window by window. Cost mode: a worker's range of replicas
+    # (asked once per epoch), window by window; its single replicas share one planned epoch.
     pytest.importorskip("tensorflow")
     from evenflow.tf import epoch_rows
 
     monkeypatch.setattr(epoch_rows, "WINDOW_SAMPLES", 100)  # windows of 4 steps of 24
     plan = _plan(mode)
     rows = epoch_rows.EpochRows(plan, ef.Cursor(1, 5))
+    asked = (0, 2, range(0, 3), range(1, 3)) if mode.startswith("count") else (range(0, 3), range(1, 3))
     for epoch, first in ((1, 5), (2, 0)):
         ep = plan.epoch(epoch, start=ef.Cursor(epoch, first))
-        for replica in (0, 2, range(0, 3), range(1, 3)):
+        for replica in asked:
             ids, counts = rows.rows(epoch, replica)
             if isinstance(replica, int):
                 want_ids, want_counts = ep.ids[:, replica], ep.global_real_counts

@@ -3,7 +3,8 @@
 A replica's pipeline reads row ``ids[:, r, :]`` of each epoch's plan, one step per
 element, with the step's global real count and the epoch alongside. :class:`EpochRows`
 plans each epoch once for the pipelines of all replicas and slices it per replica (or per
-worker, or whole global steps).
+worker, or whole global steps). A windowed plan's rows for one replica (count mode) or for a
+worker's range of replicas (count and cost mode) are planned a window of steps at a time.
 """
 from __future__ import annotations
 
@@ -49,8 +50,9 @@ class EpochRows:
         replica's row per step; a range (a worker's replicas): one row per step and
         replica of the range, step-major, so consecutive rows go to consecutive replicas.
         """
-        if replica is not None and self._plan.windowed and self._plan.options.balance == "count":
-            return self._own_rows(int(epoch), replica)
+        plan = self._plan
+        if replica is not None and plan.windowed and (plan.options.balance == "count" or isinstance(replica, range)):
+            return self._window_rows(int(epoch), replica)
         ep = self.epoch_plan(int(epoch))
         counts = ep.global_real_counts.astype(np.int64)
         if replica is None:
@@ -62,18 +64,23 @@ class EpochRows:
             ids = ep.ids[:, replica, :]
         return np.ascontiguousarray(ids, dtype=np.int64), counts
 
-    def _own_rows(self, epoch: int, replica: int | range):
-        # Count mode computes only the asked replicas' rows, a window of steps at a time: memory in
-        # proportion to those rows, not to the epoch, and no replica's rows planned twice.
+    def _window_rows(self, epoch: int, replica: int | range):
+        # A window of steps at a time: memory in proportion to the asked replicas' rows, not to the
+        # epoch. Count mode computes only those replicas' positions; cost mode splits each window's
+        # steps whole and keeps the asked replicas (a worker's range asks once per epoch, so no
+        # window is planned twice; single replicas of a cost plan share the whole epoch instead).
         plan = self._plan
         first = self._start.step if epoch == self._start.epoch else 0
         width = max(1, WINDOW_SAMPLES // plan.options.global_batch_size)
         wanted = [replica] if isinstance(replica, int) else list(replica)
         parts = []
         for a in range(first, plan.num_steps, width):
-            b = min(a + width, plan.num_steps)
-            one = [plan.replica_ids(epoch, r, start=Cursor(epoch, a), stop=Cursor(epoch, b)) for r in wanted]
-            parts.append(np.stack(one, axis=1).reshape(-1, plan.slots))  # step-major, as the epoch path
+            lo, hi = Cursor(epoch, a), Cursor(epoch, min(a + width, plan.num_steps))
+            if plan.options.balance == "count":
+                rows = np.stack([plan.replica_ids(epoch, r, start=lo, stop=hi) for r in wanted], axis=1)
+            else:
+                rows = plan.epoch(epoch, lo, hi).ids[:, wanted]
+            parts.append(rows.reshape(-1, plan.slots))  # step-major, as the epoch path
         ids = np.concatenate(parts) if parts else np.zeros((0, plan.slots), np.int64)
         counts = np.repeat(plan.step_sizes[first:], len(wanted))
         return np.ascontiguousarray(ids, dtype=np.int64), counts
