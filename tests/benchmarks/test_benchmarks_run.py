@@ -128,12 +128,14 @@ def test_heterogeneous_runs_every_case_and_trains_every_sample(tmp_path):
 
     out = tmp_path / "heterogeneous.json"
     env = {**__import__("os").environ, "PYTHONPATH": str(BENCH.parent / "src"), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(["timeout", "-k", "5", "300", sys.executable, str(BENCH / "heterogeneous.py"), "--quick", "--sample-ms", "1",
+    # The shape of --quick (G = 128, 1 round) on half its 24 steps.
+    proc = subprocess.run(["timeout", "-k", "5", "300", sys.executable, str(BENCH / "heterogeneous.py"),
+                           "--global-batch-size", "128", "--steps", "12", "--rounds", "1", "--sample-ms", "1",
                            "--output", str(out)], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [c["case"] for c in result["cases"]] == ["2x from start", "3x from start", "3x from half"]
     for case in result["cases"]:
-        assert case["samples"] == 24 * 128  # one epoch of 24 full steps, whatever the weights
+        assert case["samples"] == 12 * 128  # one epoch of 12 full steps, whatever the weights
         assert case["static_s"] > 0 and case["evenflow_s"] > 0 and case["ideal_s"] > 0
         assert all(why in ("replan", "correct", "undo") for _, _, why in case["replans"])
