@@ -113,13 +113,14 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     Raises:
         ValueError: scikit-learn is not installed (it comes with the ``tf`` and ``torch`` extras).
     """
+    from evenflow.data.digits import load_digits
+
     try:
-        from sklearn.datasets import load_digits
+        images, target = load_digits()
     except ModuleNotFoundError as e:
         raise ValueError("builtin:digits needs scikit-learn; run pip install 'evenflow[tf]' or "
                          "'evenflow[torch]' (both install it), or pip install scikit-learn") from e
-    d = load_digits()
-    return (d.images / 16.0).astype(np.float32)[..., None], d.target.astype(np.int64)
+    return (images / 16.0).astype(np.float32)[..., None], target
 
 
 def split_facts(train: np.ndarray, test: np.ndarray, test_fraction: float, seed: int) -> dict:

@@ -20,16 +20,17 @@ __all__ = ["BUILTINS"]
 
 
 def _open_digits(*, label_key, cost_key, feature_keys, image_format) -> ConvertSource:
+    from evenflow.data.digits import load_digits
+
     try:
-        from sklearn.datasets import load_digits
+        images, target = load_digits()
     except ModuleNotFoundError as e:
         raise ModuleNotFoundError("builtin:digits needs scikit-learn; install it with `pip install scikit-learn`",
                                   name=e.name) from e
-    digits = load_digits()
     label_key = label_key or "label"
     names = [str(c) for c in range(10)]
     if image_format is None:
-        columns = {"x": digits.images.astype(np.float32), label_key: digits.target.astype(np.int64)}
+        columns = {"x": images.astype(np.float32), label_key: target}
         if feature_keys and any(k not in columns for k in feature_keys):
             bad = next(k for k in feature_keys if k not in columns)
             raise RecordError("builtin:digits", f"feature key {bad!r} is not in the records; digits has 'x' (8x8 "
@@ -45,10 +46,10 @@ def _open_digits(*, label_key, cost_key, feature_keys, image_format) -> ConvertS
         raise RecordError("builtin:digits", f"--cost-key must be one of {', '.join(IMAGE_COSTS)} for images, got "
                           f"{cost_key!r}", kind="input")
     Image = pillow()
-    pix = np.clip(np.round(digits.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    pix = np.clip(np.round(images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
     specs = {"image": FeatureSpec("bytes", ()), label_key: FeatureSpec("int64", ())}
     encoder = ExampleEncoder(specs)
-    labels = digits.target.astype(np.int64)
+    labels = target
 
     def records(start: int, stop: int):
         for i in range(start, stop):
