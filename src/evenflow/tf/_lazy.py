@@ -29,8 +29,8 @@ _HIDDEN: list[str] = []
 def skip_keras_sklearn_wrappers() -> None:
     """Import TensorFlow without Keras's scikit-learn wrappers (for the CLI's own process).
 
-    Keras imports its scikit-learn wrappers whenever scikit-learn is installed, which pulls in
-    SciPy: about 1.4 of TensorFlow's 4.1 s of import time here. The CLI never uses them, so it
+    Keras imports its scikit-learn wrappers, and with them scikit-learn, whenever scikit-learn is
+    installed: about a quarter of TensorFlow's import time. The CLI never uses them, so it
     hides scikit-learn while TensorFlow is imported (Keras then leaves the wrappers out) and
     shows it again afterwards. A program that imports evenflow as a library is not affected.
     """
