@@ -8,7 +8,6 @@ from evenflow.plan import assign_cost as ac
 def _layout(n_steps, g, r, costs, weights=None, runs=False, seed=0):
     order = np.random.default_rng(seed).permutation(costs.shape[0])[: n_steps * g].astype(np.int64)
     bounds = np.arange(n_steps + 1, dtype=np.int64) * g
-    counts = np.full((n_steps, r), g // r, dtype=np.int64)
     slots = ac.cost_slots(g // r, g)
     w = np.ones(r) / r if weights is None else np.asarray(weights, float) / np.sum(weights)
     ids = ac.assign_cost(order, bounds, slots, costs, w, runs=runs)
@@ -70,7 +69,6 @@ def test_runs_pad_less_and_balance_within_one_percent_of_greedy():
     costs = np.concatenate([np.round(rng.uniform(b, b * 1.3, g)) for b in np.geomspace(10, 2000, n_steps)])
     order = np.arange(n_steps * g, dtype=np.int64)
     bounds = np.arange(n_steps + 1, dtype=np.int64) * g
-    counts = np.full((n_steps, r), g // r, dtype=np.int64)
     slots = ac.cost_slots(g // r, g)
     w = np.ones(r) / r
     greedy = ac.assign_cost(order, bounds, slots, costs, w, runs=False)

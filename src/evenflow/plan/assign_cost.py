@@ -58,8 +58,7 @@ def _sort_desc(sid: np.ndarray, c: np.ndarray):
         key = c.view(np.int64) & ~low
         key |= low - np.arange(n)
         key.sort(axis=1)
-        key &= low
-        pos = np.subtract(low, key[:, ::-1], out=key)
+        pos = low - (key[:, ::-1] & low)
     pos += (np.arange(s) * n)[:, None]
     pos = pos.ravel()
     return sid.ravel()[pos].reshape(s, n), c.ravel()[pos].reshape(s, n)
