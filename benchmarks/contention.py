@@ -31,6 +31,7 @@ Reproduce a slow core by hand the same way::
 Examples:
     python benchmarks/contention.py --framework tf             # 3 cases x 2 modes
     python benchmarks/contention.py --framework torch --cases start
+    python benchmarks/contention.py --global-batch-size 1024 --epochs 12   # steps 4x the compute
     python benchmarks/contention.py --quick                    # a short smoke run
 """
 from __future__ import annotations

@@ -70,12 +70,13 @@ def suspects(strategy) -> list[int]:
         model = build_model("mlp", (8, 8), 3)
         optimizer = make_optimizer("adam", 1e-2)
         trainer = Trainer(strategy, model, optimizer)
-    run_dir = Path(tempfile.mkdtemp())
-    guard = TrainingGuard(plan, Checkpointer(run_dir, TFState(model, optimizer)),
-                          anomalies=AnomalyPolicy(run_dir / "anomalies.jsonl", restore_after=0))
-    guard.save_initial(ef.Cursor(0, 0))
-    trainer.fit(PlanReader(source, trim_padding=True), plan, 1, guard=guard)
-    events = [json.loads(line) for line in (run_dir / "anomalies.jsonl").read_text().splitlines()]
+    with tempfile.TemporaryDirectory() as d:
+        run_dir = Path(d)
+        guard = TrainingGuard(plan, Checkpointer(run_dir, TFState(model, optimizer)),
+                              anomalies=AnomalyPolicy(run_dir / "anomalies.jsonl", restore_after=0))
+        guard.save_initial(ef.Cursor(0, 0))
+        trainer.fit(PlanReader(source, trim_padding=True), plan, 1, guard=guard)
+        events = [json.loads(line) for line in (run_dir / "anomalies.jsonl").read_text().splitlines()]
     return sorted({i for e in events if e["event"] == "nonfinite" for i in e["suspects"]})
 
 

@@ -26,11 +26,14 @@ stands in for that cost: a first re-plan must promise that much, which timing no
 short steps does not.
 
 ``telemetry.jsonl`` (read by ``evenflow report``) holds a ``run`` line, then ``step``
-and ``rebalance`` lines; see :mod:`evenflow.report.telemetry` for the fields.
+and ``rebalance`` lines; see :mod:`evenflow.report.telemetry` for the fields. Lines reach the
+file at most a second after they are written (and all of them when the run ends), so ``tail -f``
+or a program watching a run sees its steps as they happen.
 """
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +45,7 @@ __all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]
 
 TELEMETRY_FILE = "telemetry.jsonl"
 FIELDS = 6  # samples, cost, compute, input wait, end, gap (per replica and update)
+FLUSH_SECONDS = 1.0  # the longest a written telemetry line stays in the file's buffer
 
 
 class ReplicaMonitor:
@@ -99,6 +103,7 @@ class ReplicaMonitor:
         self.imbalance_sum, self.updates = 0.0, 0
         self.history: list[dict] = []  # rebalance events
         self._file = None
+        self._flushed = time.monotonic()
         if telemetry is not None:
             path = Path(telemetry)
             keep = append and path.is_file()
@@ -244,10 +249,13 @@ class ReplicaMonitor:
     def _write(self, record: dict) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record) + "\n")
+            if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+                self.flush()
 
     def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
+        self._flushed = time.monotonic()
 
     def close(self) -> None:
         if self._file is not None:

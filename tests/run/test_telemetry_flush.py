@@ -1,0 +1,46 @@
+"""telemetry.jsonl is readable while a run goes on: lines reach the file within a second."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from evenflow.run import monitor as monitor_module
+from evenflow.run.monitor import FLUSH_SECONDS, ReplicaMonitor
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _update(m: ReplicaMonitor, step: int) -> None:
+    t = float(step)
+    m.record(0, step, {"sums": np.array([[0.0, 0.0, 4.0], [0.0, 0.0, 4.0]]),
+                       "timing": np.array([[t, t, t, t + 0.5, t + 0.6]] * 2)})
+
+
+def _steps_on_disk(path) -> list[int]:
+    return [json.loads(x)["step"] for x in path.read_text().splitlines() if json.loads(x)["kind"] == "step"]
+
+
+def test_step_lines_reach_the_file_once_a_second_has_passed_and_all_of_them_on_close(tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(monitor_module.time, "monotonic", clock)
+    path = tmp_path / "telemetry.jsonl"
+    m = ReplicaMonitor(2, 8, 10, check_every=1, telemetry=path)
+    _update(m, 0)
+    m.absorb(m.window())
+    assert _steps_on_disk(path) == []                  # within the second: still buffered
+    clock.now += FLUSH_SECONDS
+    _update(m, 1)
+    m.absorb(m.window())
+    assert _steps_on_disk(path) == [0, 1]              # a second later: everything written so far
+    _update(m, 2)
+    m.absorb(m.window())
+    assert _steps_on_disk(path) == [0, 1]
+    m.close()
+    assert _steps_on_disk(path) == [0, 1, 2]
