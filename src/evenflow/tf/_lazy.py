@@ -23,7 +23,7 @@ class MissingFrameworkError(ImportError):
 
 
 _MODULES: dict = {}
-_HIDDEN: list[str] = []
+_skip_sklearn = False  # set by skip_keras_sklearn_wrappers()
 
 
 def skip_keras_sklearn_wrappers() -> None:
@@ -34,8 +34,8 @@ def skip_keras_sklearn_wrappers() -> None:
     hides scikit-learn while TensorFlow is imported (Keras then leaves the wrappers out) and
     shows it again afterwards. A program that imports evenflow as a library is not affected.
     """
-    if "sklearn" not in _HIDDEN:
-        _HIDDEN.append("sklearn")
+    global _skip_sklearn
+    _skip_sklearn = True
 
 
 def _import(name: str):
@@ -49,7 +49,7 @@ def _import(name: str):
     if os.environ.get("EVENFLOW_VERBOSE"):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"  # asked for on the command line: it wins over the environment
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    hidden = [m for m in _HIDDEN if m not in sys.modules]
+    hidden = ["sklearn"] if _skip_sklearn and "sklearn" not in sys.modules else []
     try:
         sys.modules.update(dict.fromkeys(hidden))  # a None entry makes `import m` fail at once
         with quiet_native_startup(os.environ["TF_CPP_MIN_LOG_LEVEL"]):
