@@ -20,7 +20,9 @@ runtime, from the static run's telemetry: the time outside its steps and each st
 outside the slowest worker's compute as measured, its compute as if split in proportion to the
 workers' measured speeds. ``step static/evenflow`` is the ratio of the runs' median step times:
 the speed-up of the steps themselves, without the start-up and the loop's own time between
-steps that both modes spend alike.
+steps that both modes spend alike. For ``half``, each run's slowdown (its median step after the
+middle over its median step before; :func:`slowdown`) is printed by round: a run measured against
+itself, so what shifts whole runs on a shared machine cancels out.
 
 Reproduce a slow core by hand the same way::
 
@@ -33,12 +35,14 @@ Examples:
     python benchmarks/contention.py --framework torch --cases start
     python benchmarks/contention.py --global-batch-size 1024 --epochs 12   # steps 4x the compute
     python benchmarks/contention.py --quick                    # a short smoke run
+    python benchmarks/contention.py --cases half --keep-runs runs/contention   # keep every run's telemetry
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +72,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=1, help="rounds; each runs both modes per case")
     p.add_argument("--quick", action="store_true", help="2 epochs, case start only")
     p.add_argument("--json-out", default=None, help="default results/contention_<framework>.json")
+    p.add_argument("--keep-runs", default=None, metavar="DIR",
+                   help="copy each run's summary.json and telemetry.jsonl to DIR/<case>-<mode>-<round>/ "
+                        "(read them with `evenflow report`)")
     args = p.parse_args(argv)
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     bad = [c for c in args.cases if c not in CASES]
@@ -134,6 +141,11 @@ def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
         hog.wait()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{case}/{mode} failed:\n" + "\n".join(log[-3000:] for log in logs))
+    if args.keep_runs:
+        kept = Path(args.keep_runs) / out.name
+        kept.mkdir(parents=True, exist_ok=True)
+        for name in ("summary.json", "telemetry.jsonl"):
+            shutil.copy2(out / name, kept / name)
     summary = json.loads((out / "summary.json").read_text())
     lines = [json.loads(x) for x in (out / "telemetry.jsonl").read_text().splitlines()]
     return {"summary": summary, "steps": [x for x in lines if x["kind"] == "step"], "wall": wall}
@@ -172,6 +184,18 @@ def _tenths(steps: list[dict]) -> list[float]:
     return [round(float(np.median(part)), 4) for part in np.array_split(seconds, 10) if part.size]
 
 
+def slowdown(tenths: list[float]) -> float:
+    """How much slower a run's steps got after the middle: the median of its tenths 6-9 over that of
+    tenths 1-4 (tenth 0 holds the trace and the first re-plan, tenth 5 the busy process's start).
+
+    Each run is measured against itself, so what moves whole runs up or down on a shared machine
+    (the same steps took 0.16-0.26 s in different runs) cancels out of it.
+    """
+    import numpy as np
+
+    return float(np.median(tenths[6:10]) / np.median(tenths[1:5]))
+
+
 def _dataset(directory: str, n: int) -> str:
     """``n`` synthetic 32x32 grey images of 10 classes (a class-dependent pattern plus noise)."""
     import numpy as np
@@ -191,7 +215,7 @@ def main(args) -> dict:
     with tempfile.TemporaryDirectory() as d:
         data = _dataset(d, args.samples)
         # Untimed: the first run of a process tree pays for cold caches (imports, the dataset's pages).
-        warm = argparse.Namespace(**{**vars(args), "epochs": 1})
+        warm = argparse.Namespace(**{**vars(args), "epochs": 1, "keep_runs": None})
         run_once(warm, data, "none", "static", Path(d) / "warm-up")
         for case in args.cases:
             got = {m: [] for m in MODES}
@@ -215,6 +239,14 @@ def main(args) -> dict:
             lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
                          f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "
                          f"{step['static'] / step['evenflow']:>20.3f}x {','.join(map(str, replans)):>9}")
+            if case == "half":
+                # Per round: the static run's slowdown over evenflow's (1: evenflow's steps slowed as much).
+                slow = {m: [slowdown(_tenths(r["steps"])) for r in got[m]] for m in MODES}
+                rows[-1]["slowdown"] = slow
+                rows[-1]["slowdown_static_over_evenflow"] = [a / b for a, b in zip(slow["static"], slow["evenflow"])]
+                lines.append(f"half: steps after the middle / before, by round: static "
+                             f"{', '.join(f'{x:.2f}' for x in slow['static'])}; evenflow "
+                             f"{', '.join(f'{x:.2f}' for x in slow['evenflow'])}")
     result = {"benchmark": "contention", "framework": args.framework, "samples": args.samples, "epochs": args.epochs,
               "global_batch_size": args.global_batch_size, "repeats": args.repeats, "rows": rows,
               "machine": machine()}

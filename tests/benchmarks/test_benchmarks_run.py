@@ -139,3 +139,11 @@ def test_heterogeneous_runs_every_case_and_trains_every_sample(tmp_path):
         assert case["samples"] == 12 * 128  # one epoch of 12 full steps, whatever the weights
         assert case["static_s"] > 0 and case["evenflow_s"] > 0 and case["ideal_s"] > 0
         assert all(why in ("replan", "correct", "undo") for _, _, why in case["replans"])
+
+
+def test_contention_slowdown_compares_a_run_after_its_middle_with_itself():
+    bench = _load("contention")
+    # Tenth 0 (trace) and tenth 5 (the busy process starting) are left out.
+    assert bench.slowdown([9.0, 0.2, 0.2, 0.2, 0.2, 5.0, 0.3, 0.3, 0.3, 0.3]) == pytest.approx(1.5)
+    # A run slower throughout (a busy machine) but not after its middle: no slowdown.
+    assert bench.slowdown([0.4] * 10) == pytest.approx(1.0)
