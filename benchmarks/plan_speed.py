@@ -17,7 +17,7 @@ before, so it counts the returned ``ids`` array plus every temporary. Allocation
 not depend on timing, so one run is enough, and tracemalloc only counts live blocks, so
 running everything in one process does not mix the measurements.
 
-JSON (``--json-out``): ``rows[i]`` has num_samples, method (permutation, count, cost),
+JSON (``--json-out``): ``rows[i]`` has num_samples, method (permutation, count, cost, cost+bucket),
 seconds_median, seconds_all, ratio_to_permutation, ratio_per_round_median, ns_per_sample,
 peak_extra_bytes, peak_extra_bytes_per_sample and output_bytes_per_sample.
 
@@ -33,6 +33,7 @@ Examples:
     python benchmarks/plan_speed.py                        # N = 1e5, 1e6, 1e7; R = 1024; G = 8192
     python benchmarks/plan_speed.py --quick                # N = 1e4, 1e5; one round
     python benchmarks/plan_speed.py --sizes 1e7 --modes cost --repeats 1
+    python benchmarks/plan_speed.py --sizes 1e6,1e7 --modes cost,cost+bucket
     python benchmarks/plan_speed.py --lazy                 # writes an 8 GiB cost file once
     python benchmarks/plan_speed.py --lazy --lazy-samples 1e8 --cost-file /tmp/costs_1e8.npy
     python benchmarks/plan_speed.py --grid --grid-sizes 1e5,1e6
@@ -71,7 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated dataset sizes (default 1e5,1e6,1e7; 1e4,1e5 with --quick)")
     p.add_argument("--replicas", type=int, default=1024, help="replicas R (default 1024)")
     p.add_argument("--global-batch-size", type=int, default=8192, help="global batch G (default 8192)")
-    p.add_argument("--modes", type=str, default="count,cost", help="balance modes to time (default count,cost)")
+    p.add_argument("--modes", type=str, default="count,cost",
+                   help="balance modes to time, and cost+bucket (default count,cost)")
     p.add_argument("--repeats", type=int, default=None, help="timing rounds (default 3; 1 with --quick)")
     p.add_argument("--seed", type=int, default=0, help="seed of the costs and of the plan")
     p.add_argument("--no-memory", action="store_true", help="skip the tracemalloc runs")
@@ -99,9 +101,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError:
         p.error(f"--sizes must be comma-separated numbers such as 1e5,1e6, got {args.sizes!r}")
     args.mode_list = [x.strip() for x in args.modes.split(",") if x.strip()]
-    bad = [m for m in args.mode_list if m not in ef.BALANCE_MODES]
+    known = (*ef.BALANCE_MODES, "cost+bucket")
+    bad = [m for m in args.mode_list if m not in known]
     if bad:
-        p.error(f"--modes must be among {', '.join(ef.BALANCE_MODES)}, got {', '.join(bad)}")
+        p.error(f"--modes must be among {', '.join(known)}, got {', '.join(bad)}")
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
     return args
@@ -153,9 +156,9 @@ def _plans(n: int, args) -> dict:
     topo = ef.Topology(args.replicas)
     out = {"permutation": lambda: np.random.permutation(n)}
     for mode in args.mode_list:
-        costs = np.random.default_rng(args.seed).lognormal(0.0, 1.0, n) if mode == "cost" else None
+        costs = np.random.default_rng(args.seed).lognormal(0.0, 1.0, n) if mode.startswith("cost") else None
         plan = ef.Plan(ef.Index(n, costs=costs), topo, global_batch_size=args.global_batch_size,
-                       seed=args.seed, balance=mode)
+                       seed=args.seed, balance=mode.split("+")[0], bucket=mode.endswith("+bucket"))
         # A new epoch each call: a plan keeps its last epoch's order, which a timing loop would reuse.
         epochs = itertools.count()
         out[mode] = lambda plan=plan, epochs=epochs: plan.epoch(next(epochs))

@@ -82,6 +82,34 @@ def test_plan_speed_json_has_every_size_method_and_column(tmp_path):
     assert set(result["targets"]) == {"count_ratio_max", "cost_ratio_max", "peak_extra_bytes_per_sample_max"}
 
 
+def test_plan_speed_times_bucketed_cost_plans_too(tmp_path):
+    bench = _load("plan_speed")
+    out = tmp_path / "bucket.json"
+    bench.main(bench.parse_args(["--sizes", "4000", "--replicas", "8", "--global-batch-size", "64", "--repeats", "1",
+                                 "--modes", "cost,cost+bucket", "--no-memory", "--json-out", str(out)]))
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["method"] for r in rows] == ["permutation", "cost", "cost+bucket"]
+    assert all(r["seconds_median"] > 0 for r in rows)
+
+
+def test_plan_speed_lazy_part_times_each_mode_in_a_fresh_process(tmp_path):
+    bench = _load("plan_speed")
+    out = tmp_path / "lazy.json"
+    bench.main(bench.parse_args(["--lazy", "--lazy-samples", "20000", "--lazy-replicas", "8",
+                                 "--lazy-global-batch-size", "512", "--throughput-seconds", "0.2",
+                                 "--permutation-max", "1e5", "--cost-file", str(tmp_path / "c.npy"),
+                                 "--json-out", str(out)]))
+    lazy = json.loads(out.read_text())["lazy"]
+    modes = {row["mode"]: row for row in lazy["modes"]}
+    assert set(modes) == {"count", "cost", "cost+bucket"}
+    for row in modes.values():
+        assert row["first_step_s"] > 0 and row["first_step_peak_bytes"] > 0
+        assert 0 < row["replica0_real"] <= 512 // 8 + 512 // 32 + 1
+    # Count and cost plans are read window by window; a bucketed one an epoch at a time.
+    assert modes["count"]["throughput_samples_per_s"] > 0 and "throughput_samples_per_s" not in modes["cost+bucket"]
+    assert lazy["permutation_s"] > 0
+
+
 @pytest.mark.parametrize("argv, named", [
     (["--lazy", "--grid"], "--lazy and --grid"),
     (["--lazy", "--sizes", "1e5"], "--sizes"),

@@ -190,7 +190,6 @@ def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarr
 
     Row i holds step i's ``count[i]`` samples, then -1; only the last row may be short.
     """
-    r = w.shape[0]
     s, n = sid.shape
     real = s * n - (n - int(count[-1]))
     c = costs[sid]
@@ -198,17 +197,30 @@ def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarr
     sid, c = _sort_desc(sid, c)
     # No split can beat the step's mean load, nor its largest sample on the fastest replica.
     floor = np.maximum(c.sum(axis=1) / w.sum(), c.max(axis=1) / w.max())
-    out, cost3, loads, fill = _place(sid, c, _greedy(c, w, slots, count), r, slots, real)
-    refine(out, cost3, loads, fill, w, floor, iterations, count)
-    if runs:
-        # Runs pad less but can get stuck a sample away from balance (a replica two samples
-        # over its neighbours in a step of near-equal costs); keep them where they balance
-        # as well as the greedy split.
-        r_out, r_cost3, r_loads, r_fill = _runs(sid, c, w, slots)
-        refine(r_out, r_cost3, r_loads, r_fill, w, floor, iterations, count)
-        ok = (r_loads / w).max(axis=1) <= (loads / w).max(axis=1) * (1 + _RUNS_SLACK)
-        out[ok] = r_out[ok]
+    if not runs:
+        return _greedy_split(sid, c, w, slots, count, floor, iterations, real)[0]
+    # Runs pad less but can get stuck a sample away from balance (a replica two samples over its
+    # neighbours in a step of near-equal costs); they are kept where they balance as well as the
+    # greedy split. Where they are within that slack of the floor, no greedy split can do better
+    # by more, so the greedy split is planned only for the other steps (the same result, sooner).
+    out, r_cost3, r_loads, r_fill = _runs(sid, c, w, slots)
+    refine(out, r_cost3, r_loads, r_fill, w, floor, iterations, count)
+    r_max = (r_loads / w).max(axis=1)
+    rest = np.flatnonzero(r_max > floor * (1 + _RUNS_SLACK))
+    if rest.size:
+        # Only the chunk's last row may hold padding; the greedy places the real samples alone.
+        g_real = rest.size * n - (n - int(count[-1]) if rest[-1] == s - 1 else 0)
+        g_out, g_max = _greedy_split(sid[rest], c[rest], w, slots, count[rest], floor[rest], iterations, g_real)
+        worse = r_max[rest] > g_max * (1 + _RUNS_SLACK)
+        out[rest[worse]] = g_out[worse]
     return out
+
+
+def _greedy_split(sid, c, w, slots: int, count, floor, iterations: int, real: int):
+    """The greedy split of cost-sorted steps, refined: ``[s, R, slots]`` ids and each step's max load per weight."""
+    out, cost3, loads, fill = _place(sid, c, _greedy(c, w, slots, count), w.shape[0], slots, real)
+    refine(out, cost3, loads, fill, w, floor, iterations, count)
+    return out, (loads / w).max(axis=1)
 
 
 def _groups(sizes: np.ndarray, runs: bool) -> list[tuple[int, np.ndarray]]:

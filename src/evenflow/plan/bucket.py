@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from evenflow.plan.shuffle import mix64
+from evenflow.plan.stable_sort import stable_argsort_nonnegative
 
 __all__ = ["BucketedOrder"]
 
@@ -58,7 +59,7 @@ class BucketedOrder:
     def _sort(self, w: int) -> tuple[np.ndarray, np.ndarray]:
         lo = w * self._window
         ids = self._base(lo, min(lo + self._window, self._used))
-        ids = ids[np.argsort(self._costs[ids], kind="stable")]
+        ids = ids[stable_argsort_nonnegative(self._costs[ids])]  # np.argsort(kind="stable"), faster
         if not self._rem or lo != self._last:
             return ids, ids[:0]
         at = self._at - lo

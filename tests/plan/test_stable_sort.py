@@ -1,0 +1,67 @@
+"""The fast stable argsort of costs (src/evenflow/plan/stable_sort.py) is numpy's stable argsort."""
+import numpy as np
+import pytest
+
+from evenflow.plan import assign_cost as ac
+from evenflow.plan.assign_cost_refine import refine
+from evenflow.plan.stable_sort import stable_argsort_nonnegative
+
+
+def _inputs():
+    rng = np.random.default_rng(7)
+    n = 50_000  # above the size where numpy's own sort is used
+    yield "lognormal", rng.lognormal(0, 1, n)
+    yield "integer lengths", rng.integers(1, 300, n).astype(np.float64)
+    # Costs equal but for their last bits: every run of equal truncated keys needs the exact re-sort.
+    yield "last bits", 1.0 + rng.integers(0, 4, n) * 2.0**-50
+    pairs = rng.lognormal(0, 1, n)
+    pairs[rng.integers(0, n, 200)] = np.nextafter(pairs[rng.integers(0, n, 200)], np.inf)  # a few near-twins
+    yield "a few near twins", pairs
+    yield "zeros of both signs", np.where(rng.random(n) < 0.5, -0.0, 0.0) * (rng.random(n) < 0.7) + \
+        (rng.random(n) < 0.3) * rng.random(n)
+    yield "huge and tiny", np.concatenate([rng.lognormal(0, 1, n) * 1e300, rng.random(n) * 1e-310])
+    yield "float32", rng.lognormal(0, 1, n).astype(np.float32)
+    yield "small", rng.lognormal(0, 1, 100)
+    yield "one", np.array([2.0])
+    yield "empty", np.zeros(0)
+
+
+@pytest.mark.parametrize("name,values", list(_inputs()), ids=[name for name, _ in _inputs()])
+def test_equals_numpys_stable_argsort(name, values):
+    got = stable_argsort_nonnegative(values)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.argsort(values, kind="stable"))
+
+
+def test_a_memory_mapped_cost_column_sorts_the_same(tmp_path):
+    values = np.random.default_rng(3).lognormal(0, 2, 20_000)
+    np.save(tmp_path / "c.npy", values)
+    mapped = np.load(tmp_path / "c.npy", mmap_mode="r")
+    assert np.array_equal(stable_argsort_nonnegative(mapped[5:19_000]), np.argsort(values[5:19_000], kind="stable"))
+
+
+@pytest.mark.parametrize("costs", ["lognormal", "integers", "equal"])
+def test_runs_split_skips_the_greedy_only_where_it_could_not_win(costs):
+    # _split_steps plans the greedy split only for steps whose runs are not within the slack of the
+    # lower bound; the result must be that of planning both splits everywhere and picking per step.
+    rng = np.random.default_rng(11)
+    r, g, steps = 8, 96, 30
+    c = {"lognormal": rng.lognormal(0, 1.5, g * steps), "integers": rng.integers(1, 9, g * steps).astype(float),
+         "equal": np.ones(g * steps)}[costs]
+    w = rng.uniform(0.5, 1.0, r)
+    slots = ac.cost_slots(g // r, g)
+    sid = rng.permutation(g * steps).reshape(steps, g)
+    count = np.full(steps, g)
+    count[-1] = g - 5  # a short last step, padded
+    sid[-1, count[-1]:] = -1
+    got = ac._split_steps(sid.copy(), count, slots, c, w, 32, runs=True)
+
+    cs = c[sid]
+    cs.ravel()[steps * g - 5:] = 0.0
+    sid_s, cs = ac._sort_desc(sid.copy(), cs)
+    floor = np.maximum(cs.sum(axis=1) / w.sum(), cs.max(axis=1) / w.max())
+    greedy, g_max = ac._greedy_split(sid_s, cs, w, slots, count, floor, 32, steps * g - 5)
+    runs, r_cost3, r_loads, r_fill = ac._runs(sid_s, cs, w, slots)
+    refine(runs, r_cost3, r_loads, r_fill, w, floor, 32, count)
+    keep = (r_loads / w).max(axis=1) <= g_max * (1 + ac._RUNS_SLACK)
+    assert np.array_equal(got, np.where(keep[:, None, None], runs, greedy))
