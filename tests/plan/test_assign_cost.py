@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from evenflow.plan import assign_cost as ac
+from evenflow.plan.assign_cost_refine import refine
 
 
 def _layout(n_steps, g, r, costs, weights=None, runs=False, seed=0):
@@ -34,12 +35,40 @@ def test_chunked_planning_matches_one_chunk(monkeypatch, runs):
 def test_chunks_planned_on_several_cores_match_one_core(monkeypatch, cores):
     # Chunks run in threads, one per core; the result must not depend on how many or their timing.
     costs = np.random.default_rng(4).lognormal(0, 1, 64 * 40)
-    monkeypatch.setattr(ac, "_cores", lambda: 1)
+    monkeypatch.setattr(ac, "cores", lambda: 1)
     _, serial, _ = _layout(40, 64, 4, costs, runs=True)
-    monkeypatch.setattr(ac, "_cores", lambda: cores)
+    monkeypatch.setattr(ac, "cores", lambda: cores)
     monkeypatch.setattr(ac, "_PARALLEL_MIN", 64)  # small chunks here, so several threads start
     monkeypatch.setattr(ac, "_CHUNK_SAMPLES", 64 * 7)
     _, threaded, _ = _layout(40, 64, 4, costs, runs=True)
+    assert np.array_equal(serial, threaded)
+
+
+@pytest.mark.parametrize("per_replica", [6, 40])  # 8 and 50 slots: exchanges rated all-pairs, and by sort
+@pytest.mark.parametrize("weighted", [False, True])
+def test_one_chunks_refinement_on_several_threads_matches_one_thread(monkeypatch, per_replica, weighted):
+    # With one chunk the refinement rates each pass's pairs in blocks on every core; the blocks
+    # and the threads must not change a single exchange.
+    from evenflow.plan import assign_cost_refine as rf
+
+    rng = np.random.default_rng(8)
+    r, steps = 64, 12
+    g = r * per_replica
+    costs = rng.lognormal(0, 1, g * steps)
+    order, bounds = rng.permutation(g * steps), np.arange(steps + 1) * g
+    w = rng.uniform(0.5, 1.5, r) if weighted else np.ones(r)
+    slots = ac.cost_slots(per_replica, g)
+    monkeypatch.setattr(ac, "cores", lambda: 1)
+    serial = ac.assign_cost(order, bounds, slots, costs, w, runs=True)
+    calls = []
+    monkeypatch.setattr(rf, "refine", lambda *a, **k: calls.append(a[-1]) or refine(*a, **k))
+    monkeypatch.setattr(ac, "refine", rf.refine)
+    monkeypatch.setattr(ac, "cores", lambda: 3)
+    monkeypatch.setattr(rf, "_THREAD_MIN", 0)
+    monkeypatch.setattr(rf, "_BLOCK_BYTES", 8 * 8 * 8 * 5)  # 5 pairs per block: several blocks per thread
+    monkeypatch.setattr(rf, "_SORT_BLOCK_BYTES", 16 * 50 * 5)
+    threaded = ac.assign_cost(order, bounds, slots, costs, w, runs=True)
+    assert calls and set(calls) == {3}  # one chunk (too few samples to split), refined on 3 threads
     assert np.array_equal(serial, threaded)
 
 
@@ -124,7 +153,9 @@ def test_the_exchange_search_finds_the_best_exchange_of_every_pair(m, weighted):
     la, lb = a.sum(axis=1), b.sum(axis=1)
     heavy = la / wa >= lb / wb
     a, b, la, lb, wa, wb = a[heavy], b[heavy], la[heavy], lb[heavy], wa[heavy], wb[heavy]
-    val, ia, jb = rf._best_exchange(a, b, la, lb, wa, wb)
+    k = len(a)
+    val, ia, jb = rf._best_exchange(np.concatenate((a, b)), np.arange(k), k + np.arange(k), la, lb, wa, wb,
+                                    equal=not weighted)
     d = a[:, :, None] - b[:, None, :]                       # every exchange (a free b slot: a move)
     every = np.maximum((la[:, None, None] - d) / wa[:, None, None], (lb[:, None, None] + d) / wb[:, None, None])
     best = every.reshape(len(a), -1).min(axis=1)

@@ -4,6 +4,7 @@ import pytest
 
 from evenflow.plan import assign_cost as ac
 from evenflow.plan.assign_cost_refine import refine
+from evenflow.plan.assign_runs import runs_split
 from evenflow.plan.stable_sort import stable_argsort_nonnegative
 
 
@@ -60,8 +61,8 @@ def test_runs_split_skips_the_greedy_only_where_it_could_not_win(costs):
     cs.ravel()[steps * g - 5:] = 0.0
     sid_s, cs = ac._sort_desc(sid.copy(), cs)
     floor = np.maximum(cs.sum(axis=1) / w.sum(), cs.max(axis=1) / w.max())
-    greedy, g_max = ac._greedy_split(sid_s, cs, w, slots, count, floor, 32, steps * g - 5)
-    runs, r_cost3, r_loads, r_fill = ac._runs(sid_s, cs, w, slots)
+    greedy, g_max = ac._greedy_split(sid_s, cs, w, slots, count, floor, 32, steps * g - 5, 1)
+    runs, r_cost3, r_loads, r_fill = runs_split(sid_s, cs, w, slots)
     refine(runs, r_cost3, r_loads, r_fill, w, floor, 32, count)
     keep = (r_loads / w).max(axis=1) <= g_max * (1 + ac._RUNS_SLACK)
     assert np.array_equal(got, np.where(keep[:, None, None], runs, greedy))

@@ -17,19 +17,23 @@ costs one pass of the pipeline, not one per step size:
    sample into a free slot, that best evens out their loads, until a step is within
    a small tolerance of its lower bound max(mean load, largest sample / largest weight).
 3. With bucketing (``runs=True``) a second split is tried: contiguous runs of the
-   cost-sorted step, cut where the running cost reaches each replica's share, then
-   refined. Samples of similar cost then share a batch, so padding each batch to
-   its longest sample wastes little; the runs are kept in every step where they
-   balance within 1% of the greedy split.
+   cost-sorted step (:mod:`evenflow.plan.assign_runs`), then refined. Samples of similar
+   cost then share a batch, so padding each batch to its longest sample wastes little;
+   the runs are kept in every step where they balance within 1% of the greedy split.
+
+Chunks are planned on every core in threads; when there is only one chunk (a single large
+step, as for one worker's first step of a huge epoch), its refinement uses the cores instead.
+The result never depends on the number of threads.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from evenflow.plan.assign_cost_refine import refine
+from evenflow.plan.assign_runs import runs_split
+from evenflow.plan.parallel import cores
 
 __all__ = ["assign_cost", "cost_slots"]
 
@@ -147,48 +151,17 @@ def _place(sid: np.ndarray, c: np.ndarray, tags: np.ndarray, r: int, slots: int,
     return out.reshape(s, r, slots), cost3.reshape(s, r, slots), loads, fill
 
 
-def _runs(sid: np.ndarray, c: np.ndarray, w: np.ndarray, slots: int):
-    # Contiguous runs of the cost-sorted step: replica r takes the r-th run, cut where the
-    # running cost reaches its cumulative share. Neighbours in cost order share a batch, so
-    # padding each batch to its longest sample wastes little (used with bucketing).
-    s, n = sid.shape
-    r = w.shape[0]
-    prefix = np.cumsum(c, axis=1)
-    total = prefix[:, -1]
-    target = total[:, None] * (np.cumsum(w)[:-1] / w.sum())[None, :]          # [s, r-1]
-    # Rows laid end to end stay sorted, so one searchsorted finds every cut.
-    shift = (np.arange(s) * (float(total.max()) * 2 + 1.0))[:, None]
-    cut = np.searchsorted((prefix + shift).ravel(), (target + shift).ravel(), side="right").reshape(s, r - 1)
-    cut -= np.arange(s)[:, None] * n
-    # Take the next sample too when that lands nearer the target than stopping before it.
-    before = np.where(cut > 0, np.take_along_axis(prefix, np.maximum(cut - 1, 0), axis=1), 0.0)
-    after = np.take_along_axis(prefix, np.minimum(cut, n - 1), axis=1)
-    cut = cut + ((cut < n) & (after - target < target - before))
-    cuts = np.concatenate((np.zeros((s, 1), np.int64), cut, np.full((s, 1), n, np.int64)), axis=1)
-    one = 1 if n >= r else 0  # every replica gets a sample when there are enough
-    for j in range(1, r):
-        low = np.maximum(cuts[:, j - 1] + one, n - slots * (r - j))
-        high = np.minimum(cuts[:, j - 1] + slots, n - one * (r - j))
-        cuts[:, j] = np.clip(cuts[:, j], low, high)
-    counts = np.diff(cuts, axis=1)
-    fill = np.arange(slots)[None, None, :] < counts[:, :, None]
-    out = np.full((s, r, slots), -1, dtype=np.int64)
-    cost3 = np.zeros((s, r, slots))
-    out[fill] = sid.ravel()  # C order of the mask is the order of the runs
-    cost3[fill] = c.ravel()
-    return out, cost3, cost3.sum(axis=2), counts
-
-
 def cost_slots(count_slots: int, global_batch_size: int) -> int:
     """Slot width in cost mode: count mode's plus a quarter (at least one), at most G."""
     return min(global_batch_size, count_slots + max(1, -(-count_slots // 4)))
 
 
 def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarray, w: np.ndarray,
-                 iterations: int, runs: bool) -> np.ndarray:
+                 iterations: int, runs: bool, threads: int = 1) -> np.ndarray:
     """Cost-balanced ``[steps, R, slots]`` layout of steps ``sid`` ``[steps, n]``.
 
-    Row i holds step i's ``count[i]`` samples, then -1; only the last row may be short.
+    Row i holds step i's ``count[i]`` samples, then -1; only the last row may be short. The
+    refinement rates its exchanges on ``threads`` threads.
     """
     s, n = sid.shape
     real = s * n - (n - int(count[-1]))
@@ -198,29 +171,30 @@ def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarr
     # No split can beat the step's mean load, nor its largest sample on the fastest replica.
     floor = np.maximum(c.sum(axis=1) / w.sum(), c.max(axis=1) / w.max())
     if not runs:
-        return _greedy_split(sid, c, w, slots, count, floor, iterations, real)[0]
+        return _greedy_split(sid, c, w, slots, count, floor, iterations, real, threads)[0]
     # Runs pad less but can get stuck a sample away from balance (a replica two samples over its
     # neighbours in a step of near-equal costs); they are kept where they balance as well as the
     # greedy split. Where they are within that slack of the floor, no greedy split can do better
     # by more, so the greedy split is planned only for the other steps (the same result, sooner).
-    out, r_cost3, r_loads, r_fill = _runs(sid, c, w, slots)
-    refine(out, r_cost3, r_loads, r_fill, w, floor, iterations, count)
+    out, r_cost3, r_loads, r_fill = runs_split(sid, c, w, slots)
+    refine(out, r_cost3, r_loads, r_fill, w, floor, iterations, count, threads)
     r_max = (r_loads / w).max(axis=1)
     # (1 - 1e-12): a greedy maximum summed in another order may round a few ulps below the floor.
     rest = np.flatnonzero(r_max > floor * ((1 + _RUNS_SLACK) * (1 - 1e-12)))
     if rest.size:
         # Only the chunk's last row may hold padding; the greedy places the real samples alone.
         g_real = rest.size * n - (n - int(count[-1]) if rest[-1] == s - 1 else 0)
-        g_out, g_max = _greedy_split(sid[rest], c[rest], w, slots, count[rest], floor[rest], iterations, g_real)
+        g_out, g_max = _greedy_split(sid[rest], c[rest], w, slots, count[rest], floor[rest], iterations, g_real,
+                                     threads)
         worse = r_max[rest] > g_max * (1 + _RUNS_SLACK)
         out[rest[worse]] = g_out[worse]
     return out
 
 
-def _greedy_split(sid, c, w, slots: int, count, floor, iterations: int, real: int):
+def _greedy_split(sid, c, w, slots: int, count, floor, iterations: int, real: int, threads: int):
     """The greedy split of cost-sorted steps, refined: ``[s, R, slots]`` ids and each step's max load per weight."""
     out, cost3, loads, fill = _place(sid, c, _greedy(c, w, slots, count), w.shape[0], slots, real)
-    refine(out, cost3, loads, fill, w, floor, iterations, count)
+    refine(out, cost3, loads, fill, w, floor, iterations, count, threads)
     return out, (loads / w).max(axis=1)
 
 
@@ -259,7 +233,7 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, slots: int, costs: np.nda
                              f"< {size} samples; pass slots >= {-(-size // r)}")
         # At most _CHUNK_SAMPLES per chunk, and one chunk per core where chunks stay large enough
         # for numpy's loops (which release the GIL) to outweigh Python's per-call overhead.
-        per_core = max(-(-steps.size // _cores()), _PARALLEL_MIN // size)
+        per_core = max(-(-steps.size // cores()), _PARALLEL_MIN // size)
         chunk = max(1, min(_CHUNK_SAMPLES // size, per_core))
         jobs += [(size, steps[lo:lo + chunk]) for lo in range(0, steps.size, chunk)]
 
@@ -277,10 +251,11 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, slots: int, costs: np.nda
                 sid = sid.reshape(part.size, size)
         else:
             sid = order[(bounds[part] - base)[:, None] + np.arange(size)[None, :]]
-        return _split_steps(sid, sizes[part], slots, costs, weights, iterations, runs)
+        return _split_steps(sid, sizes[part], slots, costs, weights, iterations, runs, inner)
 
     # Chunks are independent and numpy releases the GIL in its loops: plan them on every core.
-    workers = min(len(jobs), _cores()) if int(bounds[-1]) - base >= 2 * _PARALLEL_MIN else 1
+    workers = min(len(jobs), cores()) if int(bounds[-1]) - base >= 2 * _PARALLEL_MIN else 1
+    inner = cores() if workers == 1 else 1  # one chunk at a time: its refinement uses the cores
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
             parts = list(pool.map(plan_chunk, jobs))
@@ -292,10 +267,3 @@ def assign_cost(order: np.ndarray, bounds: np.ndarray, slots: int, costs: np.nda
     for (_, part), got in zip(jobs, parts):
         ids[part] = got
     return ids
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1

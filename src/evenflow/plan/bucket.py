@@ -20,10 +20,13 @@ from typing import Callable
 
 import numpy as np
 
+from evenflow.plan.parallel import cores, split_range
 from evenflow.plan.shuffle import mix64
 from evenflow.plan.stable_sort import stable_argsort_nonnegative
 
 __all__ = ["BucketedOrder"]
+
+_PARALLEL_MIN = 1 << 18  # samples of a window from which its shuffle and cost reads are split across cores
 
 
 class BucketedOrder:
@@ -58,8 +61,15 @@ class BucketedOrder:
 
     def _sort(self, w: int) -> tuple[np.ndarray, np.ndarray]:
         lo = w * self._window
-        ids = self._base(lo, min(lo + self._window, self._used))
-        ids = ids[stable_argsort_nonnegative(self._costs[ids])]  # np.argsort(kind="stable"), faster
+        hi = min(lo + self._window, self._used)
+        ids, c = np.empty(hi - lo, np.int64), np.empty(hi - lo)
+
+        def gather(a: int, b: int) -> None:  # the window's samples and their costs (a random read of the file)
+            ids[a - lo:b - lo] = self._base(a, b)
+            c[a - lo:b - lo] = self._costs[ids[a - lo:b - lo]]
+
+        split_range(gather, lo, hi, cores() if hi - lo >= _PARALLEL_MIN else 1)
+        ids = ids[stable_argsort_nonnegative(c)]  # np.argsort(kind="stable"), faster
         if not self._rem or lo != self._last:
             return ids, ids[:0]
         at = self._at - lo
