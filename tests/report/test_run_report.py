@@ -257,3 +257,22 @@ def test_the_help_states_the_thresholds_the_code_uses():
     text = " ".join(EPILOG.split())
     assert f"input-bound when the steps waited >= {t.INPUT_BOUND:.0%}" in text
     assert f">= {t.STRAGGLER:.0%} of their step time" in text and f"from {t.INPUT_MODERATE:.0%} input wait" in text
+
+
+def test_a_straggler_kept_because_a_re_plan_would_not_repay_its_cost_says_so(tmp_path):
+    # Rebalancing was on and predicted faster steps, but not enough to repay a re-plan over the
+    # steps left: the line gives the gain, the saving, the cost it was weighed against and the fix.
+    held = {"kind": "held", "epoch": 0, "step": 5, "global_step": 5, "gain": 1.42, "saving_seconds": 0.8,
+            "replan_seconds": 1.27, "payback": 1.5, "replans": 0}
+    lines = _straggling(6) + [held] + _straggling(4, start=6) + [{**held, "gain": 1.38, "saving_seconds": 0.5}]
+    d = diagnose(load_telemetry(_write(tmp_path / "run", lines)))
+    assert d.kind == "straggler" and d.straggler == 2
+    line = d.lines[0]
+    assert "rebalancing is on but kept the split: 2 checks predicted faster steps" in line, line
+    assert "(the last after 10 updates: 1.38x, 0.500 s saved over the steps left)" in line
+    assert "less than 1.5x what a re-plan is taken to cost (1.27 s: the first opening of the pipelines" in line
+    assert "--rebalance-payback" in line
+    # A check judges the updates before it: the first one (after 6 updates) explains updates 0..5, not 0..4.
+    tel = load_telemetry(tmp_path / "run")
+    assert "kept the split: 1 check predicted" in diagnose(tel, 0, 6).lines[0]
+    assert "kept the split" not in diagnose(tel, 0, 5).lines[0]

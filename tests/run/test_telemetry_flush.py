@@ -44,3 +44,26 @@ def test_step_lines_reach_the_file_once_a_second_has_passed_and_all_of_them_on_c
     assert _steps_on_disk(path) == [0, 1]
     m.close()
     assert _steps_on_disk(path) == [0, 1, 2]
+
+
+def test_a_check_held_back_by_payback_is_written_and_read_back(tmp_path):
+    # The rebalancer predicted a gain that would not repay a re-plan over the steps left: the run
+    # writes a "held" line, and the reader keeps it with the number of step lines before it.
+    from evenflow.plan.speed import Decision
+    from evenflow.report.telemetry import load_telemetry
+
+    m = ReplicaMonitor(2, 8, 10, check_every=1, telemetry=tmp_path / "telemetry.jsonl")
+    m.stream_opened(1.25)  # the first opening of the pipelines: what a re-plan is taken to cost
+    held = Decision(None, (2.0, 1.0), 1.3, 1.5, 1.0, "payback", saving=0.4)
+    m.rebalancer.check = lambda *a, **k: held
+    got = []
+    for step in range(3):
+        _update(m, step)
+        got.append(m.absorb(m.window()))
+    m.close()
+    assert got == [None, held, held]  # the first update is a warm-up: no check
+    tel = load_telemetry(tmp_path)
+    assert [ev["index"] for ev in tel.held] == [2, 3]
+    ev = tel.held[0]
+    assert (ev["gain"], ev["saving_seconds"], ev["replan_seconds"], ev["payback"], ev["replans"]) == \
+        (1.3, 0.4, 1.25, m.rebalancer.options.payback, 0)

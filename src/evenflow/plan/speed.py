@@ -36,7 +36,7 @@ checks (twice as many after each undo in a row) unless a device's speed changes.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -87,7 +87,8 @@ class Decision:
     steps slower: re-aimed from the lines its steps measured), ``"undo"`` (it made steps
     slower and the lines point nowhere better: back to the weights before it),
     ``"payback"`` (a gain that would not repay the re-plan's cost over the steps left),
-    ``"review"`` (the last re-plan is still being measured) or ``""``.
+    ``"review"`` (the last re-plan is still being measured) or ``""``. With ``"payback"``,
+    ``saving`` is the seconds the proposed weights were predicted to save over the steps left.
     """
 
     weights: tuple[float, ...] | None
@@ -96,6 +97,7 @@ class Decision:
     imbalance_before: float
     imbalance_after: float
     reason: str = ""
+    saving: float = float("nan")
 
 
 class Rebalancer:
@@ -243,7 +245,7 @@ class Rebalancer:
         cost = self.replan_seconds
         if steps_left is not None and cost is not None and steps_left * (now - then) < self.options.payback * cost:
             self.held_back += 1
-            return decision(None, "payback")
+            return replace(decision(None, "payback"), saving=float(steps_left * (now - then)))
         self.review.replanned(self.weights)
         self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
         return decision(target, "replan")

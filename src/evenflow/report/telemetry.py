@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.report.rebalance_advice import rebalance_advice, seconds as _seconds
 from evenflow.report.telemetry_jsonl import read_telemetry_lines
 
 __all__ = ["Telemetry", "Diagnosis", "load_telemetry", "diagnose", "diagnose_phases", "shown_fraction",
@@ -46,6 +47,8 @@ class Telemetry:
         rebalances: the ``rebalance`` lines, each with ``"index"`` added: the number of step
             lines written before it, i.e. the first update that used its ``after`` weights.
         truncated_line: 1-based number of a skipped, truncated last line, else None.
+        held: the ``held`` lines (a check whose re-plan would not have repaid its cost over the
+            steps left), each with ``"index"`` added as for ``rebalances``.
     """
 
     path: Path
@@ -61,6 +64,7 @@ class Telemetry:
     step_seconds: np.ndarray
     rebalances: tuple[dict, ...] = ()
     truncated_line: int | None = None
+    held: tuple[dict, ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -111,7 +115,7 @@ def load_telemetry(run_dir) -> Telemetry:
     path = run_dir / TELEMETRY_FILE
     if not path.is_file():
         raise ValueError(f"{path} not found: it is written by evenflow train with telemetry; run training first")
-    run, rows, rebalances, truncated = read_telemetry_lines(path)
+    run, rows, rebalances, truncated, held = read_telemetry_lines(path)
     if not rows["epoch"]:
         raise ValueError(f"{path} has no step lines; the run stopped before its first update — "
                          f"train at least one step")
@@ -123,7 +127,7 @@ def load_telemetry(run_dir) -> Telemetry:
         weights=np.asarray(rows["weights"], f64), samples=np.asarray(rows["samples"], np.int64),
         cost=np.asarray(rows["cost"], f64), compute=np.asarray(rows["compute"], f64),
         input_wait=np.asarray(rows["input_wait"], f64), step_seconds=np.asarray(rows["step_seconds"], f64),
-        rebalances=tuple(rebalances), truncated_line=truncated)
+        rebalances=tuple(rebalances), truncated_line=truncated, held=tuple(held))
 
 
 def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnosis:
@@ -213,11 +217,6 @@ def _pct(x: float) -> str:
     return f"{shown_fraction(x):.1%}"
 
 
-def _seconds(x: float) -> str:
-    """Seconds with 3 significant digits (never "0.0 s" for a wait that counted)."""
-    return f"{x:,.0f} s" if x >= 99.95 else f"{x:#.3g} s"
-
-
 RULES = (f"input-bound from {INPUT_BOUND:.0%} input wait (moderately from {INPUT_MODERATE:.0%}), "
          f"a straggler from {STRAGGLER:.0%}")
 _FEED = ("feed faster: more parallel reads and decoding, cache the decoded dataset, a deeper prefetch; convert "
@@ -244,7 +243,7 @@ def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) ->
             shown_fraction(d.input_wait_fraction) >= INPUT_BOUND:
         todo.append(_FEED)
     if d.straggler is not None and shown_fraction(d.straggler_fraction) >= STRAGGLER:
-        todo.insert(0 if d.kind == "straggler" else 1, _rebalance_advice(tel, d.start, d.stop, d.straggler))
+        todo.insert(0 if d.kind == "straggler" else 1, rebalance_advice(tel, d.start, d.stop, d.straggler))
     return f"{d.kind}: {figures} [{RULES}]; {'; '.join(todo) or 'nothing to fix'}"
 
 
@@ -254,31 +253,6 @@ def _compute_ratio(tel: Telemetry, d: Diagnosis) -> str:
     others = np.delete(comp.sum(axis=0), d.straggler)
     ratio = float(comp[:, d.straggler].sum() / others.mean()) if others.mean() > 0 else float("inf")
     return f"replica {d.straggler} took {ratio:.1f}x the others' compute time"
-
-
-def _rebalance_advice(tel: Telemetry, start: int, stop: int, strag: int) -> str:
-    if tel.run.get("shared_devices"):
-        return (f"but the replicas are logical devices sharing one CPU's cores, so the one scheduled last looks "
-                f"slow: replica {strag} is not a slower device, and giving it less work would only make another "
-                f"one look slow (rebalancing stays off for such devices); on separate devices this would be a "
-                f"real straggler")
-    undone = [ev["index"] for ev in tel.rebalances if ev.get("reason") == "undo"]
-    if undone:
-        return (f"rebalancing gave replica {strag} less work, but steps got no faster, so it went back at update "
-                f"{undone[0]} and keeps this split: the time is lost outside the replicas' compute (communication "
-                f"or input on a shared core?)")
-    at = [ev["index"] for ev in tel.rebalances]
-    inside, later = [i for i in at if start < i < stop], [i for i in at if i >= stop]
-    if inside:
-        return (f"rebalancing is on and changed the weights {len(inside)} time{'s' * (len(inside) != 1)} within "
-                f"these steps (first at update {inside[0]}): compare the diagnoses before and after rebalancing")
-    if later:
-        return f"rebalancing is on and changed the weights after these steps, at update {later[0]}"
-    if at or tel.run.get("rebalance"):
-        return (f"rebalancing is on but has not caught up: replica {strag} may be slow irregularly (a shared or "
-                f"throttling device?) — check it, or give it a smaller fixed weight")
-    return (f"rebalancing is off: turn it on so the plan gives replica {strag} a smaller share, or give it a "
-            f"smaller weight")
 
 
 def diagnose_phases(tel: Telemetry) -> dict[str, Diagnosis]:

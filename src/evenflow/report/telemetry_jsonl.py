@@ -2,8 +2,9 @@
 
 Each non-blank line is one JSON object with a ``kind``: the first ``run`` line gives the
 replica count (else the first ``step`` line's weights do), every ``step`` line is checked
-for its fields and one value per replica in each per-replica array, and ``rebalance`` lines
-are kept as written with the number of step lines before them. Unknown keys and kinds are
+for its fields and one value per replica in each per-replica array, and ``rebalance`` and
+``held`` lines (a re-plan, and a check whose re-plan would not have repaid its cost) are kept
+as written with the number of step lines before them. Unknown keys and kinds are
 ignored, so older readers accept newer files; a last line that is not valid JSON (the
 trainer stopped mid-write) is skipped and reported. The stdlib only.
 """
@@ -28,6 +29,7 @@ class TelemetryLines(NamedTuple):
             replica for weights, samples (ints), cost and compute (floats).
         rebalances: the ``rebalance`` lines, each with ``"index"`` (the number of step lines
             before it) and ``"line"`` (its 1-based line number) added.
+        held: the ``held`` lines, the same way.
         truncated_line: 1-based number of a skipped, truncated last line, else None.
     """
 
@@ -35,6 +37,7 @@ class TelemetryLines(NamedTuple):
     rows: dict[str, list]
     rebalances: list[dict]
     truncated_line: int | None
+    held: list[dict]
 
 
 def read_telemetry_lines(path: Path) -> TelemetryLines:
@@ -51,6 +54,7 @@ def read_telemetry_lines(path: Path) -> TelemetryLines:
     rows: dict[str, list] = {k: [] for k in ("epoch", "step", "global_step", "input_wait", "step_seconds",
                                              *PER_REPLICA)}
     rebalances: list[dict] = []
+    held: list[dict] = []
     truncated = None
     for i, text in enumerate(lines):
         if not text.strip():
@@ -69,10 +73,10 @@ def read_telemetry_lines(path: Path) -> TelemetryLines:
             if replicas is None:  # no run line: the first step line decides
                 replicas = len(obj.get("weights") or [])
             _read_step(obj, replicas, where, rows)
-        elif kind == "rebalance":
-            rebalances.append({**obj, "index": len(rows["epoch"]), "line": i + 1})
+        elif kind in ("rebalance", "held"):
+            (rebalances if kind == "rebalance" else held).append({**obj, "index": len(rows["epoch"]), "line": i + 1})
         # other kinds: written by a newer trainer; ignored on purpose
-    return TelemetryLines(run, rows, rebalances, truncated)
+    return TelemetryLines(run, rows, rebalances, truncated, held)
 
 
 def _json_object(text: str, where: str, truncated_ok: bool) -> dict | None:

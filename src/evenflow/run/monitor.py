@@ -228,7 +228,13 @@ class ReplicaMonitor:
         seconds = rows[use, :, 2].sum(axis=0)
         last = meta[-1]
         left = None if self.total_steps is None else max(self.total_steps - (last[0] * self.steps_per_epoch + last[1] + 1), 0)
-        return self.rebalancer.check(load, seconds, steps_left=left)
+        decision = self.rebalancer.check(load, seconds, steps_left=left)
+        if decision is not None and decision.reason == "payback":  # a gain held back: the report says why
+            self._write({"kind": "held", "epoch": last[0], "step": last[1], "global_step": last[2],
+                         "gain": round(decision.gain, 6), "saving_seconds": round(decision.saving, 6),
+                         "replan_seconds": round(float(self.rebalancer.replan_seconds), 6),
+                         "payback": self.rebalancer.options.payback, "replans": len(self.history)})
+        return decision
 
     def switching(self) -> None:
         """A decided re-plan starts a few steps later: until then, steps are not measured as its steps."""

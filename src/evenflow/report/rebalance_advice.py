@@ -1,0 +1,56 @@
+"""The diagnosis's advice about a straggler: what rebalancing did about it, and why.
+
+Read from a run's telemetry (:class:`evenflow.report.telemetry.Telemetry`): its ``run`` line
+(logical devices sharing cores, rebalancing on), its ``rebalance`` lines (re-plans, undone
+ones) and its ``held`` lines (checks whose predicted gain would not have repaid a re-plan's
+cost over the steps left).
+"""
+from __future__ import annotations
+
+__all__ = ["rebalance_advice", "seconds"]
+
+
+def seconds(x: float) -> str:
+    """Seconds with 3 significant digits (never "0.0 s" for a wait that counted)."""
+    return f"{x:,.0f} s" if x >= 99.95 else f"{x:#.3g} s"
+
+
+def rebalance_advice(tel, start: int, stop: int, strag: int) -> str:
+    """What rebalancing did about straggler ``strag`` in updates ``start..stop-1`` of telemetry ``tel``."""
+    if tel.run.get("shared_devices"):
+        return (f"but the replicas are logical devices sharing one CPU's cores, so the one scheduled last looks "
+                f"slow: replica {strag} is not a slower device, and giving it less work would only make another "
+                f"one look slow (rebalancing stays off for such devices); on separate devices this would be a "
+                f"real straggler")
+    undone = [ev["index"] for ev in tel.rebalances if ev.get("reason") == "undo"]
+    if undone:
+        return (f"rebalancing gave replica {strag} less work, but steps got no faster, so it went back at update "
+                f"{undone[0]} and keeps this split: the time is lost outside the replicas' compute (communication "
+                f"or input on a shared core?)")
+    at = [ev["index"] for ev in tel.rebalances]
+    inside, later = [i for i in at if start < i < stop], [i for i in at if i >= stop]
+    if inside:
+        return (f"rebalancing is on and changed the weights {len(inside)} time{'s' * (len(inside) != 1)} within "
+                f"these steps (first at update {inside[0]}): compare the diagnoses before and after rebalancing")
+    if later:
+        return f"rebalancing is on and changed the weights after these steps, at update {later[0]}"
+    held = [ev for ev in tel.held if start < ev["index"] <= stop]
+    if held:
+        return _held_advice(held[-1], len(held))
+    if at or tel.run.get("rebalance"):
+        return (f"rebalancing is on but has not caught up: replica {strag} may be slow irregularly (a shared or "
+                f"throttling device?) — check it, or give it a smaller fixed weight")
+    return (f"rebalancing is off: turn it on so the plan gives replica {strag} a smaller share, or give it a "
+            f"smaller weight")
+
+
+def _held_advice(ev: dict, checks: int) -> str:
+    """Why rebalancing kept a straggler's split: the last ``held`` line of the window."""
+    cost = float(ev.get("replan_seconds", float("nan")))
+    source = ("the first opening of the pipelines stands in for it until a re-plan is measured"
+              if not ev.get("replans") else "measured")
+    return (f"rebalancing is on but kept the split: {checks} check{'s' * (checks != 1)} predicted faster steps "
+            f"(the last after {ev['index']} updates: {float(ev.get('gain', float('nan'))):.2f}x, "
+            f"{seconds(float(ev.get('saving_seconds', float('nan'))))} saved over the steps left), less than "
+            f"{float(ev.get('payback', float('nan'))):g}x what a re-plan is taken to cost ({seconds(cost)}: {source}); "
+            f"a longer run re-plans, or lower --rebalance-payback (0: whenever the gain clears the threshold)")
