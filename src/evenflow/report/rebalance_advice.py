@@ -35,8 +35,8 @@ def rebalance_advice(tel, start: int, stop: int, strag: int) -> str:
     if later:
         return f"rebalancing is on and changed the weights after these steps, at update {later[0]}"
     held = [ev for ev in tel.held if start < ev["index"] <= stop]
-    if held:
-        return _held_advice(held[-1], len(held))
+    if held:  # the check nearest to paying off: the largest saving
+        return _held_advice(max(held, key=lambda ev: float(ev.get("saving_seconds", 0.0))), len(held))
     if at or tel.run.get("rebalance"):
         return (f"rebalancing is on but has not caught up: replica {strag} may be slow irregularly (a shared or "
                 f"throttling device?) — check it, or give it a smaller fixed weight")
@@ -45,12 +45,12 @@ def rebalance_advice(tel, start: int, stop: int, strag: int) -> str:
 
 
 def _held_advice(ev: dict, checks: int) -> str:
-    """Why rebalancing kept a straggler's split: the last ``held`` line of the window."""
+    """Why rebalancing kept a straggler's split, from the ``held`` line ``ev`` of the window."""
     cost = float(ev.get("replan_seconds", float("nan")))
     source = ("the first opening of the pipelines stands in for it until a re-plan is measured"
               if not ev.get("replans") else "measured")
     return (f"rebalancing is on but kept the split: {checks} check{'s' * (checks != 1)} predicted faster steps "
-            f"(the last after {ev['index']} updates: {float(ev.get('gain', float('nan'))):.2f}x, "
+            f"(the best after {ev['index']} updates: {float(ev.get('gain', float('nan'))):.2f}x, "
             f"{seconds(float(ev.get('saving_seconds', float('nan'))))} saved over the steps left), less than "
             f"{float(ev.get('payback', float('nan'))):g}x what a re-plan is taken to cost ({seconds(cost)}: {source}); "
             f"a longer run re-plans, or lower --rebalance-payback (0: whenever the gain clears the threshold)")

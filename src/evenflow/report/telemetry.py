@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.report.load_fit import cost_advice
 from evenflow.report.rebalance_advice import rebalance_advice, seconds as _seconds
 from evenflow.report.telemetry_jsonl import read_telemetry_lines
 
@@ -243,7 +244,13 @@ def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) ->
             shown_fraction(d.input_wait_fraction) >= INPUT_BOUND:
         todo.append(_FEED)
     if d.straggler is not None and shown_fraction(d.straggler_fraction) >= STRAGGLER:
-        todo.insert(0 if d.kind == "straggler" else 1, rebalance_advice(tel, d.start, d.stop, d.straggler))
+        at = 0 if d.kind == "straggler" else 1
+        todo.insert(at, rebalance_advice(tel, d.start, d.stop, d.straggler))
+        window = slice(d.start, d.stop)
+        if tel.load_unit == "cost":
+            unit = cost_advice(tel.cost[window], tel.samples[window], tel.compute[window])
+            if unit is not None:
+                todo.insert(at + 1, unit)
     return f"{d.kind}: {figures} [{RULES}]; {'; '.join(todo) or 'nothing to fix'}"
 
 
