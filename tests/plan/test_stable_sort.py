@@ -41,28 +41,45 @@ def test_a_memory_mapped_cost_column_sorts_the_same(tmp_path):
     assert np.array_equal(stable_argsort_nonnegative(mapped[5:19_000]), np.argsort(values[5:19_000], kind="stable"))
 
 
-@pytest.mark.parametrize("costs", ["lognormal", "integers", "equal"])
-def test_runs_split_skips_the_greedy_only_where_it_could_not_win(costs):
+def _costs(kind: str, n: int, g: int, rng) -> np.ndarray:
+    if kind == "two_level":  # a share of costly samples that varies by step, the rest 20x cheaper
+        costly = rng.random(n) < rng.uniform(0.2, 0.8, n // g).repeat(g)
+        return np.where(costly, 1.0, 0.05) * rng.uniform(1.0, 1.2, n)
+    return {"lognormal": rng.lognormal(0, 1.5, n), "integers": rng.integers(1, 9, n).astype(float),
+            "equal": np.ones(n)}[kind]
+
+
+@pytest.mark.parametrize("costs,r,g,iterations,kinds", [
+    ("lognormal", 8, 96, 32, ""), ("integers", 8, 96, 32, ""), ("equal", 8, 96, 32, ""),
+    ("two_level", 8, 24, 2, "near,chance,hopeless"), ("two_level", 8, 400, 32, "near,hopeless")])
+def test_runs_split_skips_the_greedy_only_where_it_could_not_win(costs, r, g, iterations, kinds):
     # _split_steps plans the greedy split only for steps whose runs are not within the slack of the
-    # lower bound; the result must be that of planning both splits everywhere and picking per step.
+    # lower bound, and refines runs that cannot end within it only where the greedy split leaves them
+    # a chance. The result must be that of refining both splits everywhere and picking per step.
     rng = np.random.default_rng(11)
-    r, g, steps = 8, 96, 30
-    c = {"lognormal": rng.lognormal(0, 1.5, g * steps), "integers": rng.integers(1, 9, g * steps).astype(float),
-         "equal": np.ones(g * steps)}[costs]
+    steps = 60
+    c = _costs(costs, g * steps, g, rng)
     w = rng.uniform(0.5, 1.0, r)
     slots = ac.cost_slots(g // r, g)
     sid = rng.permutation(g * steps).reshape(steps, g)
     count = np.full(steps, g)
     count[-1] = g - 5  # a short last step, padded
     sid[-1, count[-1]:] = -1
-    got = ac._split_steps(sid.copy(), count, slots, c, w, 32, runs=True)
+    got = ac._split_steps(sid.copy(), count, slots, c, w, iterations, runs=True)
 
     cs = c[sid]
     cs.ravel()[steps * g - 5:] = 0.0
     sid_s, cs = ac._sort_desc(sid.copy(), cs)
     floor = np.maximum(cs.sum(axis=1) / w.sum(), cs.max(axis=1) / w.max())
-    greedy, g_max = ac._greedy_split(sid_s, cs, w, slots, count, floor, 32, steps * g - 5, 1)
+    greedy, g_max = ac._greedy_split(sid_s, cs, w, slots, count, floor, iterations, steps * g - 5, 1)
     runs, r_cost3, r_loads, r_fill = runs_split(sid_s, cs, w, slots)
-    refine(runs, r_cost3, r_loads, r_fill, w, floor, 32, count)
+    # The bound the shortcut relies on: a pass takes at most a replica's largest own sample off it.
+    reach = ((r_loads - iterations * r_cost3.max(axis=2)) / w).max(axis=1)
+    refine(runs, r_cost3, r_loads, r_fill, w, floor, iterations, count)
+    assert np.all((r_loads / w).max(axis=1) >= reach * (1 - 1e-9))
     keep = (r_loads / w).max(axis=1) <= g_max * (1 + ac._RUNS_SLACK)
     assert np.array_equal(got, np.where(keep[:, None, None], runs, greedy))
+    near = reach <= floor * (1 + ac._RUNS_SLACK)
+    hopeless = ~near & (reach > g_max * (1 + ac._RUNS_SLACK))
+    found = {"near": near.any(), "chance": (~near & ~hopeless).any(), "hopeless": hopeless.any()}
+    assert all(found[k] for k in kinds.split(",") if k), found  # the cases meant to cover each branch do

@@ -19,7 +19,9 @@ costs one pass of the pipeline, not one per step size:
 3. With bucketing (``runs=True``) a second split is tried: contiguous runs of the
    cost-sorted step (:mod:`evenflow.plan.assign_runs`), then refined. Samples of similar
    cost then share a batch, so padding each batch to its longest sample wastes little;
-   the runs are kept in every step where they balance within 1% of the greedy split.
+   the runs are kept in every step where they balance within 1% of the greedy split. A pass
+   of the refinement takes at most one of a replica's own samples off it, so where even that
+   many passes cannot bring the runs within 1% of the greedy split, they are not refined at all.
 
 Chunks are planned on every core in threads; when there is only one chunk (a single large
 step, as for one worker's first step of a huge epoch), its refinement uses the cores instead.
@@ -176,19 +178,38 @@ def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarr
     # neighbours in a step of near-equal costs); they are kept where they balance as well as the
     # greedy split. Where they are within that slack of the floor, no greedy split can do better
     # by more, so the greedy split is planned only for the other steps (the same result, sooner).
-    out, r_cost3, r_loads, r_fill = runs_split(sid, c, w, slots)
-    refine(out, r_cost3, r_loads, r_fill, w, floor, iterations, count, threads)
-    r_max = (r_loads / w).max(axis=1)
+    split = runs_split(sid, c, w, slots)
+    out, r_cost3, r_loads = split[0], split[1], split[2]
+    # Each refinement pass gives away at most one sample per replica, and a sample it had received
+    # takes back only what it brought, so a replica loses at most its largest own sample per pass:
+    # no refinement brings a step's maximum below ``reach``. Steps whose runs cannot end within
+    # the slack of the floor are refined only if the greedy split leaves them a chance.
+    reach = ((r_loads - iterations * r_cost3.max(axis=2)) / w).max(axis=1) * (1 - 1e-9)
     # (1 - 1e-12): a greedy maximum summed in another order may round a few ulps below the floor.
-    rest = np.flatnonzero(r_max > floor * ((1 + _RUNS_SLACK) * (1 - 1e-12)))
+    edge = floor * ((1 + _RUNS_SLACK) * (1 - 1e-12))
+    _refine_steps(split, np.flatnonzero(reach <= edge), w, floor, iterations, count, threads)
+    rest = np.flatnonzero((r_loads / w).max(axis=1) > edge)  # also every step whose reach is above the edge
     if rest.size:
         # Only the chunk's last row may hold padding; the greedy places the real samples alone.
         g_real = rest.size * n - (n - int(count[-1]) if rest[-1] == s - 1 else 0)
         g_out, g_max = _greedy_split(sid[rest], c[rest], w, slots, count[rest], floor[rest], iterations, g_real,
                                      threads)
-        worse = r_max[rest] > g_max * (1 + _RUNS_SLACK)
+        chance = (reach[rest] > edge[rest]) & (reach[rest] <= g_max * (1 + _RUNS_SLACK))
+        _refine_steps(split, rest[chance], w, floor, iterations, count, threads)
+        worse = (r_loads[rest] / w).max(axis=1) > g_max * (1 + _RUNS_SLACK)
         out[rest[worse]] = g_out[worse]
     return out
+
+
+def _refine_steps(split, steps: np.ndarray, w, floor, iterations: int, count, threads: int) -> None:
+    """Refine, in place, rows ``steps`` of a split ``(ids, costs, loads, fill)`` (each step on its own)."""
+    if steps.size == split[0].shape[0]:
+        refine(*split, w, floor, iterations, count, threads)
+    elif steps.size:
+        part = [a[steps] for a in split]
+        refine(*part, w, floor[steps], iterations, count[steps], threads)
+        for whole, got in zip(split, part):
+            whole[steps] = got
 
 
 def _greedy_split(sid, c, w, slots: int, count, floor, iterations: int, real: int, threads: int):
