@@ -47,8 +47,9 @@ def _best_exchange(rows, lane_a, lane_b, la, lb, wa, wb, equal: bool, workers=No
     and growing on both sides. A free slot of ``a`` (cost 0) moves ``d <= 0``, which never
     lowers the heavier side, so it is never chosen over an exchange that helps.
 
-    Pairs go in blocks of about ``_BLOCK_BYTES`` per temporary: small blocks stay in the cache and
-    reuse the allocator's memory, where one temporary over all pairs costs a fresh page per 4 KiB.
+    Pairs go in blocks of about ``_BLOCK_BYTES`` (all pairs) or ``_SORT_BLOCK_BYTES`` (by sort) per
+    temporary: small blocks stay in the cache and reuse the allocator's memory, where one temporary
+    over all pairs costs a fresh page per 4 KiB.
     With ``workers`` (a thread pool and its size; used from ``_THREAD_MIN`` slots in all) the blocks
     are shared among its threads: numpy releases the GIL in its loops, and every pair's answer is its own.
     """
