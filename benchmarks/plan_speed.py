@@ -36,6 +36,7 @@ Examples:
     python benchmarks/plan_speed.py --sizes 1e6,1e7 --modes cost,cost+bucket
     python benchmarks/plan_speed.py --lazy                 # writes an 8 GiB cost file once
     python benchmarks/plan_speed.py --lazy --lazy-samples 1e8 --cost-file /tmp/costs_1e8.npy
+    python benchmarks/plan_speed.py --lazy --lazy-modes cost+bucket --throughput-seconds 0 --lazy-repeats 5
     python benchmarks/plan_speed.py --grid --grid-sizes 1e5,1e6
     python benchmarks/plan_speed.py --grid --grid-sizes 1e5,1e6 --grid-reuse-memory --json-out /tmp/grid_reused.json
 """
@@ -107,13 +108,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--modes must be among {', '.join(known)}, got {', '.join(bad)}")
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.lazy_repeats < 1:
+        p.error(f"--lazy-repeats must be at least 1, got {args.lazy_repeats}")
     return args
 
 
 _PARTS = {
     "whole epochs": ("sizes", "replicas", "global_batch_size", "modes", "repeats", "seed", "no_memory", "quick"),
     "--lazy": ("lazy_samples", "lazy_replicas", "lazy_global_batch_size", "lazy_modes", "cost_file", "window_steps",
-               "throughput_seconds", "permutation_max"),
+               "throughput_seconds", "permutation_max", "lazy_repeats"),
     "--grid": ("grid_sizes", "grid_replicas", "grid_per_replica", "grid_repeats", "grid_reuse_memory"),
 }
 
@@ -142,6 +145,8 @@ def _extra_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--throughput-seconds", type=float, default=20.0,
                    help="how long each mode plans windows for the throughput figure (default 20)")
     p.add_argument("--permutation-max", default="1e9", help="time numpy's permutation of N up to this N (default 1e9)")
+    p.add_argument("--lazy-repeats", type=int, default=3,
+                   help="fresh processes that time each mode's first step; the median is reported (default 3)")
     p.add_argument("--grid", action="store_true", help="only the cost-mode grid")
     p.add_argument("--grid-sizes", default="1e5,1e6,1e7,1e8", help="grid N values")
     p.add_argument("--grid-replicas", default="8,64,512,4096", help="grid R values")

@@ -98,12 +98,14 @@ def test_plan_speed_lazy_part_times_each_mode_in_a_fresh_process(tmp_path):
     bench.main(bench.parse_args(["--lazy", "--lazy-samples", "20000", "--lazy-replicas", "8",
                                  "--lazy-global-batch-size", "512", "--throughput-seconds", "0.2",
                                  "--permutation-max", "1e5", "--cost-file", str(tmp_path / "c.npy"),
-                                 "--json-out", str(out)]))
+                                 "--lazy-repeats", "2", "--json-out", str(out)]))
     lazy = json.loads(out.read_text())["lazy"]
     modes = {row["mode"]: row for row in lazy["modes"]}
     assert set(modes) == {"count", "cost", "cost+bucket"}
     for row in modes.values():
         assert row["first_step_s"] > 0 and row["first_step_peak_bytes"] > 0
+        runs = row["first_step_runs_s"]  # one fresh process per run; the median is the figure
+        assert len(runs) == 2 and row["first_step_s"] == pytest.approx(sum(runs) / 2)
         assert 0 < row["replica0_real"] <= 512 // 8 + 512 // 32 + 1
     # Count and cost plans are read window by window; a bucketed one an epoch at a time.
     assert modes["count"]["throughput_samples_per_s"] > 0 and "throughput_samples_per_s" not in modes["cost+bucket"]
@@ -117,6 +119,7 @@ def test_plan_speed_lazy_part_times_each_mode_in_a_fresh_process(tmp_path):
     (["--grid-sizes", "1e5"], "--grid-sizes"),
     (["--lazy", "--grid-repeats", "2"], "--grid-repeats"),
     (["--grid", "--cost-file", "/tmp/x.npy"], "--cost-file"),
+    (["--lazy-repeats", "5"], "--lazy-repeats"),
 ])
 def test_plan_speed_refuses_a_flag_its_run_would_ignore(argv, named, capsys):
     bench = _load("plan_speed")

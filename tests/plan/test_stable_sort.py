@@ -83,3 +83,19 @@ def test_runs_split_skips_the_greedy_only_where_it_could_not_win(costs, r, g, it
     hopeless = ~near & (reach > g_max * (1 + ac._RUNS_SLACK))
     found = {"near": near.any(), "chance": (~near & ~hopeless).any(), "hopeless": hopeless.any()}
     assert all(found[k] for k in kinds.split(",") if k), found  # the cases meant to cover each branch do
+
+
+@pytest.mark.parametrize("g", [1, 2, 7, 64, 1 << 12])
+def test_argsort_of_distinct_keys_by_packed_sort_equals_numpys(g):
+    # The in-step shuffle of bucketed steps sorts mix64 keys (a bijection: distinct in a row).
+    # Rows where keys share their top bits (forced here in every other row) fall back to argsort.
+    from evenflow.plan.bucket import argsort_distinct_rows
+    from evenflow.plan.shuffle import mix64
+
+    rows = 6
+    keys = mix64(np.arange(rows * g, dtype=np.uint64), np.uint64(99)).reshape(rows, g)
+    if g > 1:
+        b = max(1, (g - 1).bit_length())
+        keys[::2, 1] = (keys[::2, 0] >> np.uint64(b) << np.uint64(b)) | (~keys[::2, 0] & np.uint64((1 << b) - 1))
+        assert np.all(keys[::2, 1] != keys[::2, 0])  # still distinct, same top bits
+    assert np.array_equal(argsort_distinct_rows(keys.copy()), np.argsort(keys, axis=1))

@@ -24,7 +24,7 @@ from evenflow.plan.parallel import cores, split_range
 from evenflow.plan.shuffle import mix64
 from evenflow.plan.stable_sort import stable_argsort_nonnegative
 
-__all__ = ["BucketedOrder"]
+__all__ = ["BucketedOrder", "argsort_distinct_rows"]
 
 _PARALLEL_MIN = 1 << 18  # samples of a window from which its shuffle and cost reads are split across cores
 
@@ -91,9 +91,33 @@ class BucketedOrder:
             pick = window_of == w
             s = steps[pick]
             rows = ids[(sorted_step[pick] * g - int(w) * self._window)[:, None] + lane[None, :]]
-            keys = mix64((s[:, None] * g + lane[None, :]).astype(np.uint64), self._key)
-            rows = np.take_along_axis(rows, np.argsort(keys, axis=1), axis=1)
+            keys = mix64((s[:, None] * g + lane[None, :]).astype(np.uint64), self._key)  # distinct: a bijection
+            rows = np.take_along_axis(rows, argsort_distinct_rows(keys), axis=1)
             out[((s - first)[:, None] * g + lane[None, :]).ravel()] = rows.ravel()
         if tail:
             out[size - tail:] = self._sorted_window(self._last // self._window)[1]
         return out
+
+
+def argsort_distinct_rows(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, axis=1)`` for uint64 rows whose keys are distinct, about 2x faster.
+
+    Each key keeps its top bits, with its lane below them, and the rows are sorted as values
+    (numpy's vectorised sort, where its argsort is not). Where two keys of a row share those top
+    bits (about g^2 / 2^(65 - log2 g) per row of g: 3% of rows of 2^20, none of smaller ones in
+    practice) lane order could differ from key order, so those rows are argsorted as before. With
+    distinct keys every sorting order is the same permutation, so the result is exact.
+    """
+    k, g = keys.shape
+    b = np.uint64(max(1, (g - 1).bit_length()))
+    packed = keys >> b
+    packed <<= b
+    packed |= np.arange(g, dtype=np.uint64)
+    packed.sort(axis=1)
+    top = packed >> b
+    clash = np.flatnonzero((top[:, 1:] == top[:, :-1]).any(axis=1))
+    packed &= (np.uint64(1) << b) - np.uint64(1)
+    order = packed.view(np.int64)
+    if clash.size:
+        order[clash] = np.argsort(keys[clash], axis=1)
+    return order
