@@ -241,7 +241,7 @@ def main(args) -> dict:
                          f"{step['static'] / step['evenflow']:>20.3f}x {','.join(map(str, replans)):>9}")
             if case == "half":
                 # Per round: the static run's slowdown over evenflow's (1: evenflow's steps slowed as much).
-                slow = {m: [slowdown(_tenths(r["steps"])) for r in got[m]] for m in MODES}
+                slow = {m: [slowdown(t) for t in rows[-1]["step_seconds_by_tenth"][m]] for m in MODES}
                 rows[-1]["slowdown"] = slow
                 rows[-1]["slowdown_static_over_evenflow"] = [a / b for a, b in zip(slow["static"], slow["evenflow"])]
                 lines.append(f"half: steps after the middle / before, by round: static "
