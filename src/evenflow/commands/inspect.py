@@ -17,6 +17,8 @@ EPILOG = """examples:
   evenflow inspect --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --replicas 4 \
       --batch-size 64 --balance cost --bucket        # token records: lengths, ids, vocabulary
   evenflow inspect --dataset builtin:stdlib-docs --replicas 2 --batch-size 20 --pack 512 --balance cost
+  evenflow inspect --samples 1000000000 --replicas 4096 --batch-size 1048576 --steps 0:1   # one step of 10^9
+  evenflow inspect --costs lengths.npy --replicas 4096 --batch-size 1048576 --balance cost --bucket --steps 0:1
 
 Labels and costs files are .npy arrays or text with one number per line; with one of
 them, --samples may be left out (it is the file's length). --dataset builtin:stdlib-docs
@@ -27,6 +29,13 @@ from the records: the sidecars' labels and costs, else the labels and the length
 costs, a second table shows tokens per replica per step and token efficiency for each
 balance/bucket mode, and for packing into rows of --pack tokens (default: the longest
 sample). With --pack the plan itself is packed and --batch-size counts packs per step.
+
+--steps A:B shows steps A to B-1 of the epoch alone, planned in time and memory in proportion to
+the window (with --bucket, to the bucket windows it draws from), so an epoch too large to plan
+whole can still be looked at; the modes table then compares the same steps (without its pack row:
+a packed plan's steps hold other samples). A float64 .npy costs file is memory-mapped and its
+window's costs are read as needed. --stratify orders and --pack lays out the whole epoch for any
+window.
 """
 
 
@@ -56,6 +65,8 @@ def add_parser(sub) -> None:
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial step")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epoch", type=int, default=0)
+    p.add_argument("--steps", metavar="A:B", help="only steps A..B-1 of the epoch (A: or :B for an open end), planned "
+                                                  "in proportion to the window")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.add_argument("--plot", metavar="PNG", help="write a plot of per-replica load per step")
     p.set_defaults(run=run)
@@ -66,8 +77,8 @@ def load_column(path: str, what: str, integer: bool) -> np.ndarray:
     if not os.path.exists(path):
         raise ValueError(f"{what} file {path} does not exist; pass a .npy file or a text file with one number per line")
     if path.endswith(".npy"):
-        try:
-            arr = np.load(path, allow_pickle=False)
+        try:  # memory-mapped: a window of a huge epoch reads the values it needs
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as e:
             raise ValueError(f"{what} file {path} is not a numeric .npy array ({e})") from e
     else:
@@ -98,6 +109,36 @@ def parse_weights(text: str | None):
         return tuple(float(x) for x in text.split(","))
     except ValueError:
         raise ValueError(f"--weights must be comma-separated numbers like 1,1,1,0.5, got {text!r}") from None
+
+
+def parse_steps(text: str, total: int) -> tuple[int, int]:
+    """``--steps A:B`` (either end may be left out) as steps ``(first, last)`` of an epoch of ``total`` steps."""
+    a, sep, b = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError(text)
+        first, last = (int(a) if a.strip() else 0), (int(b) if b.strip() else total)
+    except ValueError:
+        raise ValueError(f"--steps must be A:B with whole numbers (steps A to B-1; A: or :B for an open end), "
+                         f"got {text!r}; e.g. --steps 0:8") from None
+    if not 0 <= first < last <= total:
+        raise ValueError(f"--steps must name at least one of the epoch's {total:,} steps (0 <= A < B <= {total}), "
+                         f"got {text!r}; e.g. --steps 0:{min(total, 8)}")
+    return first, last
+
+
+def too_large(err, args) -> str:
+    """What to pass instead of a plan that cannot fit in memory (``err``: a ``PlanTooLarge``)."""
+    if args.pack:
+        fix = "--pack lays out the whole epoch's packs: inspect fewer samples"
+    elif args.stratify:
+        fix = "--stratify orders the whole epoch by label for any window: drop --stratify or inspect fewer samples"
+    elif err.what == "a window of":
+        fix = "pass a shorter --steps window"
+    else:
+        fix = "pass --steps A:B to inspect a window of steps (e.g. --steps 0:8), planned in proportion to the window"
+    return (f"planning {err.what} {err.num_samples:,} samples needs about {err.need / 2**30:,.1f} GiB and this "
+            f"machine has {err.total / 2**30:,.1f} GiB; {fix}")
 
 
 def dataset_columns(args, labels, costs) -> tuple:
@@ -151,7 +192,7 @@ def records_columns(args) -> tuple:
     return (ds.labels, None if costs is None else np.asarray(costs, np.float64)), stats
 
 
-def modes_table(rows: list[dict]) -> str:
+def modes_table(rows: list[dict], window: bool = False) -> str:
     """Fixed-width table of :func:`evenflow.report.tokens.compare_modes` rows."""
     lines = ["", "tokens per replica per step (padded = each replica pads to its batch's longest sample; a packed "
                  "batch is rows x L):",
@@ -161,6 +202,8 @@ def modes_table(rows: list[dict]) -> str:
                      f"{r['max_padded_per_step']:>9.0f}{r['imbalance_mean']:>11.3f}{r['imbalance_p99']:>7.2f}"
                      f"{r['token_efficiency']:>11.3f}")
     lines.append("imbalance: busiest replica's padded tokens / mean, per step (mean over steps; 1.0 is perfect)")
+    if window:
+        lines.append("modes compared on the same steps; no pack row: a packed plan's steps hold other samples")
     if any(r["mode"].startswith("pack") for r in rows):
         lines.append("pack L: samples packed into rows of L tokens (longer ones split), about the tokens of "
                      "--batch-size samples per step, one shape [rows, L]")
@@ -169,6 +212,7 @@ def modes_table(rows: list[dict]) -> str:
 
 def run(args) -> int:
     import evenflow as ef
+    from evenflow.plan.memory import PlanTooLarge
     from evenflow.report.table import plan_table
 
     labels = load_column(args.labels, "labels", integer=True) if args.labels else None
@@ -186,10 +230,18 @@ def run(args) -> int:
         n = known[0].shape[0]
     index = ef.Index(n, labels=labels, costs=costs)
     topo = ef.Topology(args.replicas, weights=parse_weights(args.weights))
-    plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
-                   balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder,
-                   bucket_window=args.bucket_window, pack=args.pack, pack_overflow=args.pack_overflow)
-    ep = plan.epoch(args.epoch)
+    try:
+        plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
+                       balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder,
+                       bucket_window=args.bucket_window, pack=args.pack, pack_overflow=args.pack_overflow)
+        if args.steps is not None and args.pack:
+            raise ValueError("--steps and --pack: a packed plan lays out the whole epoch's packs for any window, so a "
+                             "window saves nothing; leave out --steps")
+        steps = None if args.steps is None else parse_steps(args.steps, plan.num_steps)
+        window = () if steps is None else (ef.Cursor(args.epoch, steps[0]), ef.Cursor(args.epoch, steps[1]))
+        ep = plan.epoch(args.epoch, *window)
+    except PlanTooLarge as e:
+        raise ValueError(too_large(e, args)) from None
     summary = ep.summary()
     if tokens is not None:
         summary["tokens"] = tokens
@@ -200,7 +252,7 @@ def run(args) -> int:
             g = max(args.replicas, int(round(g * args.pack / float(np.mean(costs)) / args.replicas)) * args.replicas)
         summary["modes"] = compare_modes(index, topo, g, seed=args.seed, epoch=args.epoch,
                                          bucket_window=args.bucket_window, pack=args.pack or None,
-                                         packs=args.batch_size if args.pack else None)
+                                         packs=args.batch_size if args.pack else None, steps=steps)
     if args.plot:
         from evenflow.report.plot import plot_plan
         plot_plan(ep, args.plot)
@@ -215,7 +267,7 @@ def run(args) -> int:
                   + (f"; text_cnn reads id + 1, vocabulary {vocab}" if vocab else "") + "\n")
         print(plan_table({k: v for k, v in summary.items() if k != "modes"}))
         if "modes" in summary:
-            print(modes_table(summary["modes"]))
+            print(modes_table(summary["modes"], window=steps is not None))
         if args.plot:
             print(f"\nplot written to {args.plot}")
     return 0

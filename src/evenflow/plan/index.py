@@ -113,8 +113,9 @@ class Index:
         return self._codes
 
     def cost_or_ones(self) -> np.ndarray:
-        """Costs, or ones when the index has none. Shape ``[N]`` float64."""
-        return self.costs if self.costs is not None else np.ones(self.num_samples)
+        """Costs, or ones when the index has none. Shape ``[N]`` float64, read-only (the ones are one
+        value broadcast, so a window of a huge epoch allocates nothing for them)."""
+        return self.costs if self.costs is not None else np.broadcast_to(np.float64(1.0), (self.num_samples,))
 
     def fingerprint(self) -> str:
         """A short hash of N, labels and costs; equal indexes give equal fingerprints."""

@@ -10,9 +10,18 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BYTES_PER_SAMPLE", "check_epoch_fits"]
+__all__ = ["BYTES_PER_SAMPLE", "PlanTooLarge", "check_epoch_fits"]
 
 BYTES_PER_SAMPLE = 28
+
+
+class PlanTooLarge(ValueError):
+    """A plan that cannot fit in memory; ``num_samples``, ``need`` and ``total`` (bytes) and ``what``
+    ("an epoch of" or "a window of") let a caller say what to ask for instead."""
+
+    def __init__(self, message: str, num_samples: int, need: int, total: int, what: str):
+        super().__init__(message)
+        self.num_samples, self.need, self.total, self.what = num_samples, need, total, what
 
 
 def _physical_bytes() -> int | None:
@@ -23,12 +32,13 @@ def _physical_bytes() -> int | None:
 
 
 def check_epoch_fits(num_samples: int, fraction: float = 0.8, what: str = "an epoch of") -> None:
-    """Raise ``ValueError`` when planning ``num_samples`` needs more than ``fraction`` of the memory."""
+    """Raise :class:`PlanTooLarge` (a ``ValueError``) when planning ``num_samples`` needs more than
+    ``fraction`` of the memory."""
     total = _physical_bytes()
     need = int(num_samples) * BYTES_PER_SAMPLE
     if total is not None and need > fraction * total:
-        raise ValueError(f"planning {what} {num_samples:,} samples needs about {need / 2**30:,.1f} GiB "
-                         f"({BYTES_PER_SAMPLE} bytes per sample) and this machine has {total / 2**30:,.1f} GiB; "
-                         + ("ask for fewer steps at a time (plan.epoch(e, start, stop))" if what == "a window of" else
-                            "plan a window of steps at a time (plan.epoch(e, start, stop), plan.replica_ids) "
-                            "or fewer samples"))
+        hint = ("ask for fewer steps at a time (plan.epoch(e, start, stop))" if what == "a window of" else
+                "plan a window of steps at a time (plan.epoch(e, start, stop), plan.replica_ids) or fewer samples")
+        raise PlanTooLarge(f"planning {what} {num_samples:,} samples needs about {need / 2**30:,.1f} GiB "
+                           f"({BYTES_PER_SAMPLE} bytes per sample) and this machine has {total / 2**30:,.1f} GiB; "
+                           f"{hint}", int(num_samples), need, total, what)

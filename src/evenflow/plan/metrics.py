@@ -83,6 +83,7 @@ def summarize(ep) -> dict:
         "epoch": ep.epoch,
         "start_step": ep.start_step,
         "num_steps": ep.num_steps,
+        "total_steps": ep.total_steps,
         "replicas": ep.replicas,
         "slots": ep.slots,
         "real_samples": int(real.sum()),

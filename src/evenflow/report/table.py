@@ -35,10 +35,13 @@ def plan_table(summary: dict) -> str:
                       f"token efficiency (real tokens / rows x L): {summary['token_efficiency']:.4f}")
     else:
         efficiency = f"token efficiency (pad to longest per replica batch): {summary['token_efficiency']:.4f}"
-    text += (f"\n\nsteps {summary['num_steps']}  slots/replica {summary['slots']}  real samples {summary['real_samples']}"
+    n, first, total = summary["num_steps"], summary.get("start_step", 0), summary.get("total_steps", summary["num_steps"])
+    whole = n == total and first == 0
+    steps = f"steps {n}" if whole else f"steps {n} (steps {first}-{first + n - 1} of the epoch's {total:,})"
+    text += (f"\n\n{steps}  slots/replica {summary['slots']}  real samples {summary['real_samples']}"
              f"\nper-step imbalance max(load/share)/total: mean {summary['imbalance_mean']:.4f}  "
              f"p99 {summary['imbalance_p99']:.4f}  max {summary['imbalance_max']:.4f}"
              f"\n{efficiency}"
              f"\nlabel deviation |count - share|: per step {summary['label_deviation_step']:.3f}  "
-             f"epoch {summary['label_deviation_epoch']:.3f}")
+             f"{'epoch' if whole else 'window'} {summary['label_deviation_epoch']:.3f}")
     return text

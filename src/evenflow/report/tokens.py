@@ -83,7 +83,8 @@ def packed_token_summary(ep) -> dict:
 
 
 def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch: int = 0,
-                  bucket_window: int = 256, pack: int | None = None, packs: int | None = None) -> list[dict]:
+                  bucket_window: int = 256, pack: int | None = None, packs: int | None = None,
+                  steps: tuple[int, int] | None = None) -> list[dict]:
     """:func:`token_summary` of one epoch under each plan mode of :data:`MODES`.
 
     Args:
@@ -93,20 +94,25 @@ def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch:
         pack: L for a last row, ``pack L``: the samples packed into rows of L tokens (longer
             ones split), as many packs per step as hold about ``global_batch_size`` samples'
             tokens (or ``packs``); None packs to the longest sample when the costs are token counts.
+        steps: ``(first, last)``: compare steps ``first..last-1`` of the epoch alone, each mode
+            planned in proportion to them, and no pack row (a packed plan's steps hold other samples).
 
     Returns:
         One dict per mode: ``mode`` and the keys of :func:`token_summary`.
     """
-    from evenflow.plan import Plan
+    from evenflow.plan import Cursor, Plan
 
     if index.costs is None:
         raise ValueError("comparing modes needs per-sample lengths (costs) in the index; use a text dataset "
                          "such as builtin:stdlib-docs or pass --costs")
     rows = []
+    window = () if steps is None else (Cursor(epoch, steps[0]), Cursor(epoch, steps[1]))
     for name, balance, bucket in MODES:
         plan = Plan(index, topology, global_batch_size=global_batch_size, seed=seed, balance=balance,
                     bucket=bucket, bucket_window=bucket_window)
-        rows.append({"mode": name, **token_summary(plan.epoch(epoch).ids, index.costs)})
+        rows.append({"mode": name, **token_summary(plan.epoch(epoch, *window).ids, index.costs)})
+    if steps is not None:
+        return rows
     costs = np.asarray(index.costs)
     if pack is None and np.all(costs == np.rint(costs)) and costs.min() >= 1:
         pack = int(costs.max())
