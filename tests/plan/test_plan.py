@@ -116,6 +116,29 @@ def test_the_fingerprint_names_the_planners_version(monkeypatch):
     assert ef.Plan(ef.Index(100), ef.Topology(2), global_batch_size=10, seed=1).fingerprint() != a
 
 
+def test_the_index_fingerprint_hashes_its_columns_a_chunk_at_a_time_and_keeps_its_digest(tmp_path):
+    import hashlib
+    import tracemalloc
+
+    # Run directories store fingerprints: the digest stays sha256(N, labels' bytes, costs' bytes).
+    rng = np.random.default_rng(0)
+    n = (3 << 20) + 5  # chunks of 2^20 entries and a short last one
+    labels, costs = rng.integers(0, 9, n), rng.random(n)
+    np.save(tmp_path / "costs.npy", costs)
+    for index in (ef.Index(n, labels=labels, costs=costs), ef.Index(n, costs=np.load(tmp_path / "costs.npy",
+                                                                                       mmap_mode="r")),
+                  ef.Index(n, labels=labels.astype(np.float64)), ef.Index(n)):
+        h = hashlib.sha256(str(n).encode())
+        for arr in (index.labels, index.costs):
+            h.update(b"|" if arr is None else np.ascontiguousarray(arr).tobytes())
+        tracemalloc.start()
+        got = index.fingerprint()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert got == h.hexdigest()[:16] and index.fingerprint() == got
+        assert peak < 2**20, peak  # no copy of a 25 MiB column
+
+
 @pytest.mark.parametrize("build,error,match", [
     (lambda: ef.Index(0), ValueError, r"at least 1, got 0"),
     (lambda: ef.Index(2.5), TypeError, r"must be an int"),

@@ -70,6 +70,7 @@ class Index:
     costs: np.ndarray | None = None
     _codes: np.ndarray | None = field(default=None, init=False, repr=False)
     _classes: np.ndarray | None = field(default=None, init=False, repr=False)
+    _fingerprint: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         n = self.num_samples
@@ -118,11 +119,21 @@ class Index:
         return self.costs if self.costs is not None else np.broadcast_to(np.float64(1.0), (self.num_samples,))
 
     def fingerprint(self) -> str:
-        """A short hash of N, labels and costs; equal indexes give equal fingerprints."""
-        h = hashlib.sha256(str(self.num_samples).encode())
-        for arr in (self.labels, self.costs):
-            h.update(b"|" if arr is None else np.ascontiguousarray(arr).tobytes())
-        return h.hexdigest()[:16]
+        """A short hash of N, labels and costs; equal indexes give equal fingerprints.
+
+        Computed once (the arrays are read-only), a chunk at a time: the digest of the whole
+        column without a copy of it, so a memory-mapped column of 10^9 costs is read once and
+        never held in memory.
+        """
+        if self._fingerprint is None:
+            h = hashlib.sha256(str(self.num_samples).encode())
+            for arr in (self.labels, self.costs):
+                if arr is None:
+                    h.update(b"|")
+                for lo in range(0, 0 if arr is None else arr.shape[0], _CHECK_CHUNK):
+                    h.update(np.ascontiguousarray(arr[lo:lo + _CHECK_CHUNK]))
+            object.__setattr__(self, "_fingerprint", h.hexdigest()[:16])
+        return self._fingerprint
 
     def __eq__(self, other):
         return isinstance(other, Index) and self.fingerprint() == other.fingerprint()
