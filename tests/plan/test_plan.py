@@ -139,6 +139,37 @@ def test_the_index_fingerprint_hashes_its_columns_a_chunk_at_a_time_and_keeps_it
         assert peak < 2**20, peak  # no copy of a 25 MiB column
 
 
+@pytest.mark.parametrize("make", [
+    lambda rng, n: rng.integers(0, 10, n),                    # class ids: counted a chunk at a time
+    lambda rng, n: rng.integers(-7, 3, n).astype(np.float64),  # whole floats, negative ones
+    lambda rng, n: rng.integers(-2**40, 2**40, n),           # a wide range: each chunk sorted
+    lambda rng, n: np.full(n, 42),
+])
+def test_index_classes_and_codes_are_numpys_unique_without_sorting_every_label(make, monkeypatch):
+    import tracemalloc
+
+    from evenflow.plan import index as index_mod
+
+    rng = np.random.default_rng(1)
+    n = (2 << 20) + 11
+    labels = make(rng, n)
+    classes, codes = np.unique(labels, return_inverse=True)
+    ids = rng.integers(0, n, (3, 4, 5))
+    tracemalloc.start()
+    index = ef.Index(n, labels=labels)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    if classes.size < 100:  # a float input's int64 copy and a chunk's scratch, not sorted copies of all
+        assert peak < n * 8 + 2**24, peak
+    np.testing.assert_array_equal(index.classes, classes)
+    np.testing.assert_array_equal(index.codes_of(ids), codes[ids])  # before every code exists
+    np.testing.assert_array_equal(index.label_codes, codes)
+    np.testing.assert_array_equal(index.codes_of(ids), codes[ids])
+    assert index.num_classes == classes.size and index.label_codes.dtype == np.int64
+    monkeypatch.setattr(index_mod, "_DISTINCT_MAX", 4)  # nearly all distinct: one sort of all, the same classes
+    np.testing.assert_array_equal(ef.Index(n, labels=labels).classes, classes)
+
+
 @pytest.mark.parametrize("build,error,match", [
     (lambda: ef.Index(0), ValueError, r"at least 1, got 0"),
     (lambda: ef.Index(2.5), TypeError, r"must be an int"),

@@ -15,6 +15,7 @@ import numpy as np
 __all__ = ["Index"]
 
 _CHECK_CHUNK = 1 << 20
+_DISTINCT_MAX = 1 << 22  # distinct labels gathered chunk by chunk up to this many
 
 
 def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
@@ -39,6 +40,23 @@ def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
                 f"Index {name} must be finite, but {name}[{bad}] is {arr[bad]}; "
                 f"fix or drop that sample before planning")
     return arr.astype(dtype, copy=False)
+
+
+def _distinct(labels: np.ndarray) -> np.ndarray:
+    """Sorted distinct labels, found a chunk at a time: memory for a chunk and the classes, not for a
+    sorted copy of every label (a billion labels sorted at once need about three times their size)."""
+    seen = labels[:0]
+    for lo in range(0, labels.shape[0], _CHECK_CHUNK):
+        part = labels[lo:lo + _CHECK_CHUNK]
+        low = part.min()
+        if int(part.max()) - int(low) < _CHECK_CHUNK:  # a small range, as class ids are: counted, not sorted
+            found = np.flatnonzero(np.bincount(part - low)) + low
+        else:
+            found = np.unique(part)
+        seen = np.union1d(seen, found)
+        if seen.shape[0] > _DISTINCT_MAX:  # labels nearly all distinct: one sort of all is cheaper
+            return np.unique(labels)
+    return seen
 
 
 def _first_where(arr: np.ndarray, test) -> int | None:
@@ -84,11 +102,9 @@ class Index:
             if np.asarray(self.labels).dtype.kind == "f" and not np.array_equal(labels, self.labels):
                 raise ValueError("Index labels must be whole numbers; got fractional values. "
                                  "Map your classes to integers first")
-            classes, codes = np.unique(labels, return_inverse=True)
             labels.flags.writeable = False
             object.__setattr__(self, "labels", labels)
-            object.__setattr__(self, "_classes", classes)
-            object.__setattr__(self, "_codes", codes.astype(np.int64))
+            object.__setattr__(self, "_classes", _distinct(labels))  # the codes when first asked for
         if self.costs is not None:
             costs = _as_vector("costs", self.costs, n, np.float64)
             bad = _first_where(costs, lambda part: part < 0)
@@ -110,8 +126,23 @@ class Index:
 
     @property
     def label_codes(self) -> np.ndarray | None:
-        """Labels as dense codes ``0..num_classes-1``, shape ``[N]`` int64, or None."""
+        """Labels as dense codes ``0..num_classes-1``, shape ``[N]`` int64, or None.
+
+        Computed on first use (stratified plans need every sample's code); :meth:`codes_of` gives
+        the codes of some samples without them.
+        """
+        if self._codes is None and self.labels is not None:
+            codes = np.empty(self.num_samples, np.int64)
+            for lo in range(0, self.num_samples, _CHECK_CHUNK):
+                codes[lo:lo + _CHECK_CHUNK] = np.searchsorted(self._classes, self.labels[lo:lo + _CHECK_CHUNK])
+            object.__setattr__(self, "_codes", codes)
         return self._codes
+
+    def codes_of(self, ids: np.ndarray) -> np.ndarray:
+        """The label codes (see :attr:`label_codes`) of samples ``ids``, any shape; needs labels."""
+        if self._codes is not None:
+            return self._codes[ids]
+        return np.searchsorted(self._classes, self.labels[ids])
 
     def cost_or_ones(self) -> np.ndarray:
         """Costs, or ones when the index has none. Shape ``[N]`` float64, read-only (the ones are one

@@ -53,13 +53,12 @@ def label_deviation(ep) -> tuple[float, float]:
     Per step the share of label c for replica r is ``n_c * k_r / n`` with that step's
     counts; over the epoch it uses the epoch's totals. ``(0.0, 0.0)`` without labels.
     """
-    codes = ep.index.label_codes
-    if codes is None or ep.num_steps == 0:
+    if ep.index.labels is None or ep.num_steps == 0:
         return 0.0, 0.0
     k = ep.index.num_classes
     s, r, _ = ep.ids.shape
     mask = ep.ids >= 0
-    lab = np.where(mask, codes[np.maximum(ep.ids, 0)], k)          # k = padding bucket
+    lab = np.where(mask, ep.index.codes_of(np.maximum(ep.ids, 0)), k)          # k = padding bucket
     cell = (np.arange(s)[:, None, None] * r + np.arange(r)[None, :, None]) * (k + 1) + lab
     x = np.bincount(cell.ravel(), minlength=s * r * (k + 1)).reshape(s, r, k + 1)[:, :, :k]  # [S, R, C]
     n_sc = x.sum(axis=1)                                  # [S, C]

@@ -10,11 +10,10 @@ __all__ = ["balance_table", "replica_label_deviation"]
 
 def replica_label_deviation(ep: EpochPlan) -> np.ndarray:
     """float64 ``[replicas]``: per replica, the largest |count - proportional share| of any label over the epoch."""
-    codes = ep.index.label_codes
-    if codes is None:
+    if ep.index.labels is None:
         return np.zeros(ep.replicas)
     k = ep.index.num_classes
-    lab = np.where(ep.ids >= 0, codes[np.maximum(ep.ids, 0)], k)           # [S, R, slots], k = padding
+    lab = np.where(ep.ids >= 0, ep.index.codes_of(np.maximum(ep.ids, 0)), k)   # [S, R, slots], k = padding
     counts = np.stack([np.bincount(lab[:, r].ravel(), minlength=k + 1)[:k] for r in range(ep.replicas)])  # [R, K]
     share = counts.sum(axis=0)[None, :] * counts.sum(axis=1)[:, None] / max(counts.sum(), 1)
     return np.abs(counts - share).max(axis=1)
