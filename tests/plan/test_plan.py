@@ -151,7 +151,7 @@ def test_index_classes_and_codes_are_numpys_unique_without_sorting_every_label(m
     from evenflow.plan import index as index_mod
 
     rng = np.random.default_rng(1)
-    n = (2 << 20) + 11
+    n = (1 << 20) + 11  # two chunks
     labels = make(rng, n)
     classes, codes = np.unique(labels, return_inverse=True)
     ids = rng.integers(0, n, (3, 4, 5))
