@@ -83,3 +83,23 @@ def test_subset_refuses_bad_ids(ids, fragment):
 def test_subset_refuses_what_is_not_a_source():
     with pytest.raises(TypeError, match="Source protocol"):
         SubsetSource(object(), [0])
+
+
+def test_distinct_values_by_sorting_equal_numpys_unique():
+    from evenflow.util.distinct import all_distinct, sorted_distinct
+
+    rng = np.random.default_rng(0)
+    for x in (np.zeros(0, np.int64), np.array([7]), rng.integers(0, 5, 1000), rng.integers(-2**40, 2**40, 5000),
+              np.round(rng.random(300), 2), rng.permutation(4096)):
+        np.testing.assert_array_equal(sorted_distinct(x), np.unique(x))
+        assert all_distinct(x) == (np.unique(x).size == x.size)
+
+
+def test_a_subset_of_many_ids_is_checked_and_a_single_repeat_refused():
+    n = 1 << 20
+    full = ArraySource(np.zeros((n, 1), np.float32), np.zeros(n, np.int64))
+    ids = np.random.default_rng(1).permutation(n)[: n - 5]
+    assert SubsetSource(full, ids).num_samples == n - 5
+    ids[123_456] = ids[999_000]
+    with pytest.raises(ValueError, match="distinct sample ids"):
+        SubsetSource(full, ids)

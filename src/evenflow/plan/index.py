@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evenflow.util.distinct import sorted_distinct
+
 __all__ = ["Index"]
 
 _CHECK_CHUNK = 1 << 20
@@ -42,13 +44,6 @@ def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
-def _sorted_distinct(x: np.ndarray) -> np.ndarray:
-    # A sort and a comparison: numpy's unique of integers hashes them first, which is several
-    # times slower where most values differ (0.75 s against 0.08 s for 2^20 values of 2^41).
-    x = np.sort(x)
-    return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
-
-
 def _distinct(labels: np.ndarray) -> np.ndarray:
     """Sorted distinct labels, found a chunk at a time: memory for a chunk and the classes, not for a
     sorted copy of every label (a billion labels sorted at once need about three times their size)."""
@@ -59,10 +54,10 @@ def _distinct(labels: np.ndarray) -> np.ndarray:
         if int(part.max()) - int(low) < _CHECK_CHUNK:  # a small range, as class ids are: counted, not sorted
             found = np.flatnonzero(np.bincount(part - low)) + low
         else:
-            found = _sorted_distinct(part)
-        seen = _sorted_distinct(np.concatenate((seen, found)))
+            found = sorted_distinct(part)
+        seen = sorted_distinct(np.concatenate((seen, found)))
         if seen.shape[0] > _DISTINCT_MAX:  # labels nearly all distinct: one sort of all is cheaper
-            return _sorted_distinct(labels)
+            return sorted_distinct(labels)
     return seen
 
 

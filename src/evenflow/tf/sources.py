@@ -18,6 +18,7 @@ from evenflow.data import source as neutral
 from evenflow.data.source import RESERVED_KEYS
 from evenflow.plan.index import Index
 from evenflow.tf._lazy import tf as _tf
+from evenflow.util.distinct import all_distinct
 
 __all__ = ["TensorSource", "ArraySource", "SubsetSource", "RESERVED_KEYS"]
 
@@ -124,7 +125,7 @@ class SubsetSource:
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size < 1 or ids.dtype.kind not in "iu":
             raise ValueError(f"ids must be a non-empty 1-D integer array, got {ids.dtype} of shape {ids.shape}")
-        if ids.min() < 0 or ids.max() >= source.num_samples or np.unique(ids).size != ids.size:
+        if ids.min() < 0 or ids.max() >= source.num_samples or not all_distinct(ids):
             raise ValueError(f"ids must be distinct sample ids in 0..{source.num_samples - 1}")
         self.source, self.ids = source, ids.astype(np.int64)
         self.num_samples = int(ids.size)
