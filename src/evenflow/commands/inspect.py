@@ -33,9 +33,9 @@ sample). With --pack the plan itself is packed and --batch-size counts packs per
 --steps A:B shows steps A to B-1 of the epoch alone, planned in time and memory in proportion to
 the window (with --bucket, to the bucket windows it draws from), so an epoch too large to plan
 whole can still be looked at; the modes table then compares the same steps (without its pack row:
-a packed plan's steps hold other samples). A float64 .npy costs file is memory-mapped and its
-window's costs are read as needed. --stratify orders and --pack lays out the whole epoch for any
-window.
+a packed plan's steps hold other samples). A .npy labels or costs file is memory-mapped, so a
+window reads the values it needs. --stratify orders the whole epoch for any window; --pack lays
+out the whole epoch and takes no --steps.
 """
 
 
