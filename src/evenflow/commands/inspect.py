@@ -137,8 +137,7 @@ def too_large(err, args) -> str:
         fix = "pass a shorter --steps window"
     else:
         fix = "pass --steps A:B to inspect a window of steps (e.g. --steps 0:8), planned in proportion to the window"
-    return (f"planning {err.what} {err.num_samples:,} samples needs about {err.need / 2**30:,.1f} GiB and this "
-            f"machine has {err.total / 2**30:,.1f} GiB; {fix}")
+    return f"{err.problem}; {fix}"
 
 
 def dataset_columns(args, labels, costs) -> tuple:
@@ -230,13 +229,13 @@ def run(args) -> int:
         n = known[0].shape[0]
     index = ef.Index(n, labels=labels, costs=costs)
     topo = ef.Topology(args.replicas, weights=parse_weights(args.weights))
+    if args.steps is not None and args.pack:  # before the packed layout is built
+        raise ValueError("--steps and --pack: a packed plan lays out the whole epoch's packs for any window, so a "
+                         "window saves nothing; leave out --steps")
     try:
         plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
                        balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder,
                        bucket_window=args.bucket_window, pack=args.pack, pack_overflow=args.pack_overflow)
-        if args.steps is not None and args.pack:
-            raise ValueError("--steps and --pack: a packed plan lays out the whole epoch's packs for any window, so a "
-                             "window saves nothing; leave out --steps")
         steps = None if args.steps is None else parse_steps(args.steps, plan.num_steps)
         window = () if steps is None else (ef.Cursor(args.epoch, steps[0]), ef.Cursor(args.epoch, steps[1]))
         ep = plan.epoch(args.epoch, *window)

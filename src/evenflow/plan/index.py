@@ -44,12 +44,18 @@ def _as_vector(name: str, values, num_samples: int, dtype) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+def _spans(n: int):
+    """Slices of ``_CHECK_CHUNK`` entries covering ``0..n-1``: a column of a billion entries is read a
+    chunk at a time, and the temporaries stay at a few MiB."""
+    return (slice(lo, lo + _CHECK_CHUNK) for lo in range(0, n, _CHECK_CHUNK))
+
+
 def _distinct(labels: np.ndarray) -> np.ndarray:
     """Sorted distinct labels, found a chunk at a time: memory for a chunk and the classes, not for a
     sorted copy of every label (a billion labels sorted at once need about three times their size)."""
     seen = labels[:0]
-    for lo in range(0, labels.shape[0], _CHECK_CHUNK):
-        part = labels[lo:lo + _CHECK_CHUNK]
+    for at in _spans(labels.shape[0]):
+        part = labels[at]
         low = part.min()
         if int(part.max()) - int(low) < _CHECK_CHUNK:  # a small range, as class ids are: counted, not sorted
             found = np.flatnonzero(np.bincount(part - low)) + low
@@ -62,12 +68,10 @@ def _distinct(labels: np.ndarray) -> np.ndarray:
 
 
 def _first_where(arr: np.ndarray, test) -> int | None:
-    # Checked in chunks, so a memory-mapped array of a billion entries is read once and
-    # the temporaries stay at a few MiB.
-    for lo in range(0, arr.shape[0], _CHECK_CHUNK):
-        hit = np.flatnonzero(test(arr[lo:lo + _CHECK_CHUNK]))
+    for at in _spans(arr.shape[0]):
+        hit = np.flatnonzero(test(arr[at]))
         if hit.size:
-            return lo + int(hit[0])
+            return at.start + int(hit[0])
     return None
 
 
@@ -135,13 +139,14 @@ class Index:
         """
         if self._codes is None and self.labels is not None:
             codes = np.empty(self.num_samples, np.int64)
-            for lo in range(0, self.num_samples, _CHECK_CHUNK):
-                codes[lo:lo + _CHECK_CHUNK] = np.searchsorted(self._classes, self.labels[lo:lo + _CHECK_CHUNK])
+            for at in _spans(self.num_samples):
+                codes[at] = self.codes_of(at)
             object.__setattr__(self, "_codes", codes)
         return self._codes
 
     def codes_of(self, ids: np.ndarray) -> np.ndarray:
-        """The label codes (see :attr:`label_codes`) of samples ``ids``, any shape; needs labels."""
+        """The label codes (see :attr:`label_codes`) of samples ``ids`` (an array of any shape, or a
+        slice); needs labels."""
         if self._codes is not None:
             return self._codes[ids]
         return np.searchsorted(self._classes, self.labels[ids])
@@ -163,8 +168,9 @@ class Index:
             for arr in (self.labels, self.costs):
                 if arr is None:
                     h.update(b"|")
-                for lo in range(0, 0 if arr is None else arr.shape[0], _CHECK_CHUNK):
-                    h.update(np.ascontiguousarray(arr[lo:lo + _CHECK_CHUNK]))
+                    continue
+                for at in _spans(arr.shape[0]):
+                    h.update(np.ascontiguousarray(arr[at]))
             object.__setattr__(self, "_fingerprint", h.hexdigest()[:16])
         return self._fingerprint
 

@@ -16,12 +16,12 @@ BYTES_PER_SAMPLE = 28
 
 
 class PlanTooLarge(ValueError):
-    """A plan that cannot fit in memory; ``num_samples``, ``need`` and ``total`` (bytes) and ``what``
-    ("an epoch of" or "a window of") let a caller say what to ask for instead."""
+    """A plan that cannot fit in memory. ``problem`` says how much it needs and what the machine has,
+    and ``what`` ("an epoch of" or "a window of") lets a caller give its own way out after it."""
 
-    def __init__(self, message: str, num_samples: int, need: int, total: int, what: str):
-        super().__init__(message)
-        self.num_samples, self.need, self.total, self.what = num_samples, need, total, what
+    def __init__(self, problem: str, hint: str, what: str):
+        super().__init__(f"{problem}; {hint}")
+        self.problem, self.what = problem, what
 
 
 def _physical_bytes() -> int | None:
@@ -40,5 +40,5 @@ def check_epoch_fits(num_samples: int, fraction: float = 0.8, what: str = "an ep
         hint = ("ask for fewer steps at a time (plan.epoch(e, start, stop))" if what == "a window of" else
                 "plan a window of steps at a time (plan.epoch(e, start, stop), plan.replica_ids) or fewer samples")
         raise PlanTooLarge(f"planning {what} {num_samples:,} samples needs about {need / 2**30:,.1f} GiB "
-                           f"({BYTES_PER_SAMPLE} bytes per sample) and this machine has {total / 2**30:,.1f} GiB; "
-                           f"{hint}", int(num_samples), need, total, what)
+                           f"({BYTES_PER_SAMPLE} bytes per sample) and this machine has {total / 2**30:,.1f} GiB",
+                           hint, what)
