@@ -45,8 +45,9 @@ def main(out: str) -> None:
         trainer.fit(reader, plan, 1, monitor=monitor)
         monitor.close()
         steps = [json.loads(line) for line in open(telemetry) if '"kind": "step"' in line]
+        waits = [s["input_wait"] for s in steps]
         found[name] = {"fraction": monitor.summary()["input_wait_fraction"],
-                       "median_wait": float(np.median([s["input_wait"] for s in steps]))}
+                       "mean_wait": float(np.mean(waits)), "median_wait": float(np.median(waits))}
     with open(out, "w") as f:
         json.dump(found, f)
 
