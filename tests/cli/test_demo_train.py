@@ -1,6 +1,8 @@
 """End-to-end ``evenflow demo`` / ``evenflow train`` runs, and bad input: exit 2, one line, nothing written."""
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import subprocess
@@ -149,3 +151,23 @@ def test_help_shows_example_commands(capsys, command):
     assert info.value.code == 0
     text = capsys.readouterr().out
     assert f"evenflow {command}" in text and "examples:" in text and "--replicas" in text
+
+
+@pytest.mark.parametrize("command", ["audit", "convert", "demo", "index", "inspect", "launch", "report", "train"])
+def test_help_examples_print_as_written_and_every_option_says_what_it_does(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    # An example continued on the next line keeps its backslash (a bare one in the source joins
+    # the two lines into one with a run of spaces in it).
+    for line in text.splitlines():
+        if line.lstrip().startswith("evenflow ") and line.rstrip().endswith("\\"):
+            continue
+        assert not re.search(r"\S {4,}--", line), line
+    # Every option has a help text: argparse prints an option without one as a bare line, not
+    # followed by its help text (indented further) on the next line.
+    options = text.split("options:")[1].split("\n\n")[0].splitlines()[1:]
+    bare = [line.strip() for line, after in zip(options, options[1:] + [""])
+            if re.fullmatch(r"  (-\S+ ?[A-Z_:]*,? ?)+", line) and not after.startswith(" " * 6)]
+    assert not bare, bare

@@ -14,7 +14,7 @@ EPILOG = """examples:
   evenflow inspect --replicas 8 --batch-size 256 --costs lengths.txt --balance cost --bucket --plot load.png
   evenflow inspect --samples 1000 --replicas 3 --batch-size 100 --json
   evenflow inspect --dataset builtin:stdlib-docs --replicas 4 --batch-size 64 --balance cost --bucket
-  evenflow inspect --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --replicas 4 \
+  evenflow inspect --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --replicas 4 \\
       --batch-size 64 --balance cost --bucket        # token records: lengths, ids, vocabulary
   evenflow inspect --dataset builtin:stdlib-docs --replicas 2 --batch-size 20 --pack 512 --balance cost
   evenflow inspect --samples 1000000000 --replicas 4096 --batch-size 1048576 --steps 0:1   # one step of 10^9
@@ -63,8 +63,9 @@ def add_parser(sub) -> None:
     p.add_argument("--pack-overflow", choices=("error", "split"), default="error",
                    help="with --pack: a sample longer than L is an error (default) or split into pieces")
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial step")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epoch", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the plan's shuffles (default 0, as in evenflow train)")
+    p.add_argument("--epoch", type=int, default=0, help="which epoch's order to show (default 0); each epoch "
+                                                        "shuffles anew")
     p.add_argument("--steps", metavar="A:B", help="only steps A..B-1 of the epoch (A: or :B for an open end), planned "
                                                   "in proportion to the window")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")

@@ -19,7 +19,7 @@ EXAMPLES = """examples:
   evenflow train --dataset 'data/train-*.tfrecord' --label-key label    # plain TFRecords after `evenflow index`
   evenflow train --dataset builtin:stdlib-docs --model text_cnn --balance cost --bucket   # variable-length text
   evenflow train --dataset data/docs --model text_cnn --balance cost --bucket --pad-lengths 64,128,256,512
-  evenflow train --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --model text_cnn \
+  evenflow train --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --model text_cnn \\
       --balance cost --bucket                                   # token ids: a variable-length Int64List per record
   evenflow launch --workers 2 --replicas-per-worker 1 -- evenflow train --config run.toml   # 2 local workers
   export TF_CONFIG='{"cluster": {"worker": ["hostA:12345", "hostB:12345"]}, "task": {"type": "worker", "index": 0}}'
