@@ -72,7 +72,8 @@ def test_the_modes_table_compares_the_same_steps(columns):
     rows = compare_modes(index, topology, G, seed=1, epoch=0, bucket_window=4, steps=(5, 9))
     assert [r["mode"] for r in rows] == ["count", "count+bucket", "cost", "cost+bucket"]  # no pack row
     for row, (balance, bucket) in zip(rows, [("count", False), ("count", True), ("cost", False), ("cost", True)]):
-        plan = ef.Plan(index, topology, global_batch_size=G, seed=1, balance=balance, bucket=bucket, bucket_window=4)
+        plan = ef.Plan(index, topology, global_batch_size=G, seed=1, balance=balance, bucket=bucket,
+                       **({"bucket_window": 4} if bucket else {}))
         assert row == {"mode": row["mode"], **token_summary(plan.epoch(0).ids[5:9], costs)}
 
 
@@ -106,6 +107,27 @@ def test_steps_with_pack_are_refused(capsys):
     code, out, err = _inspect(capsys, "--dataset", "builtin:stdlib-docs", "--replicas", "2", "--batch-size", "20",
                               "--pack", "512", "--steps", "0:2")
     assert code == 2 and out == "" and "--steps and --pack" in err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--bucket-window", "8"], "--bucket-window 8 sets the windows of --bucket and of the modes table's bucket rows"),
+    (["--pack-overflow", "split"], "--pack-overflow split applies to a packed plan, and there is no --pack"),
+])
+def test_options_that_would_change_nothing_are_refused(capsys, argv, fragment):
+    code, out, err = _inspect(capsys, "--samples", str(N), "--replicas", str(R), "--batch-size", str(G), *argv)
+    assert code == 2 and out == "" and fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_bucket_window_shapes_the_modes_tables_bucket_rows_without_bucket(columns, capsys):
+    root = columns[0]
+    rows = {}
+    for window in ("2", "64"):
+        code, out, err = _inspect(capsys, "--costs", str(root / "costs.npy"), "--replicas", str(R), "--batch-size",
+                                  str(G), "--balance", "cost", "--bucket-window", window, "--json")
+        assert code == 0, err
+        rows[window] = {r["mode"]: r for r in json.loads(out)["modes"]}
+    assert rows["2"]["cost"] == rows["64"]["cost"]  # no bucket: the window plays no part
+    assert rows["2"]["cost+bucket"]["token_efficiency"] < rows["64"]["cost+bucket"]["token_efficiency"]
 
 
 def test_an_epoch_too_large_to_plan_whole_is_inspected_a_window_at_a_time(capsys):

@@ -1,4 +1,5 @@
 """Table tests for edge cases, bad input and cross-process determinism of Plan."""
+import re
 import subprocess
 import sys
 
@@ -198,6 +199,21 @@ def test_index_classes_and_codes_are_numpys_unique_without_sorting_every_label(m
 def test_bad_input_messages(build, error, match):
     with pytest.raises(error, match=match):
         build()
+
+
+@pytest.mark.parametrize("option, value, needs", [
+    ("bucket_window", 8, "bucket=True"), ("pack_overflow", "split", "pack=L"), ("pack_attention", 0.5, "pack=L"),
+])
+def test_an_option_of_bucketed_or_packed_plans_is_refused_on_a_plan_that_is_neither(option, value, needs):
+    index = ef.Index(100, costs=np.arange(1.0, 101.0))
+    with pytest.raises(ValueError, match=rf"^{option}={value!r} shapes only plans with {re.escape(needs)}, "
+                                         rf"and this one has none; pass {re.escape(needs)} or leave {option} out$"):
+        ef.Plan(index, ef.Topology(2), global_batch_size=10, balance="cost", **{option: value})
+    # Its default is accepted either way (it changes nothing), and the option itself where it applies.
+    default = ef.PlanOptions.__dataclass_fields__[option].default
+    ef.Plan(index, ef.Topology(2), global_batch_size=10, balance="cost", **{option: default})
+    where = {"bucket": True} if needs == "bucket=True" else {"pack": 120}
+    ef.Plan(index, ef.Topology(2), global_batch_size=10, balance="cost", **where, **{option: value}).epoch(0)
 
 
 def test_cost_mode_without_costs_warns():

@@ -57,10 +57,11 @@ def add_parser(sub) -> None:
     p.add_argument("--stratify", action="store_true", help="stratify steps and replicas by label")
     p.add_argument("--balance", default="count", help="count (default) or cost")
     p.add_argument("--bucket", action="store_true", help="bucket samples of similar cost into the same step")
-    p.add_argument("--bucket-window", type=int, default=256, help="steps per sorted bucket window (default 256)")
+    p.add_argument("--bucket-window", type=int, help="steps per sorted bucket window, of --bucket and of the modes "
+                                                     "table's bucket rows (default 256)")
     p.add_argument("--pack", type=int, default=0, metavar="L",
                    help="pack samples into rows of L tokens (needs lengths); --batch-size then counts packs")
-    p.add_argument("--pack-overflow", choices=("error", "split"), default="error",
+    p.add_argument("--pack-overflow", choices=("error", "split"),
                    help="with --pack: a sample longer than L is an error (default) or split into pieces")
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial step")
     p.add_argument("--seed", type=int, default=0, help="seed of the plan's shuffles (default 0, as in evenflow train)")
@@ -159,6 +160,22 @@ def dataset_columns(args, labels, costs) -> tuple:
     return (data.labels if labels is None else labels), (data.lengths if costs is None else costs), None
 
 
+def checked_options(args, costs: bool) -> int:
+    """The bucket window in steps, once the options that would change nothing are refused: --bucket-window
+    without a bucketed plan or a modes table to use it, --pack-overflow without --pack, --steps with --pack."""
+    if args.bucket_window is not None and not (args.bucket or costs):
+        raise ValueError(f"--bucket-window {args.bucket_window} sets the windows of --bucket and of the modes table's "
+                         f"bucket rows (with costs), and there is neither; add --bucket with --costs, or drop "
+                         f"--bucket-window")
+    if args.pack_overflow is not None and not args.pack:
+        raise ValueError(f"--pack-overflow {args.pack_overflow} applies to a packed plan, and there is no --pack; "
+                         f"add --pack L or drop --pack-overflow")
+    if args.steps is not None and args.pack:
+        raise ValueError("--steps and --pack: a packed plan lays out the whole epoch's packs for any window, so a "
+                         "window saves nothing; leave out --steps")
+    return 256 if args.bucket_window is None else args.bucket_window
+
+
 def refuse_keys(args, why: str) -> None:
     """Refuse --feature-key / --label-key where there are no records for them to name."""
     for flag, value, default in (("feature-key", args.feature_key, "x"), ("label-key", args.label_key, "y")):
@@ -230,13 +247,12 @@ def run(args) -> int:
         n = known[0].shape[0]
     index = ef.Index(n, labels=labels, costs=costs)
     topo = ef.Topology(args.replicas, weights=parse_weights(args.weights))
-    if args.steps is not None and args.pack:  # before the packed layout is built
-        raise ValueError("--steps and --pack: a packed plan lays out the whole epoch's packs for any window, so a "
-                         "window saves nothing; leave out --steps")
+    window_steps = checked_options(args, costs is not None)  # before the packed layout is built
     try:
         plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
                        balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder,
-                       bucket_window=args.bucket_window, pack=args.pack, pack_overflow=args.pack_overflow)
+                       bucket_window=window_steps if args.bucket else 256, pack=args.pack,
+                       pack_overflow=args.pack_overflow or "error")
         steps = None if args.steps is None else parse_steps(args.steps, plan.num_steps)
         window = () if steps is None else (ef.Cursor(args.epoch, steps[0]), ef.Cursor(args.epoch, steps[1]))
         ep = plan.epoch(args.epoch, *window)
@@ -251,7 +267,7 @@ def run(args) -> int:
         if args.pack:  # --batch-size counts packs: compare with steps of about as many tokens
             g = max(args.replicas, int(round(g * args.pack / float(np.mean(costs)) / args.replicas)) * args.replicas)
         summary["modes"] = compare_modes(index, topo, g, seed=args.seed, epoch=args.epoch,
-                                         bucket_window=args.bucket_window, pack=args.pack or None,
+                                         bucket_window=window_steps, pack=args.pack or None,
                                          packs=args.batch_size if args.pack else None, steps=steps)
     if args.plot:
         from evenflow.report.plot import plot_plan

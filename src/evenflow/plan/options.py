@@ -46,6 +46,9 @@ class PlanOptions:
             or is split into pieces of at most L tokens (``"split"``).
         pack_attention: with ``pack`` and ``balance="cost"``, a pack costs its tokens
             plus this times the sum of its samples' squared lengths (attention).
+
+    ``bucket_window`` without ``bucket``, and ``pack_overflow`` or ``pack_attention`` without
+    ``pack``, are refused unless they keep their defaults: they would change nothing.
     """
 
     global_batch_size: int
@@ -79,10 +82,22 @@ class PlanOptions:
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
+        self._refuse_unused()
         if self.pack and (self.stratify or self.bucket):
             which = "stratify" if self.stratify else "bucket"
             raise ValueError(f"pack={self.pack} cannot be combined with {which}=True: packs are planned whole, "
                              f"every row {self.pack} tokens wide; turn {which} off or pack=0")
+
+    def _refuse_unused(self) -> None:
+        """An option that only shapes bucketed or packed plans, set away from its default on a plan
+        that is neither, would change nothing: refused, so a typo or a missing flag is not ignored."""
+        fields = type(self).__dataclass_fields__
+        for name, needs, on in (("bucket_window", "bucket=True", self.bucket),
+                                ("pack_overflow", "pack=L", bool(self.pack)),
+                                ("pack_attention", "pack=L", bool(self.pack))):
+            if not on and getattr(self, name) != fields[name].default:
+                raise ValueError(f"{name}={getattr(self, name)!r} shapes only plans with {needs}, and this one "
+                                 f"has none; pass {needs} or leave {name} out")
 
     def check_against(self, index, topology) -> None:
         """Raise if these options cannot plan ``index`` on ``topology``; warn if they are pointless."""

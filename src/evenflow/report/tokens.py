@@ -109,7 +109,7 @@ def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch:
     window = () if steps is None else (Cursor(epoch, steps[0]), Cursor(epoch, steps[1]))
     for name, balance, bucket in MODES:
         plan = Plan(index, topology, global_batch_size=global_batch_size, seed=seed, balance=balance,
-                    bucket=bucket, bucket_window=bucket_window)
+                    bucket=bucket, **({"bucket_window": bucket_window} if bucket else {}))
         rows.append({"mode": name, **token_summary(plan.epoch(epoch, *window).ids, index.costs)})
     if steps is not None:
         return rows
