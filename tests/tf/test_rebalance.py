@@ -230,8 +230,8 @@ def test_input_wait_counts_only_batches_made_after_the_step_began(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(out.read_text())
     # The slow pipeline's steps wait for its 80 ms batches. Its parallel map can hand over batches in
-    # bursts, so about half its steps may find a batch ready (a median near 0 was seen): its mean wait
-    # is the figure. Most of the fast one's steps find their batches made before they began (0 wait);
+    # bursts, so about half its steps can find a batch ready and its median wait can be near 0: its
+    # mean wait is the figure. Most of the fast one's steps find their batches made before they began (0 wait);
     # its median step is robust to a machine busy with other work, which stretches some steps' waits.
     assert got["slow"]["fraction"] > 0.6 and got["slow"]["mean_wait"] > 0.005, got
     assert got["fast"]["median_wait"] < got["slow"]["mean_wait"] / 10, got
