@@ -12,7 +12,8 @@ import torch
 import evenflow as ef
 from evenflow.data import convert
 from evenflow.run import Checkpointer, NonFiniteModelError, TrainingGuard, list_checkpoints
-from evenflow.torch import ArraySource, PlanLoader, RecordSource, TorchState, Trainer, build_model, masked_loss
+from evenflow.torch import (ArraySource, PlanLoader, RecordSource, TorchState, Trainer, build_model, masked_loss,
+                            plan_loader)
 
 ROOT = Path(__file__).resolve().parents[2]
 N, G = 203, 30
@@ -88,6 +89,24 @@ def test_loader_refuses_a_plan_for_another_world_size_and_bad_arguments():
     with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
         PlanLoader(source, plan, rank=0, world_size=4, num_workers=-1)
     assert PlanLoader(source, ef.Plan(source.index(), ef.Topology(1), global_batch_size=G)).rank == 0  # no group
+
+
+@pytest.mark.parametrize("option, value", [("prefetch_factor", 4), ("multiprocessing_context", "spawn")])
+def test_worker_options_without_workers_are_refused(option, value):
+    x, y = _arrays()
+    source = ArraySource(x, y)
+    plan = ef.Plan(source.index(), ef.Topology(1), global_batch_size=G)
+    with pytest.raises(ValueError, match=rf"^{option}={value!r} applies to DataLoader worker processes, and "
+                                         rf"num_workers is 0 \(batches load in this process\); pass num_workers "
+                                         rf">= 1 or leave {option} out$"):
+        PlanLoader(source, plan, rank=0, world_size=1, **{option: value})
+    dataset = torch.utils.data.TensorDataset(torch.tensor(x), torch.tensor(y))
+    with pytest.raises(ValueError, match=rf"^{option}={value!r} applies to DataLoader worker processes"):
+        plan_loader(dataset, G, rank=0, world_size=1, **{option: value})
+    # With workers the option reaches the DataLoader.
+    loader = PlanLoader(source, plan, rank=0, world_size=1, num_workers=1, **{option: value})
+    assert getattr(loader.data_loader(), option) == (value if option == "prefetch_factor" else
+                                                      torch.multiprocessing.get_context(value))
 
 
 def test_record_source_names_the_file_and_the_fix(records):

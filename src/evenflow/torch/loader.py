@@ -211,13 +211,14 @@ class PlanLoader:
         start: first step to read (default ``Cursor(0, 0)``).
         epochs: the epoch to stop before; default one epoch (``start.epoch + 1``).
         num_workers: ``DataLoader`` worker processes (0 loads in this process).
-        prefetch_factor: batches each worker loads ahead (with workers).
+        prefetch_factor: batches each worker loads ahead (default 2); with ``num_workers >= 1`` only.
         pin_memory: page-lock batches for faster copies to a GPU.
         transform: optional ``fn(batch) -> batch`` on numpy arrays, run in the worker
             (augmentation keyed by ``id`` and ``epoch``, normalisation). It sees the source's
             arrays, ``id`` (-1 for padding) and ``global_real_count``, ``epoch`` and ``step``
             as ints; ``mask`` is added after it.
-        multiprocessing_context: passed to the ``DataLoader`` (default: the platform's).
+        multiprocessing_context: passed to the ``DataLoader`` (default: the platform's); with
+            ``num_workers >= 1`` only.
         trim_padding: drop the padding slots of each batch, so its first axis is this rank's real
             count in that step (at least 1: a step without real samples keeps one masked row).
             Padding then costs no loading or compute, which matters when weighted plans give
@@ -230,7 +231,7 @@ class PlanLoader:
 
     def __init__(self, source: Source, plan: Plan, *, rank: int | None = None, world_size: int | None = None,
                  start: Cursor | None = None, epochs: int | None = None, num_workers: int = 0,
-                 prefetch_factor: int = PREFETCH_FACTOR, pin_memory: bool = False,
+                 prefetch_factor: int | None = None, pin_memory: bool = False,
                  transform: Callable[[dict], dict] | None = None, multiprocessing_context=None,
                  trim_padding: bool = False, feed: PlanFeed | None = None):
         if not isinstance(source, Source):
@@ -245,6 +246,11 @@ class PlanLoader:
                              f"{source.num_samples}; plan with source.index()")
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        for name, value in (("prefetch_factor", prefetch_factor), ("multiprocessing_context", multiprocessing_context)):
+            if value is not None and num_workers == 0:
+                raise ValueError(f"{name}={value!r} applies to DataLoader worker processes, and num_workers is 0 "
+                                 f"(batches load in this process); pass num_workers >= 1 or leave {name} out")
+        prefetch_factor = PREFETCH_FACTOR if prefetch_factor is None else prefetch_factor
         if isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int) or prefetch_factor < 1:
             raise ValueError(f"prefetch_factor must be an int >= 1, got {prefetch_factor!r}")
         if transform is not None and not callable(transform):
