@@ -23,7 +23,7 @@ from collections import Counter
 import numpy as np
 
 from evenflow.data.text import TextData, encode
-from evenflow.util.files import write_atomic
+from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
 __all__ = ["BUILTIN_TEXT", "stdlib_docs"]
 
@@ -63,10 +63,10 @@ def _cache_file(max_len: int, classes: int) -> str | None:
 
 def _load_cached(path: str) -> TextData | None:
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return TextData(z["tokens"], z["offsets"], z["labels"], tuple(str(c) for c in z["class_names"]),
-                            str(z["name"]))
-    except (OSError, ValueError, KeyError):
+        z = read_npz(path)
+        return TextData(z["tokens"], z["offsets"], z["labels"], tuple(str(c) for c in z["class_names"]),
+                        str(z["name"]))
+    except NPZ_READ_ERRORS:
         return None  # absent, or unreadable: parse again
 
 

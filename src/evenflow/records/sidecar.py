@@ -20,7 +20,6 @@ The ``.idx`` text itself is read and written by :mod:`evenflow.records.idx_text`
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +27,7 @@ import numpy as np
 from evenflow.records.errors import RecordError
 from evenflow.records.frame import FRAME_BYTES
 from evenflow.records.idx_text import format_idx, parse_idx
+from evenflow.util.files import NPZ_READ_ERRORS, read_npz
 
 __all__ = ["ShardIndex", "idx_path", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
 
@@ -119,9 +119,8 @@ class ShardIndex:
 
 def _load_meta(path: str) -> dict:
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as e:  # a truncated .npz is a bad zip
+        return read_npz(path)
+    except NPZ_READ_ERRORS as e:
         shard = path[:-len(".meta.npz")] if path.endswith(".meta.npz") else "<shard>"
         raise RecordError(path, f"cannot read the index metadata ({type(e).__name__}: {e}); rebuild it with "
                           f"`evenflow index {shard} --label-key KEY [--cost-key KEY]` (the keys of the label and cost "

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
-from evenflow.util.files import fsync_dir, write_atomic
+from evenflow.util.files import NPZ_READ_ERRORS, fsync_dir, read_npz, write_atomic
 
 __all__ = ["AuditLog", "EpochAudit", "check_audit", "AUDIT_DIR"]
 
@@ -89,11 +89,16 @@ class AuditLog:
         write_atomic(path, buf.getvalue())
 
     def trim(self, cursor: Cursor) -> int:
-        """Delete every recorded step at or after ``cursor`` (all workers' segments); returns steps removed."""
+        """Delete every recorded step at or after ``cursor`` (all workers' segments); returns steps removed.
+
+        The segments that hold steps on both sides of ``cursor`` are read before any file changes, so
+        one that cannot be read stops the trim with every file as it was.
+        """
         self._rows.clear()
         if not self.dir.is_dir():
             return 0
-        removed = 0
+        at = (cursor.epoch, cursor.step)
+        after, straddling = [], []
         for path in sorted(self.dir.iterdir()):
             m = _SEGMENT.match(path.name)
             if m is None:
@@ -101,19 +106,22 @@ class AuditLog:
                     path.unlink(missing_ok=True)
                 continue
             epoch, first, last = int(m[1]), int(m[2]), int(m[3])
-            if (epoch, last) < (cursor.epoch, cursor.step):
-                continue
-            if (epoch, first) >= (cursor.epoch, cursor.step):
-                with np.load(path, allow_pickle=False) as z:
-                    removed += len(z["steps"])
-                path.unlink()
-                continue
-            with np.load(path, allow_pickle=False) as z:  # straddles the cursor: keep its head
-                data = {k: z[k] for k in z.files}
+            if (epoch, first) >= at:
+                after.append((path, last - first + 1))
+            elif (epoch, last) >= at:
+                straddling.append((path, m, _read_straddling(path, cursor)))
+        removed = 0
+        for path, named in after:
+            try:
+                removed += len(read_npz(path)["steps"])
+            except NPZ_READ_ERRORS:  # damaged, and deleted anyway: its name gives its steps
+                removed += named
+            path.unlink()
+        for path, m, data in straddling:  # keep each one's head
             keep = data["steps"] < cursor.step
             removed += int((~keep).sum())
             head = dict(data, steps=data["steps"][keep], ids=data["ids"][keep], skipped=data["skipped"][keep])
-            new = path.with_name(f"e{epoch:05d}-s{first:06d}-{int(head['steps'][-1]):06d}-w{m[4]}.npz")
+            new = path.with_name(f"e{m[1]}-s{m[2]}-{int(head['steps'][-1]):06d}-w{m[4]}.npz")
             buf = io.BytesIO()
             np.savez(buf, **head)
             write_atomic(new, buf.getvalue())
@@ -121,6 +129,15 @@ class AuditLog:
                 path.unlink()
         fsync_dir(self.dir)
         return removed
+
+
+def _read_straddling(path: Path, cursor: Cursor) -> dict:
+    try:
+        return read_npz(path)
+    except NPZ_READ_ERRORS as e:
+        raise ValueError(f"{path}: not a readable audit segment ({type(e).__name__}: {e}), and it holds steps on "
+                         f"both sides of the resume point (epoch {cursor.epoch}, step {cursor.step}); delete it (the "
+                         f"audit then counts its steps before that point as not recorded) and resume again") from e
 
 
 @dataclass
@@ -178,10 +195,10 @@ def _stack_rows(rows: list[np.ndarray]) -> np.ndarray:
 
 def _load_segment(path: Path) -> dict:
     try:
-        with np.load(path, allow_pickle=False) as z:
-            seg = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise ValueError(f"{path}: not a readable audit segment ({e}); delete it or rerun the training") from e
+        seg = read_npz(path)
+    except NPZ_READ_ERRORS as e:
+        raise ValueError(f"{path}: not a readable audit segment ({type(e).__name__}: {e}); delete it (the audit "
+                         f"then counts its steps as not recorded) or rerun the training with --audit") from e
     need = {"epoch", "steps", "replicas", "ids", "skipped", "num_replicas", "num_steps", "num_samples"}
     if not need <= set(seg):
         raise ValueError(f"{path}: audit segment lacks {', '.join(sorted(need - set(seg)))}; it was not written "

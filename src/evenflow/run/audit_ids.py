@@ -25,7 +25,7 @@ import numpy as np
 
 from evenflow.data.identity import digest
 from evenflow.run.audit import AUDIT_DIR
-from evenflow.util.files import write_atomic
+from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
 __all__ = ["ID_MAP", "id_map", "write_id_map", "read_id_map", "locate"]
 
@@ -87,10 +87,10 @@ def read_id_map(run_dir: str | Path) -> dict[str, np.ndarray]:
         raise ValueError(f"{run_dir}: no {path}, so its audit ids cannot be traced to the data; train with --audit "
                          f"to write it")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise ValueError(f"{path}: not a readable id map ({e}); rerun the training with --audit to rewrite it") from e
+        arrays = read_npz(path)
+    except NPZ_READ_ERRORS as e:
+        raise ValueError(f"{path}: not a readable id map ({type(e).__name__}: {e}); rerun the training with --audit "
+                         f"to rewrite it") from e
     if "checksum" not in arrays or str(arrays["checksum"]) != _checksum(arrays):
         raise ValueError(f"{path}: its checksum does not match its content (the file was changed or damaged); rerun "
                          f"the training with --audit to rewrite it")

@@ -3,18 +3,26 @@
 Every write goes to a hidden temporary name in the same directory, is flushed and fsynced,
 then renamed over the target, and the directory is fsynced so the rename itself survives a
 power cut. :func:`write_json` turns numpy values into JSON types first (non-finite floats
-become ``null``: JSON has no NaN).
+become ``null``: JSON has no NaN). :func:`read_npz` reads an ``.npz`` back whole, and
+:data:`NPZ_READ_ERRORS` is what reading a damaged one raises.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["fsync_dir", "fsync_file", "write_atomic", "write_json", "plain_json"]
+__all__ = ["fsync_dir", "fsync_file", "write_atomic", "write_json", "plain_json", "read_npz", "NPZ_READ_ERRORS"]
+
+# What reading a damaged .npz raises: a truncated or overwritten one is not a zip (BadZipFile) or
+# ends early (EOFError); a member whose bytes changed fails its CRC on read (BadZipFile), a
+# compressed one its inflation (zlib.error); an object array refused without pickle is a ValueError.
+NPZ_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
 def fsync_dir(path) -> None:
@@ -73,3 +81,16 @@ def plain_json(value):
 def write_json(path, data) -> None:
     """Write ``data`` as indented, sorted JSON, atomically."""
     write_atomic(path, json.dumps(plain_json(data), indent=2, sort_keys=True) + "\n")
+
+
+def read_npz(path) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` file ``path``, read whole and never unpickled.
+
+    Raises:
+        one of :data:`NPZ_READ_ERRORS` for a missing, truncated or damaged file.
+    """
+    with open(path, "rb") as fh:  # np.load takes anything without a zip or .npy header for a pickle
+        if fh.read(4) != b"PK\x03\x04":
+            raise zipfile.BadZipFile("no zip header: not an .npz file")
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
