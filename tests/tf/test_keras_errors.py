@@ -58,6 +58,7 @@ def test_a_model_with_its_own_train_step_is_told_to_use_the_masked_loss():
     ({"validation_split": 0.2, "validation_data": (X, Y)}, "pass validation_data or validation_split, not both"),
     ({"shuffle": False}, "shuffle must be True: evenflow plans shuffle every epoch"),
     ({"audit": True}, "audit and checkpoint_every write into a run directory: pass output_dir= too"),
+    ({"keep_checkpoints": 5}, "keep_checkpoints=5 sets how many checkpoints a run directory keeps, and there is none"),
     ({"validation_data": (X, Y, np.ones(40))}, r"validation_data must be \(x_val, y_val\) .*sample weights"),
     ({"validation_split": 1.0}, r"validation_split must be a float in \[0, 1\), got 1.0"),
     ({"epochs": 0}, "epochs must be an int >= 1, got 0"),

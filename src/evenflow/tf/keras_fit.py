@@ -84,7 +84,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         A ``keras.callbacks.History`` covering every epoch this call trained.
     """
     strategy = _strategy(model)
-    _check_options(shuffle, output_dir, checkpoint_every, audit)
+    _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints)
     if not isinstance(rebalance, (bool, RebalanceOptions)):
         raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
     source = as_source(x, y, "evenflow.tf.fit")
@@ -127,13 +127,16 @@ def _strategy(model):
     return strategy
 
 
-def _check_options(shuffle, output_dir, checkpoint_every, audit) -> None:
+def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints) -> None:
     if shuffle is not True:
         raise ValueError(f"shuffle must be True: evenflow plans shuffle every epoch, seeded by seed=, got {shuffle!r}")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be an int >= 0 (steps; 0: epoch ends only), got {checkpoint_every!r}")
     if output_dir is None and (audit or checkpoint_every):
         raise ValueError("audit and checkpoint_every write into a run directory: pass output_dir= too")
+    if output_dir is None and keep_checkpoints != 3:
+        raise ValueError(f"keep_checkpoints={keep_checkpoints!r} sets how many checkpoints a run directory keeps, "
+                         f"and there is none: pass output_dir= too, or leave keep_checkpoints out")
 
 
 def _validation_source(data):
