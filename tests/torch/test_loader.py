@@ -221,3 +221,21 @@ def test_missing_torch_says_which_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ModuleNotFoundError
     with pytest.raises(lazy.MissingFrameworkError, match=r"pip install 'evenflow\[torch\]'"):
         lazy.torch()
+
+
+@pytest.mark.parametrize("given", [{"num_workers": 2}, {"transform": lambda batch: batch}])
+def test_a_reader_with_its_own_workers_refuses_them_again(given):
+    from evenflow.torch.engine import TorchReader
+
+    x, y = _arrays()
+    source = ArraySource(x, y)
+    plan = ef.Plan(source.index(), ef.Topology(1), global_batch_size=G)
+    model = build_model("mlp", (4,), 5)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    name = next(iter(given))
+    with pytest.raises(ValueError, match=rf"^{name}=.*: a TorchReader brings its own loader workers and transform"):
+        trainer.fit(TorchReader(source), plan, 1, **given)
+    if name == "num_workers":
+        with pytest.raises(ValueError, match=r"^num_workers=2: a TorchReader brings its own"):
+            trainer.evaluate(TorchReader(source), plan, num_workers=2)
+    assert len(trainer.fit(TorchReader(source, transform=given.get("transform")), plan, 1)) == 1

@@ -72,7 +72,8 @@ class Trainer(LoopFront):
         """Train from ``start`` (default the beginning) to the end of epoch ``epochs - 1``.
 
         Args:
-            source: an evenflow ``Source`` of the training set (or a :class:`~evenflow.torch.engine.TorchReader`).
+            source: an evenflow ``Source`` of the training set (or a :class:`~evenflow.torch.engine.TorchReader`,
+                which brings its own ``num_workers`` and ``transform``: these two are then refused).
             plan: the training plan; its replicas must equal the world size.
             epochs: the epoch to stop before (like Keras's ``epochs``), > ``start.epoch``.
             start: the cursor to resume from (e.g. a checkpoint's).
@@ -86,7 +87,7 @@ class Trainer(LoopFront):
         Raises:
             evenflow.torch.PeerLostError: another rank died or stopped answering.
         """
-        reader = source if isinstance(source, TorchReader) else TorchReader(source, num_workers, transform)
+        reader = _reader(source, num_workers, transform)
         self._guard = guard
         try:
             return self.loop.fit(reader, plan, epochs, start=start, on_step=on_step, on_epoch=on_epoch,
@@ -96,7 +97,7 @@ class Trainer(LoopFront):
 
     def evaluate(self, source, plan: Plan, epoch: int = 0, num_workers: int = 0) -> EvalResult:
         """Exact loss and accuracy over epoch ``epoch`` of ``plan`` (a plan of the whole test set)."""
-        reader = source if isinstance(source, TorchReader) else TorchReader(source, num_workers)
+        reader = _reader(source, num_workers, None)
         try:
             return self.loop.evaluate(reader, plan, epoch)
         except RuntimeError as e:
@@ -114,3 +115,15 @@ class Trainer(LoopFront):
                   if saved is not None else "run the same command again to start over")
         return PeerLostError(f"rank {self.rank} of {self.world_size} lost contact with another rank after {where} "
                              f"({first[:200]}); {resume}")
+
+
+def _reader(source, num_workers: int, transform) -> TorchReader:
+    """``source`` read with these workers and transform; a ``TorchReader`` brings its own, so none may be given."""
+    if not isinstance(source, TorchReader):
+        return TorchReader(source, num_workers, transform)
+    given = [f"{name}={value!r}" for name, value, unset in (("num_workers", num_workers, 0),
+                                                            ("transform", transform, None)) if value != unset]
+    if given:
+        raise ValueError(f"{', '.join(given)}: a TorchReader brings its own loader workers and transform; set them "
+                         f"on the TorchReader, or pass its source instead")
+    return source
