@@ -1,6 +1,9 @@
 """MonitorOptions -> RebalanceOptions: what the command line's rebalancing flags become."""
 from __future__ import annotations
 
+import pytest
+
+from evenflow.cli import main
 from evenflow.run.options import MonitorOptions
 
 
@@ -27,3 +30,16 @@ def test_auto_rebalances_logical_devices_only_when_they_emulate_devices_of_their
     assert not devices.rebalance_options(shared_cpu=True, deterministic=True).enabled
     assert not MonitorOptions().rebalance_options(shared_cpu=True).enabled
     assert MonitorOptions().rebalance_options(shared_cpu=False).enabled
+
+
+@pytest.mark.parametrize("name, value", [("rebalance_threshold", 1.2), ("rebalance_payback", 0.0)])
+def test_what_decides_a_replan_is_refused_when_rebalancing_is_off(capsys, name, value):
+    with pytest.raises(ValueError, match=rf"^{name} {value:g} decides when to re-plan, and rebalance is off; "
+                                         r"leave it out, or set rebalance to on or auto$"):
+        MonitorOptions(rebalance="off", **{name: value})
+    MonitorOptions(rebalance="auto", **{name: value})  # auto may turn it on
+    MonitorOptions(rebalance="off")                    # the defaults change nothing either way
+    flag = "--" + name.replace("_", "-")
+    assert main(["train", "--dataset", "builtin:digits", "--rebalance", "off", flag, f"{value:g}"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"evenflow train: error: {flag}: {name} {value:g} decides when to re-plan") and out == ""

@@ -246,6 +246,12 @@ class MonitorOptions:
         ms = self.simulate_sample_ms
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= 10_000:
             raise ValueError(f"simulate_sample_ms must be a number of milliseconds in [0, 10000], got {ms!r}")
+        if self.rebalance == "off":  # they decide when to re-plan, and nothing re-plans
+            fields = type(self).__dataclass_fields__
+            for name in ("rebalance_threshold", "rebalance_payback"):
+                if getattr(self, name) != fields[name].default:
+                    raise ValueError(f"{name} {getattr(self, name):g} decides when to re-plan, and rebalance is off; "
+                                     f"leave it out, or set rebalance to on or auto")
         self.simulation()  # parses simulate_slow: a bad value fails here, before anything runs
         if (self.simulate_slow or self.simulate_sample_ms > 0) and not self.telemetry:
             raise ValueError("simulate_slow and simulate_sample_ms need telemetry (their delays are timed in the "
