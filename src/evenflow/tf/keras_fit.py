@@ -49,10 +49,13 @@ from evenflow.tf.state import TFState
 __all__ = ["fit"]
 
 
+KEEP_CHECKPOINTS = 3  # checkpoints a run directory keeps unless told otherwise
+
+
 def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose="auto", callbacks=None,
         validation_split: float = 0.0, validation_data=None, shuffle: bool = True, seed: int = 0,
         stratify: bool = False, balance: str = "count", output_dir=None, checkpoint_every: int = 0,
-        keep_checkpoints: int = 3, audit: bool = False, rebalance=False, simulate=None):
+        keep_checkpoints: int = KEEP_CHECKPOINTS, audit: bool = False, rebalance=False, simulate=None):
     """Train a compiled Keras model on an evenflow plan (see the module docstring).
 
     Args:
@@ -134,7 +137,7 @@ def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoint
         raise ValueError(f"checkpoint_every must be an int >= 0 (steps; 0: epoch ends only), got {checkpoint_every!r}")
     if output_dir is None and (audit or checkpoint_every):
         raise ValueError("audit and checkpoint_every write into a run directory: pass output_dir= too")
-    if output_dir is None and keep_checkpoints != 3:
+    if output_dir is None and keep_checkpoints != KEEP_CHECKPOINTS:
         raise ValueError(f"keep_checkpoints={keep_checkpoints!r} sets how many checkpoints a run directory keeps, "
                          f"and there is none: pass output_dir= too, or leave keep_checkpoints out")
 
