@@ -160,9 +160,10 @@ def dataset_columns(args, labels, costs) -> tuple:
     return (data.labels if labels is None else labels), (data.lengths if costs is None else costs), None
 
 
-def checked_options(args, costs: bool) -> int:
-    """The bucket window in steps, once the options that would change nothing are refused: --bucket-window
-    without a bucketed plan or a modes table to use it, --pack-overflow without --pack, --steps with --pack."""
+def checked_options(args, costs: bool) -> dict:
+    """The plan options given with --bucket-window and --pack-overflow, once the options that would change
+    nothing are refused: --bucket-window without a bucketed plan or a modes table to use it, --pack-overflow
+    without --pack, --steps with --pack."""
     if args.bucket_window is not None and not (args.bucket or costs):
         raise ValueError(f"--bucket-window {args.bucket_window} sets the windows of --bucket and of the modes table's "
                          f"bucket rows (with costs), and there is neither; add --bucket with --costs, or drop "
@@ -173,7 +174,8 @@ def checked_options(args, costs: bool) -> int:
     if args.steps is not None and args.pack:
         raise ValueError("--steps and --pack: a packed plan lays out the whole epoch's packs for any window, so a "
                          "window saves nothing; leave out --steps")
-    return 256 if args.bucket_window is None else args.bucket_window
+    given = (("bucket_window", args.bucket_window if args.bucket else None), ("pack_overflow", args.pack_overflow))
+    return {name: value for name, value in given if value is not None}
 
 
 def refuse_keys(args, why: str) -> None:
@@ -247,12 +249,11 @@ def run(args) -> int:
         n = known[0].shape[0]
     index = ef.Index(n, labels=labels, costs=costs)
     topo = ef.Topology(args.replicas, weights=parse_weights(args.weights))
-    window_steps = checked_options(args, costs is not None)  # before the packed layout is built
+    given = checked_options(args, costs is not None)  # before the packed layout is built
     try:
         plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
-                       balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder,
-                       bucket_window=window_steps if args.bucket else 256, pack=args.pack,
-                       pack_overflow=args.pack_overflow or "error")
+                       balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder, pack=args.pack,
+                       **given)
         steps = None if args.steps is None else parse_steps(args.steps, plan.num_steps)
         window = () if steps is None else (ef.Cursor(args.epoch, steps[0]), ef.Cursor(args.epoch, steps[1]))
         ep = plan.epoch(args.epoch, *window)
@@ -267,7 +268,7 @@ def run(args) -> int:
         if args.pack:  # --batch-size counts packs: compare with steps of about as many tokens
             g = max(args.replicas, int(round(g * args.pack / float(np.mean(costs)) / args.replicas)) * args.replicas)
         summary["modes"] = compare_modes(index, topo, g, seed=args.seed, epoch=args.epoch,
-                                         bucket_window=window_steps, pack=args.pack or None,
+                                         bucket_window=args.bucket_window, pack=args.pack or None,
                                          packs=args.batch_size if args.pack else None, steps=steps)
     if args.plot:
         from evenflow.report.plot import plot_plan

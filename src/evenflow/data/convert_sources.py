@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import os
 import warnings
-import zipfile
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
@@ -20,6 +19,7 @@ import numpy as np
 from evenflow.records.errors import RecordError
 from evenflow.records.example import ExampleEncoder
 from evenflow.records.spec import FeatureSpec, spec_for_array
+from evenflow.util.files import NPZ_READ_ERRORS, read_npz
 
 __all__ = ["IMAGE_COSTS", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "ConvertSource", "open_images", "open_npz",
            "from_arrays", "pillow"]
@@ -156,16 +156,15 @@ def open_npz(path: str, **kw) -> ConvertSource:
     if magic == b"\x93NUMPY":
         raise RecordError(path, "is a single .npy array, not an .npz archive of named arrays; save with "
                           "np.savez(path, x=..., label=...)", kind="input")
-    if magic[:4] != b"PK\x03\x04":  # np.load would take anything else for a pickle
+    if magic[:4] != b"PK\x03\x04":
         raise RecordError(path, "not a readable .npz file (no zip header); save arrays with "
                           "np.savez(path, x=..., label=...)", kind="input")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            columns = {k: z[k] for k in z.files}
+        columns = read_npz(path)
     except ValueError as e:
         raise RecordError(path, f"cannot load without pickle ({e}); store plain numeric, bytes or string arrays",
                           kind="input") from e
-    except (OSError, zipfile.BadZipFile, EOFError) as e:
+    except NPZ_READ_ERRORS as e:
         raise RecordError(path, f"not a readable .npz file ({e})", kind="input") from e
     return from_arrays(f"npz:{os.path.basename(path)}", path, columns, **kw)
 

@@ -83,14 +83,14 @@ def packed_token_summary(ep) -> dict:
 
 
 def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch: int = 0,
-                  bucket_window: int = 256, pack: int | None = None, packs: int | None = None,
+                  bucket_window: int | None = None, pack: int | None = None, packs: int | None = None,
                   steps: tuple[int, int] | None = None) -> list[dict]:
     """:func:`token_summary` of one epoch under each plan mode of :data:`MODES`.
 
     Args:
         index: an :class:`~evenflow.plan.index.Index` with costs (the lengths).
         topology: the :class:`~evenflow.plan.topology.Topology`.
-
+        bucket_window: steps per sorted window of the bucketed modes (None: the plan's default).
         pack: L for a last row, ``pack L``: the samples packed into rows of L tokens (longer
             ones split), as many packs per step as hold about ``global_batch_size`` samples'
             tokens (or ``packs``); None packs to the longest sample when the costs are token counts.
@@ -109,7 +109,8 @@ def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch:
     window = () if steps is None else (Cursor(epoch, steps[0]), Cursor(epoch, steps[1]))
     for name, balance, bucket in MODES:
         plan = Plan(index, topology, global_batch_size=global_batch_size, seed=seed, balance=balance,
-                    bucket=bucket, **({"bucket_window": bucket_window} if bucket else {}))
+                    bucket=bucket,
+                    **({"bucket_window": bucket_window} if bucket and bucket_window is not None else {}))
         rows.append({"mode": name, **token_summary(plan.epoch(epoch, *window).ids, index.costs)})
     if steps is not None:
         return rows
