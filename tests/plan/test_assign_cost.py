@@ -161,3 +161,37 @@ def test_the_exchange_search_finds_the_best_exchange_of_every_pair(m, weighted):
     best = every.reshape(len(a), -1).min(axis=1)
     np.testing.assert_allclose(val, best, rtol=1e-12)
     np.testing.assert_allclose(val, every[np.arange(len(a)), ia, jb], rtol=1e-12)
+
+
+def test_cost_plans_stay_those_of_their_planner_version():
+    # Run directories resume only plans of the same PLANNER_VERSION, so a change to the cost split
+    # that routes any sample differently must raise it. Costs are multiples of 1/8 (integers too), so
+    # every load is summed exactly and the digest does not depend on the order of additions.
+    import hashlib
+
+    import evenflow as ef
+    from evenflow.plan import PLANNER_VERSION
+
+    h = hashlib.sha256()
+    rng = np.random.default_rng(5)
+    n = 6000
+    for costs in (rng.integers(1, 50, n).astype(float), rng.integers(1, 400, n) / 8.0):
+        # count slots 8 and 2 (all exchanges rated), 160 (rated by sort, steps sorted by radix), weights, runs
+        for r, per, weights, bucket in ((8, 8, None, False), (8, 2, None, False), (3, 5, (1, 2, 3), False),
+                                        (4, 160, None, False), (8, 8, None, True), (5, 24, (1, 1, 2, 2, 3), True)):
+            plan = ef.Plan(ef.Index(n, costs=costs), ef.Topology(r, weights=weights), global_batch_size=r * per,
+                           seed=3, balance="cost", bucket=bucket)
+            h.update(plan.epoch(1).ids.tobytes())
+    assert (PLANNER_VERSION, h.hexdigest()[:16]) == (3, "c7c3ea8979249c5f"), \
+        "cost plans changed: raise PLANNER_VERSION, then record the new version and digest here"
+
+
+@pytest.mark.parametrize("shape", [(200, 8), (1562, 12), (100, 8), (300, 13), (500, 1), (0, 4), (64, 2)])
+def test_row_max_is_numpys_row_maximum(shape):
+    from evenflow.plan.assign_cost_refine import row_max
+
+    a = np.random.default_rng(0).lognormal(0, 1, shape)
+    if a.size:
+        a[0, -1] = np.inf
+        a[-1, 0] = 0.0
+    assert np.array_equal(row_max(a), a.max(axis=1))

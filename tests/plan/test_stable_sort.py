@@ -71,7 +71,8 @@ def test_runs_split_skips_the_greedy_only_where_it_could_not_win(costs, r, g, it
     cs.ravel()[steps * g - 5:] = 0.0
     sid_s, cs = ac._sort_desc(sid.copy(), cs)
     floor = np.maximum(cs.sum(axis=1) / w.sum(), cs.max(axis=1) / w.max())
-    greedy, g_max = ac._greedy_split(sid_s, cs, w, slots, count, floor, iterations, steps * g - 5, 1)
+    greedy, g_loads = ac._greedy_split(sid_s, cs, w, slots, count, floor, iterations, steps * g - 5, 1)
+    g_max = (g_loads / w).max(axis=1)
     runs, r_cost3, r_loads, r_fill = runs_split(sid_s, cs, w, slots)
     # The bound the shortcut relies on: a pass takes at most a replica's largest own sample off it.
     reach = ((r_loads - iterations * r_cost3.max(axis=2)) / w).max(axis=1)

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from evenflow.plan.assign_cost_refine import refine
+from evenflow.plan.assign_cost_refine import refine, row_max
 from evenflow.plan.assign_runs import runs_split
 from evenflow.plan.parallel import cores
 
@@ -60,11 +60,13 @@ def _sort_desc(sid: np.ndarray, c: np.ndarray):
         q = ~(c.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
         pos = np.argsort(q, axis=1, kind="stable")
     else:
+        # The complement of a non-negative float's bits ascends as the float descends: one
+        # ascending sort gives largest first, ties by position, with no reversed copy.
         low = np.int64((1 << _bits(n - 1)) - 1)
-        key = c.view(np.int64) & ~low
-        key |= low - np.arange(n)
+        key = ~c.view(np.int64) & ~low
+        key |= np.arange(n)
         key.sort(axis=1)
-        pos = low - (key[:, ::-1] & low)
+        pos = key & low
     pos += (np.arange(s) * n)[:, None]
     pos = pos.ravel()
     return sid.ravel()[pos].reshape(s, n), c.ravel()[pos].reshape(s, n)
@@ -97,6 +99,7 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
     below = np.zeros((s, r + 1), dtype=bool)  # a last False column: argmin finds the first False of every row
     kind = "stable" if r >= _STABLE_FROM else None
     rounds = 0
+    sure = int(left.min()) // r if left.size else 0  # rounds in which no step can run short of samples
     while start.size:
         tag = key & low
         load = (key & ~low).view(np.float64)
@@ -109,8 +112,8 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
         within = below[:start.size]
         np.less_equal(load, (load[:, 0] + item[:, 0])[:, None], out=within[:, :r])
         p = within.argmin(axis=1)
-        short = np.flatnonzero(p > left)
-        if short.size:
+        short = np.flatnonzero(p > left) if rounds >= sure - 1 else ()
+        if len(short):
             p[short] = left[short]
             within[short, :r] = lane < p[short, None]
         take = within[:, :r]
@@ -127,8 +130,8 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
         key.sort(axis=1, kind=kind)
         start += p
         left -= p
-        keep = left > 0
-        if not keep.all():
+        # A round takes at most r samples of a step: before round ``sure`` none has finished.
+        if rounds >= sure and not (keep := left > 0).all():
             key, start, left = key[keep], start[keep], left[keep]
     return tags.reshape(s, n + r)
 
@@ -184,19 +187,21 @@ def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarr
     # takes back only what it brought, so a replica loses at most its largest own sample per pass:
     # no refinement brings a step's maximum below ``reach``. Steps whose runs cannot end within
     # the slack of the floor are refined only if the greedy split leaves them a chance.
-    reach = ((r_loads - iterations * r_cost3.max(axis=2)) / w).max(axis=1) * (1 - 1e-9)
+    largest = row_max(r_cost3.reshape(-1, slots)).reshape(r_loads.shape)
+    reach = row_max((r_loads - iterations * largest) / w) * (1 - 1e-9)
     # (1 - 1e-12): a greedy maximum summed in another order may round a few ulps below the floor.
     edge = floor * ((1 + _RUNS_SLACK) * (1 - 1e-12))
     _refine_steps(split, np.flatnonzero(reach <= edge), w, floor, iterations, count, threads)
-    rest = np.flatnonzero((r_loads / w).max(axis=1) > edge)  # also every step whose reach is above the edge
+    rest = np.flatnonzero(row_max(r_loads / w) > edge)  # also every step whose reach is above the edge
     if rest.size:
         # Only the chunk's last row may hold padding; the greedy places the real samples alone.
         g_real = rest.size * n - (n - int(count[-1]) if rest[-1] == s - 1 else 0)
-        g_out, g_max = _greedy_split(sid[rest], c[rest], w, slots, count[rest], floor[rest], iterations, g_real,
-                                     threads)
+        g_out, g_loads = _greedy_split(sid[rest], c[rest], w, slots, count[rest], floor[rest], iterations, g_real,
+                                       threads)
+        g_max = row_max(g_loads / w)
         chance = (reach[rest] > edge[rest]) & (reach[rest] <= g_max * (1 + _RUNS_SLACK))
         _refine_steps(split, rest[chance], w, floor, iterations, count, threads)
-        worse = (r_loads[rest] / w).max(axis=1) > g_max * (1 + _RUNS_SLACK)
+        worse = row_max(r_loads[rest] / w) > g_max * (1 + _RUNS_SLACK)
         out[rest[worse]] = g_out[worse]
     return out
 
@@ -213,10 +218,10 @@ def _refine_steps(split, steps: np.ndarray, w, floor, iterations: int, count, th
 
 
 def _greedy_split(sid, c, w, slots: int, count, floor, iterations: int, real: int, threads: int):
-    """The greedy split of cost-sorted steps, refined: ``[s, R, slots]`` ids and each step's max load per weight."""
+    """The greedy split of cost-sorted steps, refined: ``[s, R, slots]`` ids and the loads ``[s, R]``."""
     out, cost3, loads, fill = _place(sid, c, _greedy(c, w, slots, count), w.shape[0], slots, real)
     refine(out, cost3, loads, fill, w, floor, iterations, count, threads)
-    return out, (loads / w).max(axis=1)
+    return out, loads
 
 
 def _groups(sizes: np.ndarray, runs: bool) -> list[tuple[int, np.ndarray]]:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["refine", "TOL", "BRUTE_MAX"]
+__all__ = ["refine", "row_max", "TOL", "BRUTE_MAX"]
 
 TOL = 1e-4  # a step whose maximum load is within this fraction of its lower bound is left as it is ...
 TOL_SAMPLES = 64  # ... with this many samples per replica or more; with m < 64, within TOL * 64 / m
@@ -30,6 +30,24 @@ _BLOCK_BYTES = 1 << 18  # per temporary of the m x m rating: blocks this small s
 _SORT_BLOCK_BYTES = 1 << 20  # per temporary of the rating by sort (measured best of 2**18 to 2**21)
 _THREAD_MIN = 1 << 17  # slots of all pairs of a pass below which one thread does the whole pass
 _CLOSE = 0.01  # within this fraction of its bound a step stops once a pass closes less than a quarter of its gap
+_NARROW = 12  # rows up to this wide (and at least _TALL of them) are reduced column by column ...
+_TALL = 128  # ... because numpy's max along a short axis pays about 0.06-0.09 us per row
+
+
+def row_max(a: np.ndarray) -> np.ndarray:
+    """Each row's maximum of a 2-d array, exactly ``a.max(axis=1)``.
+
+    For a few columns and many rows a loop over the columns is faster (measured: 21 against 135 us
+    for 1,562 rows of 8, 108 against 620 us for 12,500 rows of 10), because numpy's reduction
+    along a short axis costs per row.
+    """
+    rows, cols = a.shape
+    if cols > _NARROW or cols < 2 or rows < _TALL:
+        return a.max(axis=1)
+    out = a[:, 0].copy()
+    for j in range(1, cols):
+        np.maximum(out, a[:, j], out=out)
+    return out
 
 
 def _pack(v: np.ndarray, tag, low, out=None) -> np.ndarray:
@@ -162,10 +180,11 @@ def _pass(out, cost3, loads, fill, w, steps, thr, workers) -> np.ndarray:
     """One pass of pairwise exchanges on ``steps``, in place; bool per step: which improved."""
     r, m = out.shape[1], out.shape[2]
     key = loads[steps] / w[None, :]
-    order = np.argsort(key, axis=1, kind="stable")
+    # Loads are sums of costs >= 0, so their bits order as they do (sorting int64 is the faster sort).
+    order = np.argsort(key.view(np.int64), axis=1, kind="stable")
     pairs = r // 2
     hi, lo = order[:, ::-1][:, :pairs], order[:, :pairs]
-    over = np.take_along_axis(key, hi, axis=1) > thr[:, None]
+    over = key.ravel()[hi + (np.arange(steps.size) * r)[:, None]] > thr[:, None]
     pk, col = np.nonzero(over)
     ps, hi, lo = steps[pk], hi[pk, col], lo[pk, col]
     lane_a, lane_b = ps * r + hi, ps * r + lo      # rows of the [steps * R, slots] views
@@ -194,7 +213,7 @@ def refine(out: np.ndarray, cost3: np.ndarray, loads: np.ndarray, fill: np.ndarr
     # bound's own (one long sample), so they stop further from the bound.
     tol = TOL * np.maximum(1.0, TOL_SAMPLES * r / np.maximum(1, count))
     thr = floor * (1 + tol)
-    active = np.flatnonzero((loads / w[None, :]).max(axis=1) > thr)
+    active = np.flatnonzero(row_max(loads / w[None, :]) > thr)
     if threads > 1 and active.size * (r // 2) * m >= _THREAD_MIN:
         with ThreadPoolExecutor(threads) as pool:
             _passes(out, cost3, loads, fill, w, floor, tol, thr, active, iterations, (pool, threads))
@@ -203,15 +222,16 @@ def refine(out: np.ndarray, cost3: np.ndarray, loads: np.ndarray, fill: np.ndarr
 
 
 def _passes(out, cost3, loads, fill, w, floor, tol, thr, active, iterations: int, workers) -> None:
+    before = row_max(loads[active] / w[None, :])
     for _ in range(iterations):
         if active.size == 0:
             return
-        before = (loads[active] / w[None, :]).max(axis=1)
         moved = _pass(out, cost3, loads, fill, w, active, thr[active], workers)
-        after = (loads[active] / w[None, :]).max(axis=1)
+        after = row_max(loads[active] / w[None, :])
         # A step goes on while it is above tolerance and the pass lowered its maximum, by a quarter of
         # the gap or more once the step is within _CLOSE of its bound (later passes pay little there).
         f = floor[active]
         gain = before - after
-        active = active[moved & (after > f * (1 + tol[active])) & (gain > f * TOL)
-                        & ((gain > (before - f) / 4) | (after > f * (1 + _CLOSE)))]
+        go = (moved & (after > f * (1 + tol[active])) & (gain > f * TOL)
+              & ((gain > (before - f) / 4) | (after > f * (1 + _CLOSE))))
+        active, before = active[go], after[go]  # loads of the stopped steps no longer change
