@@ -178,3 +178,19 @@ def test_contention_slowdown_compares_a_run_after_its_middle_with_itself():
     assert bench.slowdown([9.0, 0.2, 0.2, 0.2, 0.2, 5.0, 0.3, 0.3, 0.3, 0.3]) == pytest.approx(1.5)
     # A run slower throughout (a busy machine) but not after its middle: no slowdown.
     assert bench.slowdown([0.4] * 10) == pytest.approx(1.0)
+
+
+def test_cost_split_ab_compares_a_revision_with_the_checkout_and_stops_where_they_differ(tmp_path, monkeypatch):
+    bench = _load("cost_split_ab")
+    out = tmp_path / "ab.json"
+    bench.main(["--base", "HEAD", "--cells", "2e3:4:8,3e3:3:5", "--rounds", "1", "--json-out", str(out)])
+    cells = json.loads(out.read_text())["cells"]
+    assert [(c["num_samples"], c["replicas"], c["per_replica"]) for c in cells] == [(2000, 4, 8), (3000, 3, 5)]
+    assert all(c["identical"] and c["now_s"] > 0 and c["before_s"] > 0 for c in cells)
+    # A checkout whose split routes samples differently is refused, not timed.
+    monkeypatch.setattr(bench.now_split, "_RUNS_SLACK", 0.5)
+    monkeypatch.setattr(bench.now_split, "refine", lambda *a, **k: None)
+    with pytest.raises(SystemExit, match="PLANNER_VERSION"):
+        bench.main(["--base", "HEAD", "--cells", "2e3:4:8", "--rounds", "1", "--json-out", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit, match="--base"):
+        bench.main(["--base", "no-such-revision", "--cells", "2e3:4:8", "--json-out", str(tmp_path / "y.json")])
