@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
+
 EPILOG = """examples:
   evenflow inspect --samples 10000 --replicas 8 --batch-size 256
   evenflow inspect --samples 10000 --replicas 4 --batch-size 256 --weights 1,1,1,0.5
@@ -76,25 +78,37 @@ def add_parser(sub) -> None:
 
 def load_column(path: str, what: str, integer: bool) -> np.ndarray:
     """Read a .npy array or a text file with one number per line."""
-    if not os.path.exists(path):
-        raise ValueError(f"{what} file {path} does not exist; pass a .npy file or a text file with one number per line")
-    if path.endswith(".npy"):
+    if not os.path.isfile(path):
+        raise ValueError(f"{what} file {path} {'is a directory' if os.path.isdir(path) else 'does not exist'}; "
+                         f"pass a .npy file or a text file with one number per line")
+    kind = numpy_file_kind(path)  # by content: np.load would take any file without a header for a pickle
+    if kind == "npy":
         try:  # memory-mapped: a window of a huge epoch reads the values it needs
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as e:
             raise ValueError(f"{what} file {path} is not a numeric .npy array ({e})") from e
+        if sum(n > 1 for n in arr.shape) > 1:
+            raise ValueError(f"{what} file {path} holds an array of shape {arr.shape}; pass one value per sample, "
+                             f"a 1-d array of shape (N,)")
+    elif kind == "npz" or path.endswith(".npy"):
+        raise ValueError(f"{what} file {path} is {NUMPY_FILE_KINDS[kind]}{', not an .npy array' if kind == 'npz' else ''}"
+                         f"; save the {what} alone with numpy.save, or write one number per line in a text file")
     else:
         values = []
-        with open(path) as f:
-            for line_no, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    values.append(float(line))
-                except ValueError:
-                    raise ValueError(f"{what} file {path}, line {line_no}: {line[:40]!r} is not a number; "
-                                     f"write one number per line") from None
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line_no, line in enumerate(f, 1):
+                    line = line.strip()
+                    if not line:
+                        continue
+                    try:
+                        values.append(float(line))
+                    except ValueError:
+                        raise ValueError(f"{what} file {path}, line {line_no}: {line[:40]!r} is not a number; "
+                                         f"write one number per line") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{what} file {path} is neither an .npy array nor UTF-8 text; save the {what} with "
+                             f"numpy.save, or write one number per line") from None
         arr = np.asarray(values, dtype=np.float64)
     arr = np.ravel(arr)
     if integer and arr.dtype.kind == "f":

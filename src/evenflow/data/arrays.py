@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
+
 __all__ = ["check_dense_labels", "check_features", "check_labels", "digits_arrays", "read_npz", "split_indices",
            "split_or_explain", "split_facts", "split_text"]
 
@@ -91,6 +93,11 @@ def check_dense_labels(labels: np.ndarray, num_classes: int, what: str, named: i
 def read_npz(path, feature_key: str, label_key: str) -> tuple[np.ndarray, np.ndarray]:
     """The feature and label arrays of a ``.npz`` file, never unpickling anything."""
     path = Path(path)
+    kind = numpy_file_kind(path)  # np.load would take a text file for a pickle, an .npy for one array
+    if kind != "npz":
+        raise ValueError(f"{path}: is {NUMPY_FILE_KINDS[kind]}{', not an .npz archive' if kind == 'npy' else ''}; "
+                         f"save the features and labels together with numpy.savez(path, {feature_key}=..., "
+                         f"{label_key}=...)")
     try:
         # Never unpickle: a data file must not be able to run code. np.load reads lazily, so
         # an object array only fails when it is accessed, inside this try.

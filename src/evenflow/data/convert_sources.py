@@ -19,7 +19,7 @@ import numpy as np
 from evenflow.records.errors import RecordError
 from evenflow.records.example import ExampleEncoder
 from evenflow.records.spec import FeatureSpec, spec_for_array
-from evenflow.util.files import NPZ_READ_ERRORS, read_npz
+from evenflow.util.files import NPZ_READ_ERRORS, NUMPY_FILE_KINDS, numpy_file_kind, read_npz
 
 __all__ = ["IMAGE_COSTS", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "ConvertSource", "open_images", "open_npz",
            "from_arrays", "pillow"]
@@ -151,13 +151,12 @@ def from_arrays(description: str, path: str, columns: dict[str, np.ndarray], *, 
 
 
 def open_npz(path: str, **kw) -> ConvertSource:
-    with open(path, "rb") as f:
-        magic = f.read(6)
-    if magic == b"\x93NUMPY":
+    kind = numpy_file_kind(path)
+    if kind == "npy":
         raise RecordError(path, "is a single .npy array, not an .npz archive of named arrays; save with "
                           "np.savez(path, x=..., label=...)", kind="input")
-    if magic[:4] != b"PK\x03\x04":
-        raise RecordError(path, "not a readable .npz file (no zip header); save arrays with "
+    if kind != "npz":
+        raise RecordError(path, f"not a readable .npz file ({NUMPY_FILE_KINDS[kind]}); save arrays with "
                           "np.savez(path, x=..., label=...)", kind="input")
     try:
         columns = read_npz(path)

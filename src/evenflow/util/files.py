@@ -4,7 +4,8 @@ Every write goes to a hidden temporary name in the same directory, is flushed an
 then renamed over the target, and the directory is fsynced so the rename itself survives a
 power cut. :func:`write_json` turns numpy values into JSON types first (non-finite floats
 become ``null``: JSON has no NaN). :func:`read_npz` reads an ``.npz`` back whole, and
-:data:`NPZ_READ_ERRORS` is what reading a damaged one raises.
+:data:`NPZ_READ_ERRORS` is what reading a damaged one raises. :func:`numpy_file_kind` tells an
+``.npz`` from an ``.npy`` by their first bytes: ``np.load`` takes any other file for a pickle.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["fsync_dir", "fsync_file", "write_atomic", "write_json", "plain_json", "read_npz", "NPZ_READ_ERRORS"]
+__all__ = ["fsync_dir", "fsync_file", "write_atomic", "write_json", "plain_json", "read_npz", "NPZ_READ_ERRORS",
+           "numpy_file_kind", "NUMPY_FILE_KINDS"]
 
 # What reading a damaged .npz raises: a truncated or overwritten one is not a zip (BadZipFile) or
 # ends early (EOFError); a member whose bytes changed fails its CRC on read (BadZipFile), a
@@ -89,8 +91,28 @@ def read_npz(path) -> dict[str, np.ndarray]:
     Raises:
         one of :data:`NPZ_READ_ERRORS` for a missing, truncated or damaged file.
     """
-    with open(path, "rb") as fh:  # np.load takes anything without a zip or .npy header for a pickle
-        if fh.read(4) != b"PK\x03\x04":
-            raise zipfile.BadZipFile("no zip header: not an .npz file")
+    kind = numpy_file_kind(path)
+    if kind != "npz":
+        raise zipfile.BadZipFile(f"no zip header: {NUMPY_FILE_KINDS[kind]}, not an .npz archive")
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
+
+
+def numpy_file_kind(path) -> str:
+    """``"npz"``, ``"npy"``, ``"empty"`` or ``"other"``, by the first bytes of file ``path``.
+
+    ``np.load`` takes a file with neither header for a pickle, so without this check a text file
+    fails with numpy's advice to unpickle it, and an ``.npy`` where an ``.npz`` belongs loads as
+    one array. Raises ``OSError`` where the file cannot be read.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    if head[:4] == b"PK\x03\x04":
+        return "npz"
+    if head == b"\x93NUMPY":
+        return "npy"
+    return "other" if head else "empty"
+
+
+NUMPY_FILE_KINDS = {"npz": "an .npz archive of named arrays", "npy": "an .npy file of one array",
+                    "empty": "an empty file", "other": "neither an .npy nor an .npz file (no numpy or zip header)"}
