@@ -173,6 +173,14 @@ def test_cli_without_telemetry_exits_2_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "run" / "report.html").exists()
 
 
+def test_cli_output_that_is_a_folder_exits_2_naming_it(tmp_path, capsys):
+    run_dir = _write(tmp_path / "run", _straggling(10))
+    assert main(["report", str(run_dir), "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--output {tmp_path} is a folder" in err and "report.html" in err and "\n" not in err
+    assert not list(tmp_path.glob(".*.tmp-*")) and not (run_dir / "report.html").exists()
+
+
 def test_a_rebalance_that_was_undone_is_named_as_such(tmp_path):
     weights = [1.0, 1.0, 0.5, 1.0]
     replan = {"kind": "rebalance", "epoch": 0, "step": 4, "global_step": 4, "before": [1.0] * R, "after": weights,

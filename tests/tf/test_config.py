@@ -66,9 +66,14 @@ def test_bad_configs_say_what_and_where(tmp_path, text, overrides, error, fragme
     assert "\n" not in str(info.value)
 
 
-def test_missing_file_is_an_os_error(tmp_path):
-    with pytest.raises(OSError):
+def test_a_missing_file_a_folder_and_a_binary_file_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"config file .*nope.toml does not exist"):
         load_config(tmp_path / "nope.toml")
+    with pytest.raises(ValueError, match=r"config file .* is a folder; pass the TOML file of the run"):
+        load_config(tmp_path)
+    (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00epochs")
+    with pytest.raises(ValueError, match="bin.toml: not valid TOML: not UTF-8 text"):
+        load_config(tmp_path / "bin.toml")
 
 
 def _data(tmp_path, **arrays):

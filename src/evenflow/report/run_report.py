@@ -240,13 +240,15 @@ def write_report(run_dir, output=None, *, tel: Telemetry | None = None) -> tuple
 
     Raises:
         ValueError: bad or missing telemetry (see :func:`load_telemetry`), or the output's folder
-            does not exist.
+            does not exist, or the output is a folder.
     """
     run_dir = Path(run_dir)
     tel = tel if tel is not None else load_telemetry(run_dir)
     out = Path(output) if output is not None else run_dir / "report.html"
     if not out.parent.is_dir():
         raise ValueError(f"the report's folder {out.parent} does not exist; create it or pass another --output")
+    if out.is_dir():
+        raise ValueError(f"--output {out} is a folder; pass the path of the HTML file to write, e.g. {out / 'report.html'}")
     page, phases = render_report(tel, _summary(run_dir))
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:

@@ -75,11 +75,17 @@ KEYS: tuple[str, ...] = tuple(_keys())
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    with open(path, "rb") as fh:  # OSError (missing, unreadable) goes to the CLI as is
+    if path.is_dir():
+        raise ValueError(f"config file {path} is a folder; pass the TOML file of the run, e.g. {path / 'run.toml'}")
+    if not path.exists():
+        raise ValueError(f"config file {path} does not exist; check the path (the examples of `evenflow train "
+                         f"--help` show one)")
+    with open(path, "rb") as fh:  # other OSErrors (unreadable) go to the CLI as they are
         try:
             data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: not valid TOML: {e}; fix the file (see `evenflow train --help`)") from e
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
+            raise ValueError(f"{path}: not valid TOML: {why}; fix the file (see `evenflow train --help`)") from e
     tables = sorted(k for k, v in data.items() if isinstance(v, dict))
     if tables:
         raise ValueError(f"{path}: config keys are flat (no [tables]), but found table [{tables[0]}]; "
