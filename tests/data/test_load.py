@@ -154,6 +154,14 @@ def test_a_key_the_records_do_not_hold_names_the_manifest(digits_dir):
         load_dataset(Options(str(digits_dir), feature_key="pixels"))
 
 
+def test_records_with_negative_labels_are_refused_with_the_fix(tmp_path):
+    np.savez(tmp_path / "neg.npz", x=np.ones((12, 3), np.float32), y=-(np.arange(12) % 3))
+    assert cli_main(["convert", str(tmp_path / "neg.npz"), str(tmp_path / "rec"), "--label-key", "y"]) == 0
+    with pytest.raises(ValueError, match=r"labels must be integers 0..K-1, but the index holds a label -2; map "
+                                         r"the classes to 0..K-1 \(numpy.unique"):
+        load_dataset(Options(str(tmp_path / "rec")))
+
+
 @dataclass(frozen=True)
 class EvalOptions(Options):
     eval_dataset: str = ""

@@ -196,7 +196,8 @@ def load_records(options) -> LoadedData:
     ids = np.flatnonzero(good).astype(np.int64)
     labels = ds.labels[ids]
     if labels.min() < 0:
-        raise ValueError(f"{where}: labels must be integers 0..K-1, but the index holds a label {int(labels.min())}")
+        raise ValueError(f"{where}: labels must be integers 0..K-1, but the index holds a label {int(labels.min())}; "
+                         f"map the classes to 0..K-1 (numpy.unique(y, return_inverse=True)) and convert again")
     num_classes = max(int(labels.max()) + 1, len(ds.class_names or []))
     check_dense_labels(labels, num_classes, where, named=len(ds.class_names or []))
     if num_classes < 2:
