@@ -107,6 +107,8 @@ def test_index_verify_reports_bad_record(tmp_path, capsys):
 def test_index_missing_file_and_truncated(tmp_path, capsys):
     code, _, err = run(capsys, "index", str(tmp_path / "nope.tfrecord"))
     assert code == 2 and "nope.tfrecord: no such file" in err
+    code, _, err = run(capsys, "index", str(tmp_path))
+    assert code == 2 and f"{tmp_path}: is a folder; pass its TFRecord files, e.g. {tmp_path}/*.tfrecord" in err
     path = _corrupt_shard(tmp_path)
     with open(path, "r+b") as f:
         f.truncate(26 * 3 + 5)

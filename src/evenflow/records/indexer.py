@@ -82,6 +82,9 @@ def index_file(path, *, verify: bool = False, skip_corrupt: bool = False, label_
     """
     t0 = time.perf_counter()
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise RecordError(path, f"is a folder; pass its TFRecord files, e.g. {os.path.join(path, '*.tfrecord')}",
+                          kind="input")
     if not os.path.isfile(path):
         raise RecordError(path, "no such file", kind="input")
     previous = _previous_columns(path)
