@@ -87,3 +87,35 @@ def test_an_unbuilt_subclassed_model_is_built_from_the_data_and_trains(tmp_path)
 def test_the_trainer_refuses_an_unbuilt_model_with_the_fix():
     with pytest.raises(ValueError, match=r"has no variables yet; build it before creating the Trainer"):
         Trainer(tf.distribute.get_strategy(), Subclassed(), make_optimizer("sgd", 0.1))
+
+
+def test_several_inputs_and_outputs_as_lists_train_as_one_device_would(tmp_path):
+    # model.fit takes a list of arrays for a model of several inputs or outputs, and so does
+    # evenflow.tf.fit: tf.data would stack a list into one tensor, which arrays of other shapes refuse.
+    import evenflow as ef
+
+    rng = np.random.default_rng(1)
+    n, batch, seed = 50, 16, 3
+    x1, x2 = rng.normal(size=(n, 3)).astype(np.float32), rng.normal(size=(n, 2)).astype(np.float32)
+    y1, y2 = np.arange(n) % 3, rng.normal(size=(n, 1)).astype(np.float32)
+
+    def two_headed():
+        a, b = keras.Input((3,)), keras.Input((2,))
+        h = keras.layers.Concatenate()([a, b])
+        model = keras.Model([a, b], [keras.layers.Dense(3)(h), keras.layers.Dense(1)(h)])
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=[keras.losses.SparseCategoricalCrossentropy(from_logits=True), "mse"])
+        return model
+
+    model, ref = two_headed(), two_headed()
+    ref.set_weights(model.get_weights())
+    history = fit(model, [x1, x2], [y1, y2], batch_size=batch, epochs=1, seed=seed, verbose=0,
+                  validation_data=([x1[:10], x2[:10]], [y1[:10], y2[:10]]))
+    assert set(history.history) >= {"loss", "val_loss"}
+    plan = ef.Plan(ef.Index(n), ef.Topology(1), global_batch_size=batch, seed=seed)
+    for row in plan.epoch(0).ids:
+        i = row.reshape(-1)
+        i = i[i >= 0]
+        ref.train_on_batch([x1[i], x2[i]], [y1[i], y2[i]])
+    for a, b in zip(model.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)

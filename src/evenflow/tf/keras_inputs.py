@@ -40,8 +40,8 @@ class ArrayPair:
 
     def __init__(self, x, y):
         tf = _tf()
-        self._x = tf.nest.map_structure(_as_array, x)
-        self._y = tf.nest.map_structure(_as_array, y)
+        self._x = tf.nest.map_structure(_as_array, _tuples(x))
+        self._y = tf.nest.map_structure(_as_array, _tuples(y))
         counts = sorted({len(a) if a.ndim else 0 for a in _leaves(self._x, "x") + _leaves(self._y, "y")})
         if len(counts) != 1 or counts[0] == 0:
             raise ValueError(f"x and y must be arrays with the same number of samples N >= 1 in their first "
@@ -71,6 +71,17 @@ class ArrayPair:
 
     def __repr__(self):
         return f"ArrayPair(num_samples={self.num_samples})"
+
+
+def _tuples(structure):
+    """Every list of arrays as a tuple: ``tf.data`` stacks a list into one tensor, and a list of
+    inputs of different shapes (``model.fit(x=[a, b])`` for two inputs) would not stack; a tuple
+    stays a structure, and Keras reads it as it reads the list."""
+    if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
+        return tuple(_tuples(s) for s in structure)
+    if isinstance(structure, dict):
+        return {k: _tuples(v) for k, v in structure.items()}
+    return structure
 
 
 def _as_array(a) -> np.ndarray:

@@ -158,5 +158,6 @@ def _returns_tensors(source) -> bool:
             raise TypeError(f"{type(source).__name__}.batch fails for sample id 0, as a numpy int64 array "
                             f"({type(numpy_error).__name__}: {numpy_error}) and as a tensor; a source's batch(ids) "
                             f"must take the ids of a batch") from numpy_error
-    values = batch.values() if isinstance(batch, dict) else ()
+    # Every leaf: features and labels may be tuples or dicts (a model of several inputs or outputs).
+    values = tf.nest.flatten(batch) if isinstance(batch, dict) else ()
     return any(isinstance(v, (tf.Tensor, tf.RaggedTensor, tf.SparseTensor)) for v in values)
