@@ -119,3 +119,26 @@ def test_several_inputs_and_outputs_as_lists_train_as_one_device_would(tmp_path)
         ref.train_on_batch([x1[i], x2[i]], [y1[i], y2[i]])
     for a, b in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+def test_a_dataset_read_in_its_own_order_is_refused_naming_what_to_pass_instead():
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return X[:10], Y[:10]
+
+    for x, kind in ((tf.data.Dataset.from_tensor_slices((X, Y)).batch(8), "_BatchDataset"),
+                    (iter([(X, Y)]), "list_iterator"), (Batches(), "Batches")):
+        with pytest.raises(ValueError, match=rf"got a {kind}, which yields batches in its own order, and a plan "
+                                             r"reads samples by id: pass the arrays x and y.*RecordChain"):
+            fit(compiled(), x, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"validation_data: got a _TensorSliceDataset"):
+        fit(compiled(), X, Y, epochs=1, verbose=0, validation_data=tf.data.Dataset.from_tensor_slices((X, Y)))
+
+
+def test_rows_of_plain_numbers_are_one_array():
+    # x.tolist(): a list of rows, not one input per element; model.fit reads it as numpy does.
+    history = fit(compiled(), X.tolist(), Y.tolist(), batch_size=16, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()

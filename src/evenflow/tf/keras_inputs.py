@@ -77,11 +77,21 @@ def _tuples(structure):
     """Every list of arrays as a tuple: ``tf.data`` stacks a list into one tensor, and a list of
     inputs of different shapes (``model.fit(x=[a, b])`` for two inputs) would not stack; a tuple
     stays a structure, and Keras reads it as it reads the list."""
+    if isinstance(structure, list) and _numbers(structure):
+        return np.asarray(structure)  # rows of plain numbers: one array, as numpy reads them
     if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
         return tuple(_tuples(s) for s in structure)
     if isinstance(structure, dict):
         return {k: _tuples(v) for k, v in structure.items()}
     return structure
+
+
+def _numbers(rows: list) -> bool:
+    """Whether a list holds plain numbers (or lists of them) rather than one array per input."""
+    first = rows
+    while isinstance(first, list) and first:
+        first = first[0]
+    return isinstance(first, (int, float, bool, np.generic))
 
 
 def _as_array(a) -> np.ndarray:
@@ -100,9 +110,21 @@ def as_source(x, y, what: str):
             raise ValueError(f"{what}: y must be None when x is an evenflow source (it holds the labels), "
                              f"got {type(y).__name__}")
         return x
+    if _streamed(x):
+        raise ValueError(f"{what}: got a {type(x).__name__}, which yields batches in its own order, and a plan reads "
+                         f"samples by id: pass the arrays x and y, an evenflow source as x, or for TFRecord files your "
+                         f"tf.data map functions through evenflow.tf.RecordChain (docs/tensorflow.md)")
     if x is None or y is None:
         raise ValueError(f"{what}: pass arrays x and y, or an evenflow source as x")
     return ArrayPair(x, y)
+
+
+def _streamed(x) -> bool:
+    """Whether ``x`` is read in order only: a ``tf.data.Dataset``, a generator, an iterator or a ``keras.utils.PyDataset``."""
+    import collections.abc
+
+    kinds = {c.__name__ for c in type(x).__mro__}
+    return bool(kinds & {"DatasetV2", "PyDataset", "Sequence"}) or isinstance(x, collections.abc.Iterator)
 
 
 def split_validation(source, fraction: float):
