@@ -248,6 +248,9 @@ def run(args) -> int:
     from evenflow.plan.memory import PlanTooLarge
     from evenflow.report.table import plan_table
 
+    if args.plot:
+        from evenflow.report.plot import check_plot_path
+        check_plot_path(args.plot)  # before any planning: a bad path stops the command at once
     labels = load_column(args.labels, "labels", integer=True) if args.labels else None
     costs = load_column(args.costs, "costs", integer=False) if args.costs else None
     tokens = None

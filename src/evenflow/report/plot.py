@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-__all__ = ["plot_plan"]
+__all__ = ["plot_plan", "check_plot_path"]
 
 
 def _pyplot():
@@ -18,10 +18,22 @@ def _pyplot():
     return plt
 
 
+def check_plot_path(path: str) -> None:
+    """Refuse, before any work, a ``--plot`` path that cannot become a PNG file."""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise ValueError(f"--plot {path} is a folder; pass the PNG file to write, e.g. {os.path.join(path, 'plan.png')}")
+    if not os.path.isdir(folder):
+        raise ValueError(f"--plot {path}: its folder {folder} does not exist; create it or pass another path")
+    if not path.lower().endswith(".png"):
+        raise ValueError(f"--plot {path}: the plot is a PNG image; name the file with .png, e.g. plan.png")
+
+
 def plot_plan(ep, path: str, title: str = "") -> None:
     """Write a PNG: top, each replica's load per step; bottom, per-step imbalance."""
     from evenflow.plan import metrics
 
+    check_plot_path(path)
     plt = _pyplot()
     loads = metrics.replica_loads(ep)
     imb = metrics.step_imbalance(ep)
@@ -42,7 +54,11 @@ def plot_plan(ep, path: str, title: str = "") -> None:
     ax2.set_ylabel("max/fair")
     ax2.set_xlabel("global step")
     fig.tight_layout()
-    tmp = f"{path}.tmp-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp-{os.getpid()}.png")
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
