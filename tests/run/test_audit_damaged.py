@@ -49,6 +49,16 @@ def test_a_damaged_segment_is_named_by_the_check_and_the_cli(tmp_path, capsys, h
     assert len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("locate_ids", [[], ["--locate", "3"]])
+def test_a_run_directory_that_is_missing_or_a_file_is_named(tmp_path, capsys, locate_ids):
+    (tmp_path / "file").write_text("x")
+    for path, said in ((tmp_path / "file", "is not a folder"), (tmp_path / "missing", "does not exist")):
+        assert main(["audit", str(path), *locate_ids]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.strip() == (f"evenflow audit: error: {path} {said}; pass the run directory of "
+                                             f"evenflow train --audit (its --output-dir)")
+
+
 @pytest.mark.parametrize("how", ["truncated", "text"])
 def test_a_damaged_id_map_is_named(tmp_path, how):
     _segments(tmp_path)

@@ -36,7 +36,7 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.util.files import NPZ_READ_ERRORS, fsync_dir, read_npz, write_atomic
 
-__all__ = ["AuditLog", "EpochAudit", "check_audit", "AUDIT_DIR"]
+__all__ = ["AuditLog", "EpochAudit", "check_audit", "check_run_dir", "AUDIT_DIR"]
 
 AUDIT_DIR = "audit"
 _SEGMENT = re.compile(r"^e(\d{5})-s(\d{6})-(\d{6})-w(\d{3})\.npz$")
@@ -206,6 +206,13 @@ def _load_segment(path: Path) -> dict:
     return seg
 
 
+def check_run_dir(run_dir: str | Path) -> None:
+    """Refuse a ``run_dir`` that is missing or not a folder, naming it and what to pass."""
+    if not Path(run_dir).is_dir():
+        raise ValueError(f"{run_dir} {'is not a folder' if Path(run_dir).exists() else 'does not exist'}; pass the "
+                         f"run directory of evenflow train --audit (its --output-dir)")
+
+
 def check_audit(run_dir: str | Path) -> list[EpochAudit]:
     """Check every recorded epoch of ``run_dir`` for exactly-once coverage.
 
@@ -214,8 +221,9 @@ def check_audit(run_dir: str | Path) -> list[EpochAudit]:
     exactly ``0..N-1``.
 
     Raises:
-        ValueError: ``run_dir`` has no audit segments, or a segment is unreadable.
+        ValueError: ``run_dir`` is not a folder or has no audit segments, or a segment is unreadable.
     """
+    check_run_dir(run_dir)
     root = Path(run_dir) / AUDIT_DIR
     paths = sorted(p for p in root.glob("*.npz") if _SEGMENT.match(p.name)) if root.is_dir() else []
     if not paths:

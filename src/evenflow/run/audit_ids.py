@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.data.identity import digest
-from evenflow.run.audit import AUDIT_DIR
+from evenflow.run.audit import AUDIT_DIR, check_run_dir
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
 __all__ = ["ID_MAP", "id_map", "write_id_map", "read_id_map", "locate"]
@@ -82,6 +82,7 @@ def read_id_map(run_dir: str | Path) -> dict[str, np.ndarray]:
     Raises:
         ValueError: no such file, unreadable, or its checksum does not match (one line naming it).
     """
+    check_run_dir(run_dir)
     path = Path(run_dir) / AUDIT_DIR / ID_MAP
     if not path.is_file():
         raise ValueError(f"{run_dir}: no {path}, so its audit ids cannot be traced to the data; train with --audit "
