@@ -182,6 +182,12 @@ def test_masked_mean_is_the_ranks_share_of_the_steps_mean_and_wants_one_loss_per
     with pytest.raises(ValueError, match=r"one loss per sample, shape \(3,\) like the batch's mask, got \(\); compute "
                                          r"the loss with reduction='none'"):
         masked_mean(per_sample[:2].mean(), batch)
+    # A batch of another loader (a plain DataLoader's tuple, a dict without the mask) is named.
+    for other, got in (([torch.ones(3), torch.zeros(3)], "list"), ({"label": torch.zeros(3)}, r"\['label'\]")):
+        with pytest.raises(ValueError, match=rf"needs the batch of an evenflow loader .*'mask' and "
+                                             rf"'global_real_count'; got {got}"):
+            masked_mean(per_sample, other)
+    assert masked_mean(per_sample, {"mask": batch["mask"]}, count=8).item() == pytest.approx(4.0 / 8)
 
 
 def test_exact_ddp_without_a_process_group_is_the_model_itself_and_refuses_bad_options():
@@ -191,6 +197,8 @@ def test_exact_ddp_without_a_process_group_is_the_model_itself_and_refuses_bad_o
         exact_ddp(model, gradient_sum="mean")
     with pytest.raises(ValueError, match=r"compression must be one of none, fp16, got 'int8'"):
         exact_ddp(model, compression="int8")
+    with pytest.raises(TypeError, match=r"exact_ddp takes a torch.nn.Module .*got function"):
+        exact_ddp(lambda x: x)
 
 
 def test_a_plan_of_a_dataset_covers_every_sample_once_per_epoch_for_every_rank():

@@ -52,6 +52,7 @@ def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", *
         ``ddp_kwargs`` (DDP's own arguments) have nothing to act on.
 
     Raises:
+        TypeError: ``model`` is not a ``torch.nn.Module``.
         ValueError: an unknown ``gradient_sum`` or ``compression``, DDP arguments with a model
             that is already a ``DistributedDataParallel``, or one that already has a hook.
     """
@@ -61,6 +62,8 @@ def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", *
     if compression not in _COMPRESSIONS:
         raise ValueError(f"compression must be one of {', '.join(_COMPRESSIONS)}, got {compression!r}")
     ddp_class = torch.nn.parallel.DistributedDataParallel
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"exact_ddp takes a torch.nn.Module (or a DistributedDataParallel), got {type(model).__name__}")
     if isinstance(model, ddp_class):
         if ddp_kwargs:
             raise ValueError(f"the model is already a DistributedDataParallel, so {', '.join(sorted(ddp_kwargs))} "
@@ -98,9 +101,14 @@ def masked_mean(per_sample_loss, batch: dict, *, count=None):
 
     Raises:
         ValueError: ``per_sample_loss`` is not one number per slot of the batch (e.g. already
-            reduced to a mean).
+            reduced to a mean), or ``batch`` is not an evenflow loader's (no ``mask`` or
+            ``global_real_count``).
     """
     torch = _torch()
+    if not isinstance(batch, dict) or "mask" not in batch or (count is None and "global_real_count" not in batch):
+        keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
+        raise ValueError(f"masked_mean needs the batch of an evenflow loader (plan_loader or PlanLoader), which holds "
+                         f"'mask' and 'global_real_count'; got {keys}")
     mask = batch["mask"]
     if not isinstance(per_sample_loss, torch.Tensor) or tuple(per_sample_loss.shape) != tuple(mask.shape):
         shape = tuple(per_sample_loss.shape) if hasattr(per_sample_loss, "shape") else type(per_sample_loss).__name__
