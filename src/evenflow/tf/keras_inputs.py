@@ -124,7 +124,7 @@ def _streamed(x) -> bool:
     import collections.abc
 
     kinds = {c.__name__ for c in type(x).__mro__}
-    return bool(kinds & {"DatasetV2", "PyDataset", "Sequence"}) or isinstance(x, collections.abc.Iterator)
+    return bool(kinds & {"DatasetV2", "PyDataset"}) or isinstance(x, collections.abc.Iterator)
 
 
 def split_validation(source, fraction: float):
