@@ -241,5 +241,6 @@ def test_locate_refuses_bad_ids_and_a_changed_id_map(tmp_path, capsys, data):
     np.savez(path, **arrays)
     assert main(["audit", str(tmp_path), "--locate", "0"]) == 2
     assert f"{tmp_path / 'audit' / ID_MAP}: its checksum does not match" in capsys.readouterr().err
+    (tmp_path / "elsewhere").mkdir()  # a run directory without the id map
     assert main(["audit", str(tmp_path / "elsewhere"), "--locate", "0"]) == 2
     assert "train with --audit to write it" in capsys.readouterr().err
