@@ -127,6 +127,22 @@ def test_image_folder(image_folder, tmp_path):
     assert ef.Index.from_records(tmp_path / "out").costs.tolist() == [12.0, 15.0, 18.0] * 3
 
 
+def test_an_empty_class_folder_and_images_of_several_sizes_are_noted_once(image_folder, tmp_path, capsys):
+    from evenflow.cli import main
+
+    root, _ = image_folder
+    (root / "cat").mkdir()  # a class without a sample
+    with pytest.warns(UserWarning, match=r"1 class folders hold no images \(cat\)"):
+        res = convert(str(root), tmp_path / "out")
+    # The fixture's images are 4, 5 and 6 pixels wide: stored as they are, and said.
+    sizes = [n for n in res.notes if n.startswith("images of more than one size")]
+    assert len(sizes) == 1 and "3x4x3 (" in sizes[0] and "3x5x3 (" in sizes[0] and "resize them first" in sizes[0]
+    assert main(["convert", str(root), str(tmp_path / "cli")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("class folders hold no images") == 1 and err.count("more than one size") == 1, err
+    assert "warning:" not in err
+
+
 def test_bad_image_fails_with_file_and_leaves_nothing(image_folder, tmp_path):
     root, _ = image_folder
     bad = root / "bee" / "2.png"

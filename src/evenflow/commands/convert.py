@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 EPILOG = """examples:
   evenflow convert builtin:digits data/digits --shards 4
@@ -43,8 +44,13 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from evenflow.data.convert import convert
 
-    res = convert(args.src, args.out_dir, shards=args.shards, label_key=args.label_key, cost_key=args.cost_key,
-                  feature_keys=args.feature_keys, image_format=args.image_format, overwrite=args.overwrite)
+    with warnings.catch_warnings(record=True) as caught:  # the notes below say them once
+        warnings.simplefilter("always")
+        res = convert(args.src, args.out_dir, shards=args.shards, label_key=args.label_key, cost_key=args.cost_key,
+                      feature_keys=args.feature_keys, image_format=args.image_format, overwrite=args.overwrite)
+    for w in caught:
+        if str(w.message) not in res.notes:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     m = res.manifest
     for note in res.notes:
         print(f"evenflow convert: note: {note}", file=sys.stderr)

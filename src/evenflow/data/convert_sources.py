@@ -168,21 +168,22 @@ def open_npz(path: str, **kw) -> ConvertSource:
     return from_arrays(f"npz:{os.path.basename(path)}", path, columns, **kw)
 
 
-def _check_image(path: str, data: bytes) -> tuple[str, int]:
-    """Fully decode an encoded image; returns ``(format, pixels)`` or raises RecordError."""
+def _check_image(path: str, data: bytes) -> tuple[str, tuple[int, int, int]]:
+    """Fully decode an encoded image; returns ``(format, (height, width, channels))`` or raises RecordError."""
     Image = pillow()
     try:
         with Image.open(io.BytesIO(data)) as im:
             fmt = (im.format or "").lower()
             im.load()
             w, h = im.size
+            bands = len(im.getbands())
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, DecompressionBombError...
         raise RecordError(path, f"image does not decode: {type(e).__name__}: {e}; remove or replace the file",
                           kind="image") from e
     if fmt not in IMAGE_FORMATS:
         raise RecordError(path, f"is a {fmt.upper() or 'unknown'} image; only PNG and JPEG are stored as they are, "
                           f"convert it first", kind="image")
-    return fmt, w * h
+    return fmt, (h, w, bands)
 
 
 def open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -> ConvertSource:
@@ -218,6 +219,13 @@ def open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -
     if ignored:
         notes.append(f"ignored {len(ignored)} files that are not .png/.jpg/.jpeg, e.g. {ignored[0]}")
         warnings.warn(notes[-1], stacklevel=3)
+    used = set(labels)
+    empty = [name for c, name in enumerate(classes) if c not in used]
+    if empty:
+        notes.append(f"{len(empty)} class folders hold no images ({', '.join(empty[:5])}): each is a class without "
+                     f"a sample; remove the folder unless the model should have its output")
+        warnings.warn(notes[-1], stacklevel=3)
+    shapes: dict[tuple, str] = {}  # each image size seen -> its first file
     specs = {"image": FeatureSpec("bytes", ()), label_key: FeatureSpec("int64", ())}
     encoder = ExampleEncoder(specs)
     labels_arr = np.asarray(labels, dtype=np.int64)
@@ -227,7 +235,15 @@ def open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -
         for i in range(start, stop):
             with open(files[i], "rb") as f:
                 data = f.read()
-            fmt, pixels = _check_image(files[i], data)
+            fmt, shape = _check_image(files[i], data)
+            pixels = shape[0] * shape[1]
+            if shape not in shapes:
+                shapes[shape] = files[i]
+                if len(shapes) == 2:  # once: training decodes every image to the first one's size
+                    notes.append("images of more than one size, e.g. " + ", ".join(
+                        f"{'x'.join(map(str, k))} ({v})" for k, v in shapes.items()) + "; training needs one size: "
+                        "resize them first (training stops at the first image of another size, or leaves them all "
+                        "out with --skip-corrupt)")
             formats.add(fmt)
             source.image["format"] = formats.copy().pop() if len(formats) == 1 else "mixed"
             cost = float(len(data)) if cost_key == "bytes" else float(pixels) if cost_key == "pixels" else None
