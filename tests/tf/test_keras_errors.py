@@ -142,3 +142,19 @@ def test_rows_of_plain_numbers_are_one_array():
     # x.tolist(): a list of rows, not one input per element; model.fit reads it as numpy does.
     history = fit(compiled(), X.tolist(), Y.tolist(), batch_size=16, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
+
+
+def test_the_trainer_takes_a_plan_reader_and_names_a_bare_source():
+    import evenflow as ef
+    from evenflow.tf import ArraySource, topology_of
+
+    strategy = tf.distribute.get_strategy()
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+    trainer = Trainer(strategy, model, make_optimizer("sgd", 0.1))
+    source = ArraySource(X, Y)
+    plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=8)
+    for call, name in ((lambda: trainer.fit(source, plan, epochs=1), "fit"), (lambda: trainer.evaluate(source, plan),
+                                                                               "evaluate")):
+        with pytest.raises(TypeError, match=rf"Trainer.{name} reads through a PlanReader .*got ArraySource; wrap the "
+                                            rf"source: Trainer.{name}\(PlanReader\(source\), plan, ...\)"):
+            call()

@@ -117,10 +117,18 @@ class Trainer(LoopFront):
         Returns:
             One :class:`EpochResult` per epoch run (after a rewind, the epochs run last).
         """
+        _check_reader(reader, "fit")
         with self.engine.running():
             return self.loop.fit(reader, plan, epochs, start=start, on_step=on_step, on_epoch=on_epoch,
                                  on_batch=on_batch, guard=guard, monitor=monitor)
 
     def evaluate(self, reader, plan: Plan, epoch: int = 0) -> EvalResult:
         """Exact loss and accuracy over epoch ``epoch`` of ``plan`` (a plan of the whole test set)."""
+        _check_reader(reader, "evaluate")
         return self.loop.evaluate(reader, plan, epoch)
+
+
+def _check_reader(reader, method: str) -> None:
+    if not callable(getattr(reader, "distribute", None)):
+        raise TypeError(f"Trainer.{method} reads through a PlanReader (or a RecordChain), got "
+                        f"{type(reader).__name__}; wrap the source: Trainer.{method}(PlanReader(source), plan, ...)")
