@@ -146,10 +146,11 @@ def test_rows_of_plain_numbers_are_one_array():
 
 def test_the_trainer_takes_a_plan_reader_and_names_a_bare_source():
     import evenflow as ef
-    from evenflow.tf import ArraySource, topology_of
+    from evenflow.tf import ArraySource, mirrored_strategy, topology_of
 
-    strategy = tf.distribute.get_strategy()
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+    strategy = mirrored_strategy(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
     trainer = Trainer(strategy, model, make_optimizer("sgd", 0.1))
     source = ArraySource(X, Y)
     plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=8)
