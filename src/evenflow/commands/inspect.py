@@ -77,7 +77,7 @@ def add_parser(sub) -> None:
 
 
 def load_column(path: str, what: str, integer: bool) -> np.ndarray:
-    """Read a .npy array or a text file with one number per line."""
+    """Read an .npy array (known by its header, whatever the file's name) or a text file with one number per line."""
     if not os.path.isfile(path):
         raise ValueError(f"{what} file {path} {'is a directory' if os.path.isdir(path) else 'does not exist'}; "
                          f"pass a .npy file or a text file with one number per line")

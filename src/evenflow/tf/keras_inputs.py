@@ -11,6 +11,7 @@ program that moves from ``model.fit`` to ``evenflow.tf.fit`` validates on the sa
 """
 from __future__ import annotations
 
+import collections.abc
 import math
 
 import numpy as np
@@ -121,8 +122,6 @@ def as_source(x, y, what: str):
 
 def _streamed(x) -> bool:
     """Whether ``x`` is read in order only: a ``tf.data.Dataset``, a generator, an iterator or a ``keras.utils.PyDataset``."""
-    import collections.abc
-
     kinds = {c.__name__ for c in type(x).__mro__}
     return bool(kinds & {"DatasetV2", "PyDataset"}) or isinstance(x, collections.abc.Iterator)
 
