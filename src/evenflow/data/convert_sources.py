@@ -186,17 +186,8 @@ def _check_image(path: str, data: bytes) -> tuple[str, tuple[int, int, int]]:
     return fmt, (h, w, bands)
 
 
-def open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -> ConvertSource:
-    if image_format is not None:
-        raise RecordError(root, "--image-format only applies to builtin:digits; image folders are stored "
-                          "as they are, without re-encoding", kind="input")
-    if feature_keys and list(feature_keys) != ["image"]:
-        raise RecordError(root, f"an image folder has one feature, 'image'; got --feature-key "
-                          f"{', '.join(feature_keys)}", kind="feature")
-    if cost_key not in (None, *IMAGE_COSTS):
-        raise RecordError(root, f"--cost-key for an image folder must be one of {', '.join(IMAGE_COSTS)}, got "
-                          f"{cost_key!r}", kind="input")
-    label_key = label_key or "label"
+def _scan_folder(root: str) -> tuple[list[str], list[str], list[int], list[str]]:
+    """``(classes, image files, their class ids, notes)`` of an image folder ``root/<class>/<image>``."""
     classes = sorted(d for d in os.listdir(root) if not d.startswith(".") and os.path.isdir(os.path.join(root, d)))
     if not classes:
         raise RecordError(root, "no class sub-folders: put images in ROOT/<class name>/<image>.png|jpg", kind="input")
@@ -218,13 +209,28 @@ def open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -
     notes = []
     if ignored:
         notes.append(f"ignored {len(ignored)} files that are not .png/.jpg/.jpeg, e.g. {ignored[0]}")
-        warnings.warn(notes[-1], stacklevel=3)
     used = set(labels)
     empty = [name for c, name in enumerate(classes) if c not in used]
     if empty:
         notes.append(f"{len(empty)} class folders hold no images ({', '.join(empty[:5])}): each is a class without "
                      f"a sample; remove the folder unless the model should have its output")
-        warnings.warn(notes[-1], stacklevel=3)
+    for note in notes:
+        warnings.warn(note, stacklevel=4)
+    return classes, files, labels, notes
+
+
+def open_images(root: str, *, label_key, cost_key, feature_keys, image_format) -> ConvertSource:
+    if image_format is not None:
+        raise RecordError(root, "--image-format only applies to builtin:digits; image folders are stored "
+                          "as they are, without re-encoding", kind="input")
+    if feature_keys and list(feature_keys) != ["image"]:
+        raise RecordError(root, f"an image folder has one feature, 'image'; got --feature-key "
+                          f"{', '.join(feature_keys)}", kind="feature")
+    if cost_key not in (None, *IMAGE_COSTS):
+        raise RecordError(root, f"--cost-key for an image folder must be one of {', '.join(IMAGE_COSTS)}, got "
+                          f"{cost_key!r}", kind="input")
+    label_key = label_key or "label"
+    classes, files, labels, notes = _scan_folder(root)
     shapes: dict[tuple, str] = {}  # each image size seen -> its first file
     specs = {"image": FeatureSpec("bytes", ()), label_key: FeatureSpec("int64", ())}
     encoder = ExampleEncoder(specs)
