@@ -1,9 +1,12 @@
 """Plots of a plan: per-replica load in each step (needs matplotlib)."""
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
+
+from evenflow.util.files import write_atomic
 
 __all__ = ["plot_plan", "check_plot_path"]
 
@@ -54,11 +57,9 @@ def plot_plan(ep, path: str, title: str = "") -> None:
     ax2.set_ylabel("max/fair")
     ax2.set_xlabel("global step")
     fig.tight_layout()
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp-{os.getpid()}.png")
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
+        fig.savefig(png, format="png", dpi=100)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(path, png.getvalue())

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from evenflow.report.svg_chart import svg_line_chart
 from evenflow.report.telemetry import Diagnosis, Telemetry, diagnose_phases, load_telemetry
+from evenflow.util.files import write_atomic
 
 __all__ = ["write_report", "render_report", "replica_rows", "svg_line_chart"]
 
@@ -250,10 +250,5 @@ def write_report(run_dir, output=None, *, tel: Telemetry | None = None) -> tuple
     if out.is_dir():
         raise ValueError(f"--output {out} is a folder; pass the path of the HTML file to write, e.g. {out / 'report.html'}")
     page, phases = render_report(tel, _summary(run_dir))
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(out, page)
     return out, phases["whole run"]

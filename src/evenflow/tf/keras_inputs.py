@@ -18,6 +18,7 @@ import numpy as np
 
 from evenflow.data.source import Source
 from evenflow.plan.index import Index
+from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.sources import SubsetSource, TensorSource
 
@@ -122,8 +123,8 @@ def as_source(x, y, what: str):
 
 def _streamed(x) -> bool:
     """Whether ``x`` is read in order only: a ``tf.data.Dataset``, a generator, an iterator or a ``keras.utils.PyDataset``."""
-    kinds = {c.__name__ for c in type(x).__mro__}
-    return bool(kinds & {"DatasetV2", "PyDataset"}) or isinstance(x, collections.abc.Iterator)
+    tf, keras = _tf(), _keras()
+    return isinstance(x, (tf.data.Dataset, keras.utils.PyDataset, collections.abc.Iterator))
 
 
 def split_validation(source, fraction: float):
