@@ -63,10 +63,33 @@ def test_a_model_with_its_own_train_step_is_told_to_use_the_masked_loss():
     ({"validation_split": 1.0}, r"validation_split must be a float in \[0, 1\), got 1.0"),
     ({"epochs": 0}, "epochs must be an int >= 1, got 0"),
     ({"checkpoint_every": -1}, "checkpoint_every must be an int >= 0"),
+    ({"stratify": True, "y": Y + 0.5}, r"stratify=True needs y to be one integer class label per sample .*got an "
+                                       r"array of floats of shape \(40,\); pass integer labels or stratify=False"),
+    ({"stratify": True, "y": np.eye(3)[Y]}, r"one integer class label per sample .*of shape \(40, 3\)"),
 ])
 def test_bad_arguments_are_refused_with_the_fix(kwargs, message):
+    kwargs = {"y": Y, **kwargs}
     with pytest.raises(ValueError, match=message):
-        fit(compiled(), X, Y, **kwargs)
+        fit(compiled(), X, **kwargs)
+
+
+def test_one_callback_is_taken_as_model_fit_takes_it_and_a_non_callback_is_named():
+    seen = []
+    one = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(epoch))
+    fit(compiled(), X, Y, batch_size=16, epochs=2, verbose=0, callbacks=one)
+    assert seen == [0, 1]
+    with pytest.raises(TypeError, match="callbacks must be keras.callbacks.Callback objects .*got function"):
+        fit(compiled(), X, Y, callbacks=[lambda: None])
+
+
+def test_an_output_dir_that_is_a_file_or_under_one_is_named_and_left_alone(tmp_path):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine")
+    with pytest.raises(ValueError, match=f"output_dir {afile} exists and is not a directory"):
+        fit(compiled(), X, Y, output_dir=afile)
+    with pytest.raises(ValueError, match=rf"output_dir {afile}/run cannot be created \(Not a directory\)"):
+        fit(compiled(), X, Y, output_dir=afile / "run")
+    assert afile.read_text() == "mine"
 
 
 def test_arrays_of_different_lengths_are_refused():
@@ -86,7 +109,21 @@ def test_an_unbuilt_subclassed_model_is_built_from_the_data_and_trains(tmp_path)
 
 def test_the_trainer_refuses_an_unbuilt_model_with_the_fix():
     with pytest.raises(ValueError, match=r"has no variables yet; build it before creating the Trainer"):
-        Trainer(tf.distribute.get_strategy(), Subclassed(), make_optimizer("sgd", 0.1))
+        Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), Subclassed(), make_optimizer("sgd", 0.1))
+
+
+def test_the_trainer_names_a_strategy_model_or_optimizer_it_cannot_use():
+    model, optimizer = compiled(), make_optimizer("sgd", 0.1)
+    with pytest.raises(ValueError, match=r"the default tf.distribute strategy has no devices to plan for; .*"
+                                         r"mirrored_strategy\(1\).scope\(\)"):
+        Trainer(tf.distribute.get_strategy(), model, optimizer)
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with pytest.raises(TypeError, match="strategy must be a tf.distribute.Strategy, got NoneType"):
+        Trainer(None, model, optimizer)
+    with pytest.raises(TypeError, match="model must be a keras.Model, got function"):
+        Trainer(one, lambda x: x, optimizer)
+    with pytest.raises(TypeError, match=r"optimizer must be a Keras optimizer .*got str"):
+        Trainer(one, model, "sgd")
 
 
 def test_several_inputs_and_outputs_as_lists_train_as_one_device_would(tmp_path):

@@ -42,8 +42,14 @@ class RunDirectory:
         if not self.chief:
             yield self
             return
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"output_dir {self.path} exists and is not a directory; choose another output directory")
         self.created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file where a parent folder should be, or no permission
+            raise ValueError(f"output_dir {self.path} cannot be created ({e.strerror}); choose another output "
+                             f"directory") from None
         try:
             self._lock()
         except Exception:

@@ -28,6 +28,7 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.engine import Engine
+from evenflow.run.hooks import Hooks as _Hooks
 from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
 
@@ -300,11 +301,3 @@ class LoopFront:
         """How far training got."""
         return self.loop.cursor
 
-
-@dataclass(frozen=True)
-class _Hooks:
-    on_step: Callable | None
-    on_epoch: Callable | None
-    on_batch: Callable | None
-    guard: object
-    monitor: object

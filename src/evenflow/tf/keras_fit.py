@@ -39,7 +39,7 @@ from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.keras_data import keras_dataset
-from evenflow.tf.keras_inputs import ArrayPair, as_source, split_validation
+from evenflow.tf.keras_inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
 from evenflow.tf.keras_run import PlanCallback
 from evenflow.tf.keras_steps import exact_steps, recorder_of
 from evenflow.tf.reader import PlanReader
@@ -95,6 +95,8 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         raise ValueError("pass validation_data or validation_split, not both (model.fit would silently use "
                          "validation_data)")
     train, val = split_validation(source, validation_split)
+    check_stratify(train, stratify)
+    callbacks = as_callbacks(callbacks)
     if validation_data is not None:
         val = _validation_source(validation_data)
     topology = Topology(int(strategy.num_replicas_in_sync))
@@ -111,7 +113,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
             run.open(stack, Path(output_dir), audit, checkpoint_every, keep_checkpoints, _identity(train, val))
         elif rebalance:
             run.monitor = _monitor(base, rebalance, None, False)
-        return run.train(PlanReader(train), val, val_plan, verbose, list(callbacks or []))
+        return run.train(PlanReader(train), val, val_plan, verbose, callbacks)
 
 
 def _strategy(model):

@@ -63,6 +63,14 @@ class ArrayPair:
     def index(self) -> Index:
         return Index(self.num_samples, labels=self._labels)
 
+    def label_kind(self) -> str:
+        """What ``y`` is, in words (for the refusal of stratification without integer labels)."""
+        leaves = _leaves(self._y, "y")
+        if len(leaves) != 1:
+            return f"{len(leaves)} arrays"
+        a = leaves[0]
+        return f"an array of {'floats' if a.dtype.kind == 'f' else a.dtype} of shape {a.shape}"
+
     def batch(self, ids) -> dict:
         tf = _tf()
         if self._tensors is None:
@@ -146,3 +154,30 @@ def _subset(source, ids: np.ndarray):
         return SubsetSource(source, ids)
     from evenflow.data.source import SubsetSource as NumpySubset
     return NumpySubset(source, ids)
+
+
+def as_callbacks(callbacks) -> list:
+    """``callbacks`` as ``model.fit`` takes them (None, one callback, or a list of them), as a list."""
+    keras = _keras()
+    if callbacks is None:
+        return []
+    items = [callbacks] if isinstance(callbacks, keras.callbacks.Callback) else \
+        list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    bad = [c for c in items if not isinstance(c, keras.callbacks.Callback)]
+    if bad:
+        raise TypeError(f"callbacks must be keras.callbacks.Callback objects (one, or a list of them), got "
+                        f"{type(bad[0]).__name__}")
+    return items
+
+
+def check_stratify(source, stratify: bool) -> None:
+    """Refuse ``stratify=True`` for data without integer class labels, naming what was given."""
+    if not stratify or source.index().labels is not None:
+        return
+    inner = getattr(source, "source", source)
+    if isinstance(inner, ArrayPair):
+        raise ValueError(f"stratify=True needs y to be one integer class label per sample (a 1-d int array), "
+                         f"got {inner.label_kind()}; pass integer labels or stratify=False")
+    raise ValueError("stratify=True needs class labels, and this source's index has none; "
+                     "use a source with integer labels or stratify=False")
+

@@ -26,6 +26,8 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.loop import MAX_ACCUMULATE_STEPS, LoopFront, TrainLoop
 from evenflow.run.results import EpochResult, EvalResult
+from evenflow.tf._lazy import keras as _keras
+from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.engine import TFEngine
 from evenflow.tf.losses import per_sample_cross_entropy
 from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
@@ -67,6 +69,7 @@ class Trainer(LoopFront):
 
     def __init__(self, strategy, model, optimizer, loss_fn=per_sample_cross_entropy, skip_nonfinite: bool = True,
                  accumulate_steps: int = 1, compression: str = "none", timing: bool = False, simulate=None):
+        _check_parts(strategy, model, optimizer)
         if model.built is False or not model.trainable_variables:
             raise ValueError(f"the model {getattr(model, 'name', type(model).__name__)!r} has no variables yet; "
                              f"build it before creating the Trainer (call it once on a batch, or give it an "
@@ -132,3 +135,22 @@ def _check_reader(reader, method: str) -> None:
     if not callable(getattr(reader, "distribute", None)):
         raise TypeError(f"Trainer.{method} reads through a PlanReader (or a RecordChain), got "
                         f"{type(reader).__name__}; wrap the source: Trainer.{method}(PlanReader(source), plan, ...)")
+
+
+def _check_parts(strategy, model, optimizer) -> None:
+    """Refuse, in one line each, a strategy, model or optimizer the trainer cannot use."""
+    tf, keras = _tf(), _keras()
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise TypeError(f"strategy must be a tf.distribute.Strategy, got {type(strategy).__name__}")
+    try:
+        strategy.extended.worker_devices
+    except RuntimeError:  # what tf.distribute.get_strategy() returns outside any scope
+        raise ValueError("the default tf.distribute strategy has no devices to plan for; create the model and the "
+                         "optimizer inside evenflow.tf.mirrored_strategy(1).scope() (one device) or another "
+                         "strategy's scope, and pass that strategy") from None
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"model must be a keras.Model, got {type(model).__name__}")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(f"optimizer must be a Keras optimizer (evenflow.tf.make_optimizer('sgd', 0.1), "
+                        f"keras.optimizers.SGD(0.1), ...), got {type(optimizer).__name__}")
+

@@ -40,9 +40,10 @@ from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
 
-__all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS"]
+__all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS", "COMPRESSIONS"]
 
 GRADIENT_SUMS = ("ordered", "ring")
+COMPRESSIONS = ("none", "fp16")
 
 
 class TorchReader:
@@ -87,8 +88,11 @@ class TorchEngine:
         torch = _torch()
         if gradient_sum not in GRADIENT_SUMS:
             raise ValueError(f"gradient_sum must be one of {', '.join(GRADIENT_SUMS)}, got {gradient_sum!r}")
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         if precision not in ("float32", "mixed_bfloat16"):
             raise ValueError(f"precision must be float32 or mixed_bfloat16 with PyTorch, got {precision!r}")
+        _check_model(model, optimizer)
         self.rank, self.world = rank_and_world_size()
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self.model = model.to(self.device)
@@ -282,3 +286,19 @@ def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndar
     return {"sums": _sums(logits, per_sample, y, mask)[None, :], "flags": flags,
             "ids": batch["id"].cpu().numpy().astype(np.int64)[None, :], "nonfinite": suspects[None, :],
             "replica": np.array([rank], np.int64)}
+
+
+def _check_model(model, optimizer) -> None:
+    """Refuse a model that is not a ``Module``, and an optimizer that would update none of its parameters."""
+    torch = _torch()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    own = {id(p) for p in model.parameters()}
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    if own and held and not any(id(p) in own for p in held):
+        # Training would run and report losses while the model never changed.
+        raise ValueError("the optimizer holds none of the model's parameters, so training would never change the "
+                         "model; build it from this model: torch.optim.SGD(model.parameters(), lr=...)")
+

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.distributed import gradient_hook
-from evenflow.torch.engine import GRADIENT_SUMS
+from evenflow.torch.engine import COMPRESSIONS, GRADIENT_SUMS
 from evenflow.torch.losses import masked_loss
 
 __all__ = ["exact_ddp", "masked_mean"]
 
-_COMPRESSIONS = ("none", "fp16")
 
 
 def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", **ddp_kwargs):
@@ -59,8 +58,8 @@ def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", *
     torch = _torch()
     if gradient_sum not in GRADIENT_SUMS:
         raise ValueError(f"gradient_sum must be one of {', '.join(GRADIENT_SUMS)}, got {gradient_sum!r}")
-    if compression not in _COMPRESSIONS:
-        raise ValueError(f"compression must be one of {', '.join(_COMPRESSIONS)}, got {compression!r}")
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
     ddp_class = torch.nn.parallel.DistributedDataParallel
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"exact_ddp takes a torch.nn.Module (or a DistributedDataParallel), got {type(model).__name__}")
