@@ -99,6 +99,10 @@ def test_map_functions_run_in_order_and_see_id_and_epoch(data, plan):
     reader = PlanReader(ArraySource(*data), map_fns=[first, second])
     for b in _collect(reader.replica_dataset(plan, 0, start=ef.Cursor(2, 0), epochs=1)):
         np.testing.assert_array_equal(b["key"], b["id"] * 1000 + 2 + 1)
+    # One function alone is taken as a list of one.
+    reader = PlanReader(ArraySource(*data), map_fns=first)
+    for b in _collect(reader.replica_dataset(plan, 0, start=ef.Cursor(2, 0), epochs=1)):
+        np.testing.assert_array_equal(b["key"], b["id"] * 1000 + 2)
 
 
 def test_augmentation_keyed_by_epoch_and_id_is_independent_of_replicas(data):

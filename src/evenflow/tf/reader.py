@@ -84,7 +84,7 @@ class PlanReader:
             is read through :func:`~evenflow.tf.source_adapter.tf_source`; see
             :func:`~evenflow.tf.source_adapter.reader_source` for how the two are told apart.
         map_fns: functions ``fn(batch: dict) -> dict`` applied in order to every
-            batch (augmentation, normalisation), each with
+            batch (augmentation, normalisation), or one such function, each with
             ``num_parallel_calls=AUTOTUNE``. They see all batch keys, including
             ``id`` and ``epoch``, and must keep the reserved keys.
         prefetch: batches to prefetch per replica, >= 1. The default, 4, is deeper than
@@ -106,7 +106,7 @@ class PlanReader:
     def __init__(self, source: TensorSource, map_fns: Sequence[MapFn] = (), prefetch: int = 4,
                  trim_padding: bool = False, stamp: bool = False):
         source = reader_source(source)
-        map_fns = tuple(map_fns)
+        map_fns = (map_fns,) if callable(map_fns) else tuple(map_fns)  # one function, or several in order
         for i, fn in enumerate(map_fns):
             if not callable(fn):
                 raise TypeError(f"map_fns[{i}] must be a function batch -> batch, got {type(fn).__name__}")
