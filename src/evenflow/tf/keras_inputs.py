@@ -171,13 +171,11 @@ def as_callbacks(callbacks) -> list:
 
 
 def check_stratify(source, stratify: bool) -> None:
-    """Refuse ``stratify=True`` for data without integer class labels, naming what was given."""
-    if not stratify or source.index().labels is not None:
-        return
+    """Refuse ``stratify=True`` for arrays ``y`` that are not integer class labels, naming what ``y`` is.
+
+    (A source of its own without labels gets the plan's refusal.)
+    """
     inner = getattr(source, "source", source)
-    if isinstance(inner, ArrayPair):
+    if stratify and isinstance(inner, ArrayPair) and inner.index().labels is None:
         raise ValueError(f"stratify=True needs y to be one integer class label per sample (a 1-d int array), "
                          f"got {inner.label_kind()}; pass integer labels or stratify=False")
-    raise ValueError("stratify=True needs class labels, and this source's index has none; "
-                     "use a source with integer labels or stratify=False")
-

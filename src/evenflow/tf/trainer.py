@@ -153,4 +153,3 @@ def _check_parts(strategy, model, optimizer) -> None:
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"optimizer must be a Keras optimizer (evenflow.tf.make_optimizer('sgd', 0.1), "
                         f"keras.optimizers.SGD(0.1), ...), got {type(optimizer).__name__}")
-

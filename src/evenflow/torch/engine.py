@@ -301,4 +301,3 @@ def _check_model(model, optimizer) -> None:
         # Training would run and report losses while the model never changed.
         raise ValueError("the optimizer holds none of the model's parameters, so training would never change the "
                          "model; build it from this model: torch.optim.SGD(model.parameters(), lr=...)")
-
