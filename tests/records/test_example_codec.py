@@ -177,6 +177,18 @@ def test_decode_errors_name_the_record(bad, spec, message):
     assert str(e.value).startswith("record 1: ")
 
 
+@pytest.mark.parametrize("features, message", [
+    ({"a": None}, r"feature 'a': a bytes feature holds bytes or str, got NoneType"),
+    ({"a": {"b": 1}}, r"feature 'a': a bytes feature holds bytes or str, got dict"),
+    ({"a": [b"x", None]}, r"feature 'a': a bytes feature holds bytes or str, got NoneType"),
+    ({"a": 2**70}, r"feature 'a': 1180591620717411303424 is outside the int64 range"),
+    ({1: 2.0}, r"feature names must be strings, got int \(1\)"),
+])
+def test_values_an_example_cannot_hold_are_refused_naming_the_feature(features, message):
+    with pytest.raises(TypeError, match=message):
+        encode_example(features)
+
+
 def test_decode_one_and_infer_specs():
     rec = encode_example({"x": np.ones((2, 2), np.float32), "label": 3, "img": b"raw"})
     specs = infer_specs(rec)

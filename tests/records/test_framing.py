@@ -107,3 +107,19 @@ def test_read_record_checks(tmp_path):
         read_record(bytes(raw), 0, path="c.tfrecord", record=0)
     assert e.value.kind == "data_crc"
     assert read_record(bytes(raw), 0, verify=False) == b"hdllo"  # "e" ^ 1
+
+
+def test_a_record_that_is_not_bytes_and_a_path_that_is_not_a_file_are_refused_naming_them(tmp_path):
+    path = tmp_path / "r.tfrecord"
+    with RecordWriter(path, write_index=False, fsync=False) as w:
+        # bytes(5) would be five zero bytes: an int is refused, not written.
+        for bad, kind in ((5, "int"), ("text", "str")):
+            with pytest.raises(TypeError, match=rf"write\(\) takes one serialized record as bytes .*got {kind}"):
+                w.write(bad)
+        w.write(bytearray(b"ok"))
+    assert list(iter_records(path)) == [b"ok"]
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a folder; RecordWriter writes one file"):
+        RecordWriter(tmp_path)
+    with pytest.raises(FileNotFoundError, match=f"its folder {tmp_path / 'missing'} does not exist"):
+        RecordWriter(tmp_path / "missing" / "r.tfrecord")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.tfrecord"]  # no temporary file left anywhere

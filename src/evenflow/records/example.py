@@ -66,6 +66,9 @@ def _as_bytes_items(value) -> list[bytes]:
         return [value.encode("utf-8")]
     arr = np.asarray(value)
     items = arr.reshape(-1).tolist() if arr.ndim else [arr.item()]
+    bad = [x for x in items if not isinstance(x, (str, bytes, bytearray, memoryview))]
+    if bad:  # bytes(x) of an int would be x zero bytes, of a dict its keys
+        raise TypeError(f"a bytes feature holds bytes or str, got {type(bad[0]).__name__} ({bad[0]!r:.40})")
     return [x.encode("utf-8") if isinstance(x, str) else bytes(x) for x in items]
 
 
@@ -99,6 +102,11 @@ def _dtype_of_value(key: str, value) -> str:
         return "float32"
     if kind in "iub":
         return "int64"
+    if kind == "O":
+        big = [x for x in arr.reshape(-1).tolist() if isinstance(x, int)]
+        if big:  # numpy keeps Python ints outside int64 as objects
+            raise TypeError(f"feature {key!r}: {big[0]} is outside the int64 range of an Example's integers; "
+                            f"store it as bytes or str")
     if kind in "SUO":
         return "bytes"
     raise TypeError(f"feature {key!r}: cannot store dtype {arr.dtype} in an Example; use floats, integers or bytes")
@@ -115,12 +123,24 @@ def encode_example(features: Mapping[str, object], specs: Mapping[str, FeatureSp
 
     Returns:
         The serialized Example, equal to TensorFlow's deterministic serialization.
+
+    Raises:
+        TypeError: a feature name that is not a string, or a value an Example cannot hold
+            (None, a dict, an integer outside int64), naming the feature.
     """
+    names = [k for k in features if not isinstance(k, str)]
+    if names:
+        raise TypeError(f"feature names must be strings, got {type(names[0]).__name__} ({names[0]!r})")
     parts = []
     for key in sorted(features):
         value = features[key]
         dtype = specs[key].dtype if specs and key in specs else _dtype_of_value(key, value)
-        parts.append(_entry(key.encode("utf-8"), dtype, _list_payload(dtype, value)))
+        try:
+            payload = _list_payload(dtype, value)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TypeError(f"feature {key!r}: {e}; a feature holds numbers (int64 or float32), an array of "
+                            f"them, bytes, str or a list of bytes") from None
+        parts.append(_entry(key.encode("utf-8"), dtype, payload))
     body = b"".join(parts)
     return b"\x0a" + _varint(len(body)) + body
 

@@ -47,12 +47,23 @@ class RecordWriter:
         write_index: also write the sidecar index on close.
         fsync: fsync the data before the rename, so a crash cannot leave an empty file
             behind the final name.
+
+    Raises:
+        IsADirectoryError, FileNotFoundError: ``path`` is a folder, or its folder does not exist.
+        TypeError: :meth:`write` given anything but bytes.
     """
 
     def __init__(self, path, *, write_index: bool = True, fsync: bool = True):
         self.path = os.fspath(path)
         self.write_index = write_index
         self._fsync = fsync
+        if os.path.isdir(self.path):
+            raise IsADirectoryError(f"{self.path} is a folder; RecordWriter writes one file: pass a file path "
+                                    f"inside it, e.g. {os.path.join(self.path, 'data-0.tfrecord')}")
+        folder = os.path.dirname(self.path) or "."
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"{self.path}: its folder {folder} does not exist (or is not a folder); "
+                                    f"create it first")
         self._tmp = f"{self.path}.tmp-{os.getpid()}"
         self._file = open(self._tmp, "wb")
         self._offsets: list[int] = []
@@ -65,6 +76,10 @@ class RecordWriter:
         """Append one record; returns its byte offset in the file."""
         if self._closed:
             raise ValueError(f"{self.path}: write() after close(); open a new RecordWriter")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            # bytes(n) of an int would silently write n zero bytes.
+            raise TypeError(f"{self.path}: write() takes one serialized record as bytes (e.g. "
+                            f"evenflow.records.encode_example({{...}})), got {type(data).__name__}")
         data = bytes(data) if not isinstance(data, bytes) else data
         n = len(data)
         header = self._headers.get(n)
