@@ -50,3 +50,11 @@ def test_a_hook_that_is_not_a_function_is_refused_before_the_first_step():
     with pytest.raises(TypeError, match="on_step must be a function or None, got int"):
         trainer.fit(source, ef.Plan(source.index(), ef.Topology(1), global_batch_size=10), 1, on_step=5)
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+@pytest.mark.parametrize("rank,world", [(2, 2), (-1, 2), (0, 0)])
+def test_a_torch_state_of_a_rank_outside_the_world_is_refused(rank, world):
+    from evenflow.torch import TorchState
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match=rf"0 <= rank < world, got rank {rank} and world {world}"):
+        TorchState(model, torch.optim.SGD(model.parameters(), 0.1), rank, world)

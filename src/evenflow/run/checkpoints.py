@@ -153,6 +153,14 @@ class Checkpointer:
                  worker: int = 0):
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an int >= 1 (checkpoints kept), got {keep!r}")
+        missing = [name for name in ("describe", "is_finite", "write", "read")
+                   if not callable(getattr(state, name, None))]
+        if missing:
+            raise TypeError(f"state must be a ModelState (evenflow.torch.TorchState, evenflow.tf.TFState, or your own "
+                            f"with describe, is_finite, write and read), got {type(state).__name__} without "
+                            f"{', '.join(missing)}")
+        if Path(run_dir).exists() and not Path(run_dir).is_dir():
+            raise ValueError(f"run_dir {run_dir} exists and is not a directory; pass the run's directory")
         self.run_dir, self.keep, self.is_chief, self.worker = Path(run_dir), keep, is_chief, worker
         self.dir = self.run_dir / CHECKPOINT_DIR
         self.state = state
