@@ -79,11 +79,25 @@ class TextData:
             name: short description for logs.
 
         Raises:
-            ValueError: a negative id, or an empty sequence.
+            ValueError: no sequence, a negative id, an empty or nested sequence, or labels that are
+                not one per sequence.
+            TypeError: ids or labels that are not integers (a str sequence: text not tokenized yet).
         """
-        seqs = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
-        labels = np.asarray(labels, dtype=np.int64).reshape(-1)
-        tokens = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
+        seqs = [_ids(s, i) for i, s in enumerate(sequences)]
+        if not seqs:
+            raise ValueError("from_sequences needs at least one sequence, got none")
+        raw = np.asarray(labels)
+        if raw.shape != (len(seqs),):
+            raise ValueError(f"labels must be one per sequence: got {len(seqs)} sequences and labels of shape "
+                             f"{raw.shape}")
+        if raw.dtype.kind not in "iub":
+            raise TypeError(f"labels must be integers 0..K-1, got dtype {raw.dtype}; map classes to 0..K-1 first "
+                            f"(numpy.unique(labels, return_inverse=True))")
+        if raw.min() < 0:
+            raise ValueError(f"labels must be 0..K-1, got {int(raw.min())}; map classes to 0..K-1 first "
+                             f"(numpy.unique(labels, return_inverse=True))")
+        labels = raw.astype(np.int64)
+        tokens = np.concatenate(seqs)
         if tokens.size and tokens.min() < 0:
             raise ValueError(f"token ids must be >= 0, got {int(tokens.min())}; map them to 0..V-1")
         offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
@@ -133,6 +147,20 @@ class TextData:
             seq = self.sequence(i)[:length]
             out[i, :len(seq)] = seq
         return out
+
+
+def _ids(seq, i: int) -> np.ndarray:
+    """Sequence ``i`` of :meth:`TextData.from_sequences` as int64 ids, or an error naming it."""
+    if isinstance(seq, (str, bytes)):
+        raise TypeError(f"sequence {i} is a {type(seq).__name__}, not token ids; tokenize the text first (a list of "
+                        f"integer ids per sample; byte ids: list(text.encode('utf-8')))")
+    a = np.asarray(seq)
+    if a.ndim != 1:
+        raise ValueError(f"sequence {i} must be a flat list of token ids, got an array of shape {a.shape}")
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"token ids must be integers, but sequence {i} holds {a.dtype} values; cast them "
+                        f"(astype(int)) if they are whole numbers")
+    return a.astype(np.int64)
 
 
 def encode(text: str, max_len: int) -> np.ndarray:
