@@ -209,3 +209,27 @@ def test_a_plan_of_a_dataset_covers_every_sample_once_per_epoch_for_every_rank()
     np.testing.assert_array_equal(np.sort(ids[ids >= 0]), np.arange(N))
     ref = ef.Plan(ef.Index(N), ef.Topology(3), global_batch_size=30, seed=4).epoch(0)
     np.testing.assert_array_equal(rows[2][-1]["id"].numpy(), ref.ids[-1, 2])
+
+
+class _Broken(torch.utils.data.Dataset):
+    """Sample 5 cannot be read (a corrupt file, say); with ``batched`` it is read through ``__getitems__``."""
+
+    def __init__(self, batched: bool):
+        if batched:
+            self.__getitems__ = lambda ids: [self[i] for i in ids]
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise OSError("image 5 is truncated")
+        return np.zeros(3, np.float32), i % 2
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_sample_the_dataset_cannot_read_keeps_its_error_and_is_named(batched):
+    with pytest.raises(OSError, match="image 5 is truncated") as e:
+        list(plan_loader(_Broken(batched), 12))
+    note = "__getitems__ for sample ids" if batched else "_Broken[5], the sample evenflow read"
+    assert any(note in n for n in e.value.__notes__), e.value.__notes__

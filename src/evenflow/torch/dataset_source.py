@@ -128,9 +128,26 @@ class DatasetSource:
 
     def _read(self, ids: np.ndarray) -> list:
         keys = ids.tolist()
+        name = type(self.dataset).__name__
         if self.access == "__getitems__":
-            return list(self.dataset.__getitems__(keys))
-        return [self.dataset[i] for i in keys]
+            try:
+                return list(self.dataset.__getitems__(keys))
+            except Exception as e:  # the dataset's own error, with which samples it was asked for
+                e.add_note(f"(raised by {name}.__getitems__ for sample ids {_shown(keys)}, read by evenflow)")
+                raise
+        items = []
+        for i in keys:
+            try:
+                items.append(self.dataset[i])
+            except Exception as e:
+                e.add_note(f"(raised by {name}[{i}], the sample evenflow read)")
+                raise
+        return items
 
     def __repr__(self):
         return f"DatasetSource({type(self.dataset).__name__}, num_samples={self.num_samples}, access={self.access!r})"
+
+
+def _shown(keys: list) -> str:
+    return ", ".join(map(str, keys[:8])) + (f", ... ({len(keys)} ids)" if len(keys) > 8 else "")
+
