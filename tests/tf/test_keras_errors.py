@@ -196,3 +196,22 @@ def test_the_trainer_takes_a_plan_reader_and_names_a_bare_source():
         with pytest.raises(TypeError, match=rf"Trainer.{name} reads through a PlanReader .*got ArraySource; wrap the "
                                             rf"source: Trainer.{name}\(PlanReader\(source\), plan, ...\)"):
             call()
+
+
+def test_an_error_of_your_own_source_names_the_samples_it_was_reading():
+    import evenflow as ef
+
+    class Broken:
+        num_samples = 40
+
+        def index(self):
+            return ef.Index(40, labels=Y)
+
+        def batch(self, ids):
+            if 7 in ids:
+                raise OSError("image 7 is truncated")
+            return {"features": X[ids], "label": Y[ids]}
+
+    with pytest.raises(Exception, match=r"(?s)OSError: image 7 is truncated.*raised by Broken.batch for sample ids "
+                                        r"[0-9, ]*\b7\b"):
+        fit(compiled(), Broken(), batch_size=8, verbose=0)

@@ -73,7 +73,12 @@ class NumpySource:
                                       tuple(None if d is None else f for d, f in zip(declared, fixed)))
 
     def _batch(self, ids: np.ndarray) -> dict:
-        batch = self.source.batch(ids)
+        try:
+            batch = self.source.batch(ids)
+        except Exception as e:  # the source's own error, with the samples it was asked for
+            shown = ", ".join(map(str, ids[:8].tolist())) + (f", ... ({ids.size} ids)" if ids.size > 8 else "")
+            e.add_note(f"(raised by {type(self.source).__name__}.batch for sample ids {shown}, read by evenflow)")
+            raise
         if not isinstance(batch, dict):
             raise TypeError(f"source.batch must return a dict of arrays, got {type(batch).__name__}")
         out = {}
