@@ -231,5 +231,23 @@ class _Broken(torch.utils.data.Dataset):
 def test_a_sample_the_dataset_cannot_read_keeps_its_error_and_is_named(batched):
     with pytest.raises(OSError, match="image 5 is truncated") as e:
         list(plan_loader(_Broken(batched), 12))
-    note = "__getitems__ for sample ids" if batched else "_Broken[5], the sample evenflow read"
-    assert any(note in n for n in e.value.__notes__), e.value.__notes__
+    note = "_Broken.__getitems__ for sample ids" if batched else "_Broken[5] for sample ids 5,"
+    assert len(e.value.__notes__) == 1 and note in e.value.__notes__[0], e.value.__notes__
+
+
+def test_an_error_of_your_own_evenflow_source_names_the_samples_it_was_reading():
+    class Source:
+        num_samples = 12
+
+        def index(self):
+            return ef.Index(12)
+
+        def batch(self, ids):
+            if 5 in ids:
+                raise OSError("shard 2 is gone")
+            return {"features": np.zeros((len(ids), 3), np.float32), "label": np.zeros(len(ids), np.int64)}
+
+    with pytest.raises(OSError, match="shard 2 is gone") as e:
+        list(plan_loader(Source(), 6))
+    assert len(e.value.__notes__) == 1 and "(raised by Source.batch for sample ids " in e.value.__notes__[0]
+    assert "5" in e.value.__notes__[0].split("sample ids ")[1]

@@ -15,6 +15,7 @@ import numpy as np
 
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.pyfunc import numpy_function
+from evenflow.util.read_errors import note_samples
 
 __all__ = ["NumpySource"]
 
@@ -76,8 +77,7 @@ class NumpySource:
         try:
             batch = self.source.batch(ids)
         except Exception as e:  # the source's own error, with the samples it was asked for
-            shown = ", ".join(map(str, ids[:8].tolist())) + (f", ... ({ids.size} ids)" if ids.size > 8 else "")
-            e.add_note(f"(raised by {type(self.source).__name__}.batch for sample ids {shown}, read by evenflow)")
+            note_samples(e, f"{type(self.source).__name__}.batch", ids)
             raise
         if not isinstance(batch, dict):
             raise TypeError(f"source.batch must return a dict of arrays, got {type(batch).__name__}")

@@ -20,6 +20,7 @@ import numpy as np
 from evenflow.plan.index import Index
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.collate import Field, name_columns, stack_items, to_numpy
+from evenflow.util.read_errors import note_samples
 
 __all__ = ["DatasetSource", "require_map_style", "dataset_labels"]
 
@@ -133,21 +134,16 @@ class DatasetSource:
             try:
                 return list(self.dataset.__getitems__(keys))
             except Exception as e:  # the dataset's own error, with which samples it was asked for
-                e.add_note(f"(raised by {name}.__getitems__ for sample ids {_shown(keys)}, read by evenflow)")
+                note_samples(e, f"{name}.__getitems__", keys)
                 raise
         items = []
         for i in keys:
             try:
                 items.append(self.dataset[i])
             except Exception as e:
-                e.add_note(f"(raised by {name}[{i}], the sample evenflow read)")
+                note_samples(e, f"{name}[{i}]", [i])
                 raise
         return items
 
     def __repr__(self):
         return f"DatasetSource({type(self.dataset).__name__}, num_samples={self.num_samples}, access={self.access!r})"
-
-
-def _shown(keys: list) -> str:
-    return ", ".join(map(str, keys[:8])) + (f", ... ({len(keys)} ids)" if len(keys) > 8 else "")
-

@@ -37,6 +37,7 @@ from evenflow.plan import Cursor, Plan
 from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
 from evenflow.data.source import RESERVED_KEYS, Source
+from evenflow.util.read_errors import note_samples
 
 __all__ = ["PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size", "worker_record_error"]
 
@@ -148,7 +149,12 @@ class _StepBatches:
             ids = ids[ids >= 0] if (ids >= 0).any() else ids[:1]
         real = ids >= 0
         # A padding slot repeats the largest id of its own batch (0 if the batch is all padding).
-        batch = dict(self.source.batch(np.where(real, ids, max(int(ids.max(initial=0)), 0))))
+        read = np.where(real, ids, max(int(ids.max(initial=0)), 0))
+        try:
+            batch = dict(self.source.batch(read))
+        except Exception as e:  # the source's own error, with the samples it was asked for
+            note_samples(e, f"{type(self.source).__name__}.batch", read)
+            raise
         clash = [k for k in RESERVED_KEYS if k in batch]
         missing = [k for k in ("features", "label") if k not in batch]
         if clash or missing:
