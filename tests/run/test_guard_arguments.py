@@ -1,6 +1,7 @@
 """``Checkpointer`` and ``TrainingGuard`` refuse, when built, arguments that would fail at the first checkpoint."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import evenflow as ef
@@ -62,7 +63,8 @@ def test_the_guard_refuses_an_interval_that_is_not_a_count_of_steps(tmp_path, ev
 
 
 def test_a_guard_of_good_arguments_saves_and_resumes(tmp_path):
-    guard = TrainingGuard(PLAN, Checkpointer(tmp_path, _State()), every=2)
+    guard = TrainingGuard(PLAN, Checkpointer(tmp_path, _State()), every=np.int64(2))  # numpy ints count too
+    assert guard.every == 2 and type(guard.every) is int
     assert guard.resume() is None
     guard.checkpointer.save(ef.Cursor(0, 2))
     assert TrainingGuard(PLAN, Checkpointer(tmp_path, _State())).resume() == ef.Cursor(0, 2)

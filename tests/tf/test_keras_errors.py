@@ -215,3 +215,21 @@ def test_an_error_of_your_own_source_names_the_samples_it_was_reading():
     with pytest.raises(Exception, match=r"(?s)OSError: image 7 is truncated.*raised by Broken.batch for sample ids "
                                         r"[0-9, ]*\b7\b"):
         fit(compiled(), Broken(), batch_size=8, verbose=0)
+
+
+def test_the_trainer_refuses_a_mean_reduced_keras_loss_that_would_count_padding():
+    from evenflow.tf import ArraySource, PlanReader, mirrored_strategy, topology_of
+    import evenflow as ef
+
+    strategy = mirrored_strategy(1)
+    source = ArraySource(X, Y)
+    plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=12)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+        optimizer = make_optimizer("sgd", 0.1)
+    mean = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    with pytest.raises(ValueError, match=r"the loss must be one value per sample, shape \[slots\] like the mask, "
+                                         r"got shape \(\); with a Keras loss pass reduction=None"):
+        Trainer(strategy, model, optimizer, loss_fn=mean).fit(PlanReader(source), plan, 1)
+    per_sample = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    assert Trainer(strategy, model, optimizer, loss_fn=per_sample).fit(PlanReader(source), plan, 1)[0].samples == 40

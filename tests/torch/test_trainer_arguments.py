@@ -58,3 +58,14 @@ def test_a_torch_state_of_a_rank_outside_the_world_is_refused(rank, world):
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match=rf"0 <= rank < world, got rank {rank} and world {world}"):
         TorchState(model, torch.optim.SGD(model.parameters(), 0.1), rank, world)
+
+
+def test_a_mean_reduced_loss_is_refused_where_it_would_count_padding():
+    # CrossEntropyLoss() averages over the slots, padding included, and broadcasts over the mask.
+    source = ArraySource(X, Y)
+    plan = ef.Plan(source.index(), ef.Topology(1), global_batch_size=12)  # 40 = 3 x 12 + 4: a padded step
+    for call in (lambda t: t.fit(source, plan, 1), lambda t: t.evaluate(source, plan)):
+        with pytest.raises(ValueError, match=r"the loss must be one value per sample, shape \(\d+,\) like the mask, "
+                                             r"got shape \(\); pass reduction='none'"):
+            call(_trainer(loss_fn=torch.nn.CrossEntropyLoss()))
+    assert _trainer(loss_fn=torch.nn.CrossEntropyLoss(reduction="none")).fit(source, plan, 1)[0].samples == 40

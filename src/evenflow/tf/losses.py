@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["masked_loss", "per_sample_cross_entropy"]
+__all__ = ["check_per_sample", "masked_loss", "per_sample_cross_entropy"]
 
 
 def per_sample_cross_entropy(labels, logits):
@@ -36,9 +36,22 @@ def masked_loss(per_sample, mask, global_real_count):
     """
     tf = _tf()
     per_sample = tf.cast(per_sample, tf.float32)
+    check_per_sample(per_sample, mask)
     # Padding slots hold real (dummy) rows, so their losses are finite; `where` rather than
     # `mask * loss` still keeps the value exact if a user's map function leaves garbage there.
     masked = tf.where(mask > 0, per_sample, tf.zeros_like(per_sample))
     # max(., 1): a step without real samples cannot come from a Plan, but must not divide by 0.
     denom = tf.maximum(tf.cast(global_real_count, tf.float32), 1.0)
     return tf.reduce_sum(masked) / denom
+
+
+def check_per_sample(per_sample, mask) -> None:
+    """Refuse, when traced, a loss that is not one value per slot: a mean-reduced one would broadcast
+    over the slots and count padding."""
+    tf = _tf()
+    got, want = tf.convert_to_tensor(per_sample).shape.rank, tf.convert_to_tensor(mask).shape.rank
+    if got is not None and want is not None and got != want:
+        raise ValueError(f"the loss must be one value per sample, shape [slots] like the mask, got shape "
+                         f"{per_sample.shape}; with a Keras loss pass reduction=None, e.g. "
+                         f"keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)")
+

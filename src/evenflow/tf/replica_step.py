@@ -26,7 +26,7 @@ import numpy as np
 
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
+from evenflow.tf.losses import check_per_sample, masked_loss, per_sample_cross_entropy
 from evenflow.tf.clock import emulated_clock
 
 __all__ = ["ReplicaStep", "COMPRESSIONS", "masked_sums"]
@@ -236,6 +236,7 @@ def masked_sums(mask, labels, logits, per_sample):
     summed over replicas and steps on the host they give exact epoch totals without the host
     knowing each step's count."""
     tf = _tf()
+    check_per_sample(per_sample, mask)
     real = mask > 0
     per_sample = tf.cast(per_sample, tf.float32)
     pred = tf.argmax(logits, axis=-1, output_type=tf.int64)

@@ -37,7 +37,7 @@ from evenflow.run.engine import Stream
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
-from evenflow.torch.losses import masked_loss, per_sample_cross_entropy
+from evenflow.torch.losses import check_per_sample, masked_loss, per_sample_cross_entropy
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
 
 __all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS", "COMPRESSIONS"]
@@ -267,6 +267,7 @@ def _sums(logits, per_sample, y, mask) -> np.ndarray:
     """``[loss sum, hits, real count]`` over the real slots."""
     torch = _torch()
     with torch.no_grad():
+        check_per_sample(per_sample, mask)
         real = mask > 0
         hits = (logits.argmax(dim=-1) == y) & real
         per_sample = per_sample.float()

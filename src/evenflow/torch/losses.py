@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from evenflow.torch._lazy import torch as _torch
 
-__all__ = ["masked_loss", "per_sample_cross_entropy"]
+__all__ = ["check_per_sample", "masked_loss", "per_sample_cross_entropy"]
 
 
 def per_sample_cross_entropy(logits, labels):
@@ -26,7 +26,17 @@ def masked_loss(per_sample, mask, global_real_count):
     cannot leak into the sum (``0 * nan`` is ``nan``).
     """
     torch = _torch()
+    check_per_sample(per_sample, mask)
     per_sample = per_sample.float()
     masked = torch.where(mask > 0, per_sample, torch.zeros_like(per_sample))
     denom = torch.clamp(torch.as_tensor(global_real_count, dtype=torch.float32, device=per_sample.device), min=1.0)
     return masked.sum() / denom
+
+
+def check_per_sample(per_sample, mask) -> None:
+    """Refuse a loss that is not one value per slot: a mean-reduced one would broadcast and count padding."""
+    if per_sample.shape != mask.shape:
+        raise ValueError(f"the loss must be one value per sample, shape {tuple(mask.shape)} like the mask, got shape "
+                         f"{tuple(per_sample.shape)}; pass reduction='none', e.g. "
+                         f"torch.nn.CrossEntropyLoss(reduction='none')")
+

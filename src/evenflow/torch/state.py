@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import random
 from pathlib import Path
 
@@ -99,11 +100,11 @@ class TorchState:
     """
 
     def __init__(self, model, optimizer, rank: int = 0, world: int = 1, device=None):
-        if isinstance(world, bool) or not isinstance(world, int) or world < 1 or \
-                isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
+        if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in (rank, world)) or world < 1 \
+                or not 0 <= rank < world:
             raise ValueError(f"rank and world must be ints with 0 <= rank < world, got rank {rank!r} and world "
                              f"{world!r}; pass the values init_distributed() returns")
-        self.model, self.optimizer, self.rank, self.world, self.device = model, optimizer, rank, world, device
+        self.model, self.optimizer, self.rank, self.world, self.device = model, optimizer, int(rank), int(world), device
         self.sharded = is_sharded(model)
         self.needs_every_process = world > 1  # every rank hands in its random state (and its shards)
 
