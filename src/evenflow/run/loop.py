@@ -300,4 +300,3 @@ class LoopFront:
     def cursor(self) -> Cursor | None:
         """How far training got."""
         return self.loop.cursor
-

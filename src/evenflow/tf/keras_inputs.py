@@ -161,8 +161,7 @@ def as_callbacks(callbacks) -> list:
     keras = _keras()
     if callbacks is None:
         return []
-    items = [callbacks] if isinstance(callbacks, keras.callbacks.Callback) else \
-        list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]  # one callback: a list of one
     bad = [c for c in items if not isinstance(c, keras.callbacks.Callback)]
     if bad:
         raise TypeError(f"callbacks must be keras.callbacks.Callback objects (one, or a list of them), got "

@@ -54,4 +54,3 @@ def check_per_sample(per_sample, mask) -> None:
         raise ValueError(f"the loss must be one value per sample, shape [slots] like the mask, got shape "
                          f"{per_sample.shape}; with a Keras loss pass reduction=None, e.g. "
                          f"keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)")
-

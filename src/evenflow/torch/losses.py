@@ -39,4 +39,3 @@ def check_per_sample(per_sample, mask) -> None:
         raise ValueError(f"the loss must be one value per sample, shape {tuple(mask.shape)} like the mask, got shape "
                          f"{tuple(per_sample.shape)}; pass reduction='none', e.g. "
                          f"torch.nn.CrossEntropyLoss(reduction='none')")
-

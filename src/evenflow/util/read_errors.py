@@ -10,7 +10,6 @@ def note_samples(error: BaseException, call: str, ids) -> None:
     The error keeps its type, message and traceback: it is the user's code that failed, and the
     note tells which samples it was reading when it did.
     """
-    keys = [int(i) for i in list(ids)[:9]]
-    shown = ", ".join(map(str, keys[:8])) + (f", ... ({len(ids)} ids)" if len(ids) > 8 else "")
+    shown = ", ".join(str(int(i)) for i in ids[:8]) + (f", ... ({len(ids)} ids)" if len(ids) > 8 else "")
     if not any(n.startswith("(raised by ") for n in getattr(error, "__notes__", ())):
         error.add_note(f"(raised by {call} for sample ids {shown}, read by evenflow)")
