@@ -233,3 +233,23 @@ def test_the_trainer_refuses_a_mean_reduced_keras_loss_that_would_count_padding(
         Trainer(strategy, model, optimizer, loss_fn=mean).fit(PlanReader(source), plan, 1)
     per_sample = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     assert Trainer(strategy, model, optimizer, loss_fn=per_sample).fit(PlanReader(source), plan, 1)[0].samples == 40
+
+
+def test_the_parameter_server_trainer_names_a_model_optimizer_or_strategy_it_cannot_use():
+    from evenflow.tf import ps
+
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with one.scope():
+        module, optimizer = ps.make_mlp(3, 3), make_optimizer("sgd", 0.1)
+    with pytest.raises(TypeError, match=r"not a Keras model: Keras 3 layers cannot hold .*make_mlp"):
+        ps.PSTrainer(one, compiled(), optimizer)
+    with pytest.raises(TypeError, match="model must be a callable tf.Module .*got function"):
+        ps.PSTrainer(one, lambda x: x, optimizer)
+    with pytest.raises(ValueError, match="the model Module has no trainable variables"):
+        ps.PSTrainer(one, type("Module", (tf.Module,), {"__call__": lambda self, x: x})(), optimizer)
+    with pytest.raises(TypeError, match="optimizer must be a Keras optimizer .*got str"):
+        ps.PSTrainer(one, module, "sgd")
+    with pytest.raises(TypeError, match=r"strategy must be a tf.distribute.ParameterServerStrategy "
+                                        r"\(evenflow.tf.ps.make_strategy\(\) on the chief\), got OneDeviceStrategy"):
+        ps.PSTrainer(one, module, optimizer)
+    assert not optimizer.built  # refused before anything was built

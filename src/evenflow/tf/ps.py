@@ -15,7 +15,7 @@ optimizer updates them.
 from __future__ import annotations
 
 from evenflow.run.loop import LoopFront, TrainLoop
-from evenflow.tf._lazy import tf as _tf
+from evenflow.tf._lazy import keras as _keras, tf as _tf
 from evenflow.tf.ps_engine import PSEngine, PSReader
 from evenflow.tf.ps_models import make_hashed_text, make_mlp
 
@@ -50,6 +50,7 @@ class PSTrainer(LoopFront):
     """
 
     def __init__(self, strategy, model, optimizer, in_flight: int = 4, skip_nonfinite: bool = True):
+        _check_parts(strategy, model, optimizer)
         with strategy.scope():
             optimizer.build(model.trainable_variables)
         self.engine = PSEngine(strategy, model, optimizer, in_flight=in_flight, skip_nonfinite=skip_nonfinite)
@@ -68,6 +69,26 @@ class PSTrainer(LoopFront):
     def evaluate(self, source, plan, epoch: int = 0):
         """Exact loss and accuracy over epoch ``epoch`` of ``plan``: each step's sums are read once."""
         return self.loop.evaluate(PSReader(source), plan, epoch)
+
+
+def _check_parts(strategy, model, optimizer) -> None:
+    """Refuse, in one line each, a model, optimizer or strategy a parameter-server run cannot use."""
+    tf, keras = _tf(), _keras()
+    if isinstance(model, keras.Model):
+        raise TypeError("model must be a tf.Module, not a Keras model: Keras 3 layers cannot hold the variables a "
+                        "ParameterServerStrategy splits across servers; use evenflow.tf.ps.make_mlp or "
+                        "make_hashed_text, or your own tf.Module with tf.Variables")
+    if not isinstance(model, tf.Module) or not callable(model):
+        raise TypeError(f"model must be a callable tf.Module made under strategy.scope() (evenflow.tf.ps.make_mlp, "
+                        f"make_hashed_text), got {type(model).__name__}")
+    if not model.trainable_variables:
+        raise ValueError(f"the model {type(model).__name__} has no trainable variables to update")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(f"optimizer must be a Keras optimizer made under strategy.scope() (keras.optimizers.SGD(0.1), "
+                        f"...), got {type(optimizer).__name__}")
+    if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
+        raise TypeError(f"strategy must be a tf.distribute.ParameterServerStrategy (evenflow.tf.ps.make_strategy() "
+                        f"on the chief), got {type(strategy).__name__}")
 
 
 if __name__ == "__main__":  # python -m evenflow.tf.ps: serve this process's TF_CONFIG task
