@@ -231,8 +231,31 @@ def test_the_trainer_refuses_a_mean_reduced_keras_loss_that_would_count_padding(
     with pytest.raises(ValueError, match=r"the loss must be one value per sample, shape \[slots\] like the mask, "
                                          r"got shape \(\); with a Keras loss pass reduction=None"):
         Trainer(strategy, model, optimizer, loss_fn=mean).fit(PlanReader(source), plan, 1)
+    kept = lambda y, z: tf.reshape(mean(y, z), [1])  # noqa: E731  a mean of shape [1] would broadcast too
+    with pytest.raises(ValueError, match=r"one value per sample, shape \[slots\] like the mask, got shape \(1,\)"):
+        Trainer(strategy, model, optimizer, loss_fn=kept).fit(PlanReader(source), plan, 1)
+    trimmed = PlanReader(source, trim_padding=True)  # slots known only at run time: checked then
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the loss must be one value per sample"):
+        Trainer(strategy, model, optimizer, loss_fn=kept).fit(trimmed, plan, 1)
     per_sample = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     assert Trainer(strategy, model, optimizer, loss_fn=per_sample).fit(PlanReader(source), plan, 1)[0].samples == 40
+
+
+def test_the_default_loss_refuses_float_or_one_hot_labels():
+    from evenflow.tf import ArraySource, PlanReader, mirrored_strategy, topology_of
+    import evenflow as ef
+
+    strategy = mirrored_strategy(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+        optimizer = make_optimizer("sgd", 0.1)
+    for label_fn, message in [(lambda y: tf.cast(y, tf.float32) + 0.7, "needs integer class ids as labels, got float32"),
+                              (lambda y: tf.one_hot(y, 3, dtype=tf.int32), r"one class id per sample, .*one-hot")]:
+        source = ArraySource(X, Y)
+        reader = PlanReader(source, map_fns=lambda b, f=label_fn: {**b, "label": f(b["label"])})
+        plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=12)
+        with pytest.raises(ValueError, match=message):
+            Trainer(strategy, model, optimizer).fit(reader, plan, 1)
 
 
 def test_the_parameter_server_trainer_names_a_model_optimizer_or_strategy_it_cannot_use():
@@ -253,3 +276,22 @@ def test_the_parameter_server_trainer_names_a_model_optimizer_or_strategy_it_can
                                         r"\(evenflow.tf.ps.make_strategy\(\) on the chief\), got OneDeviceStrategy"):
         ps.PSTrainer(one, module, optimizer)
     assert not optimizer.built  # refused before anything was built
+
+
+def test_the_trainer_refuses_a_model_of_several_outputs_instead_of_summing_their_accuracies():
+    from evenflow.tf import ArraySource, PlanReader, mirrored_strategy, topology_of
+    import evenflow as ef
+
+    strategy = mirrored_strategy(1)
+    source = ArraySource(X, Y)
+    plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=4)
+    with strategy.scope():
+        inputs = keras.Input((3,))
+        model = keras.Model(inputs, [keras.layers.Dense(3)(inputs), keras.layers.Dense(3)(inputs)])
+        optimizer = make_optimizer("sgd", 0.1)
+    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    both = lambda y, z: ce(y, z[0]) + ce(y, z[1])  # noqa: E731  a correct per-sample loss over both heads
+    for run in (lambda t: t.fit(PlanReader(source), plan, 1), lambda t: t.evaluate(PlanReader(source), plan)):
+        with pytest.raises(ValueError, match=r"must return one tensor of logits \[slots, classes\], got a list of 2; "
+                                             r"for a model of several outputs use evenflow.tf.fit"):
+            run(Trainer(strategy, model, optimizer, loss_fn=both))

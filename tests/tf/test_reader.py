@@ -209,3 +209,27 @@ def test_trimmed_batches_hold_exactly_the_real_samples_of_the_row(data, weights)
                 np.testing.assert_array_equal(b["features"], x[want])
             else:  # a replica with nothing in this step keeps one masked dummy row
                 assert b["id"].tolist() == [-1] and b["mask"].tolist() == [0.0]
+
+
+@pytest.mark.parametrize("fn,error,fragment", [
+    (lambda b: (b["features"], b["label"]), TypeError, r"map_fns\[0\] \(<lambda>\) must return the batch dict, got tuple"),
+    (lambda b: {k: v for k, v in b.items() if k != "label"}, ValueError, r"dropped the batch key\(s\) label; return every"),
+    (lambda b: {**{k: v for k, v in b.items() if k != "features"}, "image": b["features"]}, ValueError,
+     r"dropped the batch key\(s\) features"),
+])
+def test_a_map_function_that_breaks_the_batch_is_named(data, plan, fn, error, fragment):
+    with pytest.raises(error, match=fragment):
+        PlanReader(ArraySource(*data), map_fns=[fn]).replica_dataset(plan, 0, epochs=1)
+
+
+def test_a_map_function_that_filters_rows_fails_instead_of_dropping_samples(data, plan):
+    def drop_rows(b):  # every per-slot key filtered alike: samples would vanish while the plan counts them
+        keep = b["features"][:, 0, 0] > -1.0
+        return {k: (tf.boolean_mask(v, keep) if v.shape.rank else v) for k, v in b.items()}
+
+    ds = PlanReader(ArraySource(*data), map_fns=[drop_rows]).replica_dataset(plan, 0, epochs=1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"map_fns\[0\] \(drop_rows\) changed the rows of id; "
+                                                             r"keep one row per slot"):
+        _collect(ds)
+    same = PlanReader(ArraySource(*data), map_fns=[lambda b: {**b, "features": b["features"] * 2}])
+    assert len(_collect(same.replica_dataset(plan, 0, epochs=1))) == plan.num_steps

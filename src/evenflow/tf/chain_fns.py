@@ -18,7 +18,7 @@ from typing import Callable
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.sources import RESERVED_KEYS
 
-__all__ = ["ExampleChain", "check_batch_fn", "positional_range", "takes_seed", "to_batch_keys"]
+__all__ = ["ExampleChain", "check_batch_fn", "checked_batch_fn", "positional_range", "takes_seed", "to_batch_keys"]
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -73,6 +73,51 @@ def check_batch_fn(fn, where: str) -> None:
                         f"with one argument, the batch dict (features, label, id, mask, epoch, ...); take the "
                         f"batch and return it, or for per-example functions such as preprocess(image, label) "
                         f"on TFRecord files use evenflow.tf.RecordChain(files, parse_fn, preprocess_fn=...)")
+
+
+_KEPT = ("label", "id", "mask", "global_real_count")  # what the trainer reads after every map function
+
+
+def checked_batch_fn(fn, where: str, last: bool):
+    """``fn`` as a map function that refuses, in one line, a result the trainer cannot read.
+
+    It must return the batch dict with its keys (``features`` at the latest from the last
+    function) and one row per slot, as it got them: a function that filters rows would
+    drop samples the plan counts. Row counts known when traced are checked then, the rest
+    at run time; the mask goes on as float32.
+    """
+    tf = _tf()
+
+    def run(batch):
+        out = fn(batch)
+        if not isinstance(out, dict):
+            raise TypeError(f"{where} ({_name(fn)}) must return the batch dict, got {type(out).__name__}; "
+                            f"return the batch with your changes, e.g. {{**batch, 'features': ...}}")
+        missing = [k for k in _KEPT + (("features",) if last else ()) if k not in out]
+        if missing:
+            raise ValueError(f"{where} ({_name(fn)}) dropped the batch key(s) {', '.join(missing)}; return every "
+                             f"key it got, e.g. {{**batch, 'features': ...}}")
+        rows = batch["id"].shape[0]
+        checks = []
+        for key in ("id", "mask", "label", "features"):
+            for t in tf.nest.flatten(out.get(key, ())):
+                if not tf.is_tensor(t) or not t.shape.rank:
+                    continue  # a scalar, or a value the trainer's own checks see
+                if rows is not None and t.shape[0] is not None and t.shape[0] != rows:
+                    raise ValueError(f"{where} ({_name(fn)}) changed the rows of {key} from {rows} to "
+                                     f"{t.shape[0]}; keep one row per slot: to leave a sample out, leave it "
+                                     f"out of the plan's index (filtering here would drop samples the plan counts)")
+                if rows is None or t.shape[0] is None:
+                    n = t.nrows() if isinstance(t, tf.RaggedTensor) else \
+                        t.dense_shape[0] if isinstance(t, tf.SparseTensor) else tf.shape(t)[0]
+                    checks.append(tf.debugging.assert_equal(tf.cast(n, tf.int32), tf.shape(batch["id"])[0], message=(
+                        f"{where} ({_name(fn)}) changed the rows of {key}; keep one row per slot")))
+        out = dict(out)
+        with tf.control_dependencies(checks):
+            out["mask"] = tf.identity(tf.cast(out["mask"], tf.float32))
+        return out
+
+    return run
 
 
 def _call(fn, value, stage: str, seed=None):

@@ -18,6 +18,13 @@ __all__ = ["check_per_sample", "masked_loss", "per_sample_cross_entropy"]
 def per_sample_cross_entropy(labels, logits):
     """Softmax cross-entropy per sample, float32 ``[slots]``, from integer labels and logits."""
     tf = _tf()
+    labels = tf.convert_to_tensor(labels)
+    if not (labels.dtype.is_integer or labels.dtype.is_bool):
+        raise ValueError(f"per_sample_cross_entropy needs integer class ids as labels, got {labels.dtype.name} "
+                         f"labels; map the classes to 0..K-1 as integers, or pass your own loss_fn")
+    if labels.shape.rank is not None and labels.shape.rank != 1:
+        raise ValueError(f"per_sample_cross_entropy needs one class id per sample, labels of shape [slots], got "
+                         f"shape {labels.shape} (one-hot rows? pass their argmax); or pass your own loss_fn")
     return tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(labels, tf.int64), logits=tf.cast(logits, tf.float32))
 
@@ -35,8 +42,8 @@ def masked_loss(per_sample, mask, global_real_count):
         over replicas it is the mean loss of the step's real samples.
     """
     tf = _tf()
-    per_sample = tf.cast(per_sample, tf.float32)
-    check_per_sample(per_sample, mask)
+    with tf.control_dependencies(check_per_sample(per_sample, mask)):
+        per_sample = tf.identity(tf.cast(per_sample, tf.float32))
     # Padding slots hold real (dummy) rows, so their losses are finite; `where` rather than
     # `mask * loss` still keeps the value exact if a user's map function leaves garbage there.
     masked = tf.where(mask > 0, per_sample, tf.zeros_like(per_sample))
@@ -45,12 +52,20 @@ def masked_loss(per_sample, mask, global_real_count):
     return tf.reduce_sum(masked) / denom
 
 
-def check_per_sample(per_sample, mask) -> None:
-    """Refuse, when traced, a loss that is not one value per slot: a mean-reduced one would broadcast
-    over the slots and count padding."""
+def check_per_sample(per_sample, mask) -> list:
+    """Refuse a loss that is not one value per slot: a mean-reduced one would broadcast over the
+    slots and count padding. Shapes known when traced are checked then; the returned assertion
+    (a list of at most one op, for ``tf.control_dependencies``) checks the rest at run time."""
     tf = _tf()
-    got, want = tf.convert_to_tensor(per_sample).shape.rank, tf.convert_to_tensor(mask).shape.rank
-    if got is not None and want is not None and got != want:
+    per_sample, mask = tf.convert_to_tensor(per_sample), tf.convert_to_tensor(mask)
+    got, want = per_sample.shape, mask.shape
+    fix = ("with a Keras loss pass reduction=None, e.g. "
+           "keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)")
+    if got.rank is not None and want.rank is not None and (
+            got.rank != want.rank or not got.is_compatible_with(want)):
         raise ValueError(f"the loss must be one value per sample, shape [slots] like the mask, got shape "
-                         f"{per_sample.shape}; with a Keras loss pass reduction=None, e.g. "
-                         f"keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)")
+                         f"{got}; {fix}")
+    if got.is_fully_defined() and want.is_fully_defined():
+        return []
+    return [tf.debugging.assert_equal(tf.shape(per_sample), tf.shape(mask), message=(
+        f"the loss must be one value per sample, the shape of the mask; {fix}"))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.chain_fns import checked_batch_fn
 from evenflow.tf.pyfunc import numpy_function, wall_clock
 from evenflow.tf.sources import RESERVED_KEYS, TensorSource
 
@@ -38,8 +39,9 @@ def load_batches(rows_ds, source: TensorSource, map_fns: Sequence[MapFn], *, tri
     tf = _tf()
     ds = rows_ds.map(_row_loader(source, trim_padding, bool(map_fns)), num_parallel_calls=tf.data.AUTOTUNE,
                      deterministic=True)
-    for fn in map_fns:
-        ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    for i, fn in enumerate(map_fns):
+        ds = ds.map(checked_batch_fn(fn, f"map_fns[{i}]", last=i == len(map_fns) - 1),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return finish(ds, stamp=stamp, prefetch=prefetch)
 
 

@@ -103,7 +103,7 @@ class ReplicaStep:
         grads, loss, seen = None, None, []
         for batch in batches:
             with tf.GradientTape() as tape:
-                logits = self.model(batch["features"], training=True)
+                logits = _logits(self.model(batch["features"], training=True))
                 per_sample = self.loss_fn(batch["label"], logits)
                 step_loss = masked_loss(per_sample, batch["mask"], count)
                 scaled = self.optimizer.scale_loss(step_loss) if self._loss_scaled else step_loss
@@ -227,8 +227,20 @@ class ReplicaStep:
         return masked_sums(batch["mask"], batch["label"], logits, per_sample)
 
     def evaluate(self, batch):
-        logits = self.model(batch["features"], training=False)
+        logits = _logits(self.model(batch["features"], training=False))
         return self._sums(batch, logits, self.loss_fn(batch["label"], logits))
+
+
+def _logits(out):
+    """The model's output, refused when traced unless it is one tensor of logits ``[slots, classes]``."""
+    tf = _tf()
+    if not tf.is_tensor(out) or out.shape.rank != 2:
+        what = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (list, tuple, dict)) else \
+            f"shape {getattr(out, 'shape', None)}"
+        raise ValueError(f"the trainer's model must return one tensor of logits [slots, classes], got {what}; for "
+                         f"a model of several outputs use evenflow.tf.fit (or model.fit with "
+                         f"evenflow.tf.exact_steps), or a model that returns one tensor")
+    return out
 
 
 def masked_sums(mask, labels, logits, per_sample):
@@ -236,9 +248,9 @@ def masked_sums(mask, labels, logits, per_sample):
     summed over replicas and steps on the host they give exact epoch totals without the host
     knowing each step's count."""
     tf = _tf()
-    check_per_sample(per_sample, mask)
+    with tf.control_dependencies(check_per_sample(per_sample, mask)):
+        per_sample = tf.identity(tf.cast(per_sample, tf.float32))
     real = mask > 0
-    per_sample = tf.cast(per_sample, tf.float32)
     pred = tf.argmax(logits, axis=-1, output_type=tf.int64)
     right = tf.equal(pred, tf.cast(labels, tf.int64))
     return tf.stack([tf.reduce_sum(tf.where(real, per_sample, tf.zeros_like(per_sample))),
