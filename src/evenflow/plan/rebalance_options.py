@@ -7,6 +7,11 @@ from dataclasses import dataclass
 __all__ = ["RebalanceOptions"]
 
 
+def _number(value, finite: bool = True) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) and (
+        math.isfinite(value) or not finite)
+
+
 @dataclass(frozen=True)
 class RebalanceOptions:
     """When measured speeds re-plan the rest of an epoch.
@@ -54,21 +59,22 @@ class RebalanceOptions:
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
             raise TypeError(f"enabled must be True or False, got {self.enabled!r}")
-        if not (isinstance(self.threshold, (int, float)) and math.isfinite(self.threshold) and self.threshold > 1):
+        if not (_number(self.threshold) and self.threshold > 1):
             raise ValueError(f"threshold must be a number > 1 (1.10 = re-plan when 10% faster steps are "
                              f"predicted), got {self.threshold!r}")
-        if not (isinstance(self.urgent, (int, float)) and self.urgent >= self.threshold):
-            raise ValueError(f"urgent must be a number >= threshold ({self.threshold:g}), got {self.urgent!r}")
-        if not (isinstance(self.payback, (int, float)) and math.isfinite(self.payback) and self.payback >= 0):
+        if not (_number(self.urgent, finite=False) and self.urgent >= self.threshold):
+            raise ValueError(f"urgent must be a number >= threshold ({self.threshold:g}), got {self.urgent!r}; with "
+                             f"threshold={self.threshold:g} pass urgent={self.threshold:g} or more")
+        if not (_number(self.payback) and self.payback >= 0):
             raise ValueError(f"payback must be a number >= 0 (2 = a re-plan must save twice its cost), "
                              f"got {self.payback!r}")
         for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1), ("corrections", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if not (isinstance(self.smoothing, (int, float)) and 0 < self.smoothing <= 1):
+        if not (_number(self.smoothing) and 0 < self.smoothing <= 1):
             raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
-        if not (isinstance(self.jump, (int, float)) and self.jump > 0):
+        if not (_number(self.jump, finite=False) and self.jump > 0):
             raise ValueError(f"jump must be a number > 0 (0.3 = a 30% change), got {self.jump!r}")
-        if not (isinstance(self.resolution, (int, float)) and 0 < self.resolution <= 0.5):
+        if not (_number(self.resolution) and 0 < self.resolution <= 0.5):
             raise ValueError(f"resolution must be in (0, 0.5], got {self.resolution!r}")

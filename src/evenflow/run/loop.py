@@ -123,6 +123,8 @@ class TrainLoop:
             raise ValueError("a monitor needs per-replica timings: create the trainer with timing=True")
         if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
             monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
+        if start.step == plan.num_steps:  # the end of an epoch (what ``cursor`` holds after one) is the next one's start
+            start = Cursor(start.epoch + 1, 0)
         self.switches.start(plan)
         if monitor is not None:  # a re-plan must pay for itself over the steps left
             monitor.total_steps = epochs * plan.num_steps

@@ -34,7 +34,8 @@ class SlowReplica:
     def __post_init__(self):
         if isinstance(self.replica, bool) or not isinstance(self.replica, int) or self.replica < 0:
             raise ValueError(f"simulate_slow: the replica must be an int >= 0, got {self.replica!r}")
-        if not (isinstance(self.factor, (int, float)) and math.isfinite(self.factor) and 1 <= self.factor <= 100):
+        if isinstance(self.factor, bool) or not (isinstance(self.factor, (int, float)) and math.isfinite(self.factor)
+                                                 and 1 <= self.factor <= 100):
             raise ValueError(f"simulate_slow: the factor must be a number in [1, 100] (2 = twice as slow), got "
                              f"{self.factor!r}")
         if isinstance(self.from_step, bool) or not isinstance(self.from_step, int) or self.from_step < 0:
@@ -49,8 +50,17 @@ class Simulation:
     sample_ms: float = 0.0
 
     def __post_init__(self):
-        if not (isinstance(self.sample_ms, (int, float)) and math.isfinite(self.sample_ms) and self.sample_ms >= 0):
+        if isinstance(self.sample_ms, bool) or not (isinstance(self.sample_ms, (int, float))
+                                                    and math.isfinite(self.sample_ms) and self.sample_ms >= 0):
             raise ValueError(f"simulate_sample_ms must be a number >= 0, got {self.sample_ms!r}")
+        if not isinstance(self.slow, (tuple, list)) or not all(isinstance(s, SlowReplica) for s in self.slow):
+            raise TypeError(f"slow must be a tuple of SlowReplica (e.g. (SlowReplica(1, 2.0),), or "
+                            f"parse_slow('1:2') for the command line's form), got {self.slow!r}")
+        replicas = [s.replica for s in self.slow]
+        if len(set(replicas)) != len(replicas):
+            twice = sorted({r for r in replicas if replicas.count(r) > 1})
+            raise ValueError(f"slow names replica(s) {twice} more than once; give each replica one SlowReplica")
+        object.__setattr__(self, "slow", tuple(self.slow))
 
     @property
     def active(self) -> bool:
