@@ -68,3 +68,23 @@ def test_the_registry_builds_the_packed_model_by_name():
         build_model("packed_text_cnn", (8, 8), 3)
     with pytest.raises(ValueError, match="runs in float32"):
         build_model("packed_text_cnn", (None,), 3, precision="mixed_bfloat16")
+
+
+def test_packed_dataset_refuses_another_source_and_bad_arguments_and_the_model_an_even_kernel():
+    source = TextSource(_data())
+    plan = ef.Plan(source.index(), ef.Topology(2), global_batch_size=4, pack=130)
+    longer = TextSource(_data(seed=5))  # the same size, other lengths: a long sample would be cut at its row's end
+    with pytest.raises(ValueError, match=r"made for other token lengths than the source's \(sample \d+: "):
+        packed_dataset(longer, plan, 0)
+    with pytest.raises(ValueError, match="the plan covers 60 samples but the source has 59"):
+        packed_dataset(TextSource(_data(n=59)), plan, 0)
+    for kwargs, fragment in [({"epochs": 0}, "epochs must be an int >= 1"), ({"epochs": 2.0}, "epochs must be an int"),
+                             ({"replica": 2}, r"replica must be an int in \[0, 1\], got 2")]:
+        with pytest.raises(ValueError, match=fragment):
+            packed_dataset(source, plan, **{"replica": 0, **kwargs})
+    with pytest.raises(TypeError, match=r"start must be an evenflow Cursor or None, got \(0, 1\)"):
+        packed_dataset(source, plan, 0, start=(0, 1))
+    assert packed_dataset(source, plan, np.int64(1), epochs=np.int64(1)).cardinality() == plan.num_steps
+    for kernel, fragment in [(4, "kernel must be odd .*got 4; use 3 or 5"), (0, "kernel must be an int >= 1, got 0")]:
+        with pytest.raises(ValueError, match=fragment):
+            packed_text_cnn(3, kernel=kernel)

@@ -233,3 +233,11 @@ def test_a_map_function_that_filters_rows_fails_instead_of_dropping_samples(data
         _collect(ds)
     same = PlanReader(ArraySource(*data), map_fns=[lambda b: {**b, "features": b["features"] * 2}])
     assert len(_collect(same.replica_dataset(plan, 0, epochs=1))) == plan.num_steps
+
+
+def test_numpy_integers_are_taken_and_a_start_that_is_not_a_cursor_is_named(data, plan):
+    reader = PlanReader(ArraySource(*data))
+    got = _collect(reader.replica_dataset(plan, np.int64(1), epochs=np.int64(1)))
+    assert [list(b["id"]) for b in got] == [list(row) for row in plan.epoch(0).ids[:, 1, :]]
+    with pytest.raises(TypeError, match=r"start must be an evenflow Cursor or None, got \(0, 1\)"):
+        reader.replica_dataset(plan, 0, start=(0, 1), epochs=1)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["packed_batch", "rows_batch"]
+__all__ = ["check_packed_source", "check_text_cnn", "packed_batch", "rows_batch"]
 
 
 def packed_batch(data, ids: np.ndarray, starts: np.ndarray, row: np.ndarray, rows: int,
@@ -88,3 +88,45 @@ def rows_batch(data, ids: np.ndarray, width: int | None = None) -> dict[str, np.
     if width < longest:
         raise ValueError(f"width must hold the batch's longest sample ({longest} tokens), got {width}")
     return packed_batch(data, ids, np.zeros_like(ids), np.where(ids >= 0, np.arange(ids.shape[0]), -1), k, width)
+
+
+def check_packed_source(source, plan) -> None:
+    """Refuse a source that is not the one a packed plan was made for (its size and token lengths).
+
+    A packed plan places each sample by its length (the index's costs); another source's longer
+    sample would be cut at its row's end.
+    """
+    if not callable(getattr(source, "packed", None)):
+        raise TypeError(f"a packed plan (pack={plan.options.pack}) needs a source that builds packed batches, "
+                        f"packed(ids, starts, row, rows, length), such as evenflow.data.TextSource; "
+                        f"{type(source).__name__} has none")
+    if plan.index.num_samples != source.num_samples:
+        raise ValueError(f"the plan covers {plan.index.num_samples} samples but the source has "
+                         f"{source.num_samples}; plan with source.index()")
+    lengths, costs = getattr(getattr(source, "data", None), "lengths", None), plan.index.costs
+    if lengths is not None and costs is not None:
+        step = 1 << 20
+        for lo in range(0, source.num_samples, step):
+            differ = np.flatnonzero(np.asarray(lengths[lo:lo + step]) != np.asarray(costs[lo:lo + step]))
+            if differ.size:
+                i = lo + int(differ[0])
+                raise ValueError(f"the plan was made for other token lengths than the source's (sample {i}: "
+                                 f"{costs[i]:g} in the plan, {lengths[i]} in the source); plan with "
+                                 f"source.index()")
+
+
+def check_text_cnn(num_classes, vocab_size, embed, width, kernel) -> None:
+    """Refuse sizes a packing-aware text CNN (either framework's ``packed_text_cnn``) cannot be built with.
+
+    Raises:
+        ValueError: a size that is not an int >= 1, or a ``kernel`` that is not odd (a window
+            centred on each position: ``kernel // 2`` taps on either side).
+    """
+    for name, value in (("num_classes", num_classes), ("vocab_size", vocab_size), ("embed", embed),
+                        ("width", width), ("kernel", kernel)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"packed_text_cnn's {name} must be an int >= 1, got {value!r}")
+    if kernel % 2 == 0:
+        raise ValueError(f"packed_text_cnn's kernel must be odd (centred on each position), got {kernel}; "
+                         f"use {kernel - 1} or {kernel + 1}")
+

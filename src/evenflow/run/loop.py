@@ -18,6 +18,7 @@ small rows between processes. Everything else is here, once, for every framework
 """
 from __future__ import annotations
 
+import numbers
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -115,8 +116,9 @@ class TrainLoop:
         start = Cursor(0, 0) if start is None else start
         if not isinstance(start, Cursor):
             raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= start.epoch:
+        if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs <= start.epoch:
             raise ValueError(f"epochs must be an int greater than the start epoch {start.epoch}, got {epochs!r}")
+        epochs = int(epochs)
         if not isinstance(plan, Plan):
             raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
         if monitor is not None and not self.engine.timing:

@@ -13,8 +13,11 @@ alone or with others.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
+from evenflow.data.packed import check_packed_source, check_text_cnn
 from evenflow.data.text import VOCAB_SIZE
 from evenflow.plan import Cursor, Plan
 from evenflow.tf._lazy import keras as _keras
@@ -47,17 +50,25 @@ def packed_dataset(source, plan: Plan, replica: int, start: Cursor | None = None
         plan: a packed plan (``pack > 0``).
         replica: in ``[0, R)``.
         start: first step (default ``Cursor(0, 0)``).
-        epochs: epochs to read from ``start.epoch``, planned now.
+        epochs: epochs to read from ``start.epoch``, planned now, >= 1.
+
+    Raises:
+        TypeError, ValueError: an unpacked plan, a source without ``packed`` or not the one the
+            plan was made for (its size, its token lengths), or a bad replica, start or epochs.
     """
     tf = _tf()
     if not plan.options.pack:
         raise ValueError("packed_dataset reads a packed plan; plan with Plan(..., pack=L), or read an unpacked "
                          "plan with evenflow.tf.PlanReader")
-    if not callable(getattr(source, "packed", None)):
-        raise TypeError(f"a packed plan needs a source that builds packed batches, packed(ids, starts, row, rows, "
-                        f"length), such as evenflow.data.TextSource; {type(source).__name__} has none")
-    if not (isinstance(replica, int) and 0 <= replica < plan.topology.replicas):
-        raise ValueError(f"replica must be in [0, {plan.topology.replicas - 1}], got {replica!r}")
+    check_packed_source(source, plan)
+    if isinstance(replica, bool) or not (isinstance(replica, numbers.Integral)
+                                         and 0 <= replica < plan.topology.replicas):
+        raise ValueError(f"replica must be an int in [0, {plan.topology.replicas - 1}], got {replica!r}")
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 1:
+        raise ValueError(f"epochs must be an int >= 1 (epochs to read from start.epoch), got {epochs!r}")
+    if start is not None and not isinstance(start, Cursor):
+        raise TypeError(f"start must be an evenflow Cursor or None, got {start!r}")
+    replica, epochs = int(replica), int(epochs)
     start = Cursor(0, 0) if start is None else start
     rows, length, slots = plan.rows, plan.options.pack, plan.slots
     id_dtype = tf.as_dtype(source.data.id_dtype)
@@ -81,7 +92,13 @@ def packed_dataset(source, plan: Plan, replica: int, start: Cursor | None = None
 
 def packed_text_cnn(num_classes: int, vocab_size: int = VOCAB_SIZE, embed: int = 32, width: int = 64,
                     kernel: int = 5):
-    """A ``keras.Model`` called as ``model((features, segment_ids), slots=n)`` -> float32 logits ``[slots, K]``."""
+    """A ``keras.Model`` called as ``model((features, segment_ids), slots=n)`` -> float32 logits ``[slots, K]``.
+
+    Raises:
+        ValueError: a size that is not an int >= 1, or an even ``kernel`` (see
+            :func:`evenflow.data.packed.check_text_cnn`).
+    """
+    check_text_cnn(num_classes, vocab_size, embed, width, kernel)
     keras = _keras()
     tf = _tf()
     half = kernel // 2

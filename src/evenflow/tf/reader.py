@@ -40,6 +40,7 @@ or any numpy :class:`evenflow.data.Source`, which it turns into TensorFlow ops i
 """
 from __future__ import annotations
 
+import numbers
 from typing import Sequence
 
 import numpy as np
@@ -152,11 +153,15 @@ class PlanReader:
         tf = _tf()
         self._check(plan)
         start = Cursor(0, 0) if start is None else start
+        if not isinstance(start, Cursor):
+            raise TypeError(f"start must be an evenflow Cursor or None, got {start!r}")
         r_count = plan.topology.replicas
-        if replica is not None and not (isinstance(replica, int) and 0 <= replica < r_count):
+        if replica is not None and (isinstance(replica, bool) or not isinstance(replica, numbers.Integral)
+                                    or not 0 <= replica < r_count):
             raise ValueError(f"replica must be in [0, {r_count - 1}] for a plan of {r_count} replicas, got {replica!r}")
-        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0):
             raise ValueError(f"epochs must be None (endless) or an int >= 0, got {epochs!r}")
+        replica, epochs = (None if v is None else int(v) for v in (replica, epochs))
         if start.step > plan.num_steps:
             raise ValueError(f"start cursor step must be at most the epoch's {plan.num_steps} steps, got {start.step}")
         if epochs is not None:
@@ -217,9 +222,11 @@ class PlanReader:
     def epoch_dataset(self, ep: EpochPlan, replica: int | None):
         """Like :meth:`replica_dataset` for one ready :class:`EpochPlan` (no on-the-fly planning)."""
         tf = _tf()
-        if replica is not None and not (isinstance(replica, int) and 0 <= replica < ep.replicas):
+        if replica is not None and (isinstance(replica, bool) or not isinstance(replica, numbers.Integral)
+                                    or not 0 <= replica < ep.replicas):
             raise ValueError(f"replica must be in [0, {ep.replicas - 1}] for a plan of {ep.replicas} replicas, "
                              f"got {replica!r}")
+        replica = None if replica is None else int(replica)
         ids = ep.ids.reshape(ep.num_steps, -1) if replica is None else ep.ids[:, replica, :]
         counts = ep.global_real_counts.astype(np.int64)
         return self._load(tf.data.Dataset.from_tensor_slices({
