@@ -75,6 +75,9 @@ def test_plan_loader_reads_a_packed_plan_row_by_row(workers):
     with pytest.raises(TypeError, match="needs a source that builds packed batches"):
         PlanLoader(ef.data.ArraySource(np.zeros((70, 2)), np.zeros(70, int), costs=data.lengths),
                    plan, rank=0, world_size=2)
+    other = TextData.from_sequences([np.ones(n + 1, np.int64) for n in data.lengths], data.labels)
+    with pytest.raises(ValueError, match=r"made for other token lengths than the source's \(sample 0: "):
+        PlanLoader(TextSource(other), plan, rank=0, world_size=2)  # its longer samples would be cut
 
 
 def test_the_trainer_trains_and_evaluates_a_packed_plan_counting_each_sample_once():

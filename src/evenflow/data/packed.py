@@ -20,6 +20,8 @@ from plain ids, so one model reads both. numpy only.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 __all__ = ["check_packed_source", "check_text_cnn", "packed_batch", "rows_batch"]
@@ -115,8 +117,9 @@ def check_packed_source(source, plan) -> None:
                                  f"source.index()")
 
 
-def check_text_cnn(num_classes, vocab_size, embed, width, kernel) -> None:
-    """Refuse sizes a packing-aware text CNN (either framework's ``packed_text_cnn``) cannot be built with.
+def check_text_cnn(num_classes, vocab_size, embed, width, kernel) -> tuple[int, int, int, int, int]:
+    """The sizes of a packing-aware text CNN (either framework's ``packed_text_cnn``) as ints (numpy
+    integers taken), refusing those it cannot be built with.
 
     Raises:
         ValueError: a size that is not an int >= 1, or a ``kernel`` that is not odd (a window
@@ -124,9 +127,10 @@ def check_text_cnn(num_classes, vocab_size, embed, width, kernel) -> None:
     """
     for name, value in (("num_classes", num_classes), ("vocab_size", vocab_size), ("embed", embed),
                         ("width", width), ("kernel", kernel)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"packed_text_cnn's {name} must be an int >= 1, got {value!r}")
     if kernel % 2 == 0:
         raise ValueError(f"packed_text_cnn's kernel must be odd (centred on each position), got {kernel}; "
                          f"use {kernel - 1} or {kernel + 1}")
+    return int(num_classes), int(vocab_size), int(embed), int(width), int(kernel)
 

@@ -98,7 +98,7 @@ def packed_text_cnn(num_classes: int, vocab_size: int = VOCAB_SIZE, embed: int =
         ValueError: a size that is not an int >= 1, or an even ``kernel`` (see
             :func:`evenflow.data.packed.check_text_cnn`).
     """
-    check_text_cnn(num_classes, vocab_size, embed, width, kernel)
+    num_classes, vocab_size, embed, width, kernel = check_text_cnn(num_classes, vocab_size, embed, width, kernel)
     keras = _keras()
     tf = _tf()
     half = kernel // 2

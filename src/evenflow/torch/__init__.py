@@ -31,8 +31,8 @@ from evenflow.torch._lazy import INSTALL_HINT, MissingFrameworkError
 from evenflow.torch.adapter import Torch
 from evenflow.torch.dataset_loader import plan_loader
 from evenflow.torch.dataset_source import DatasetSource
-from evenflow.torch.distributed import (PeerLostError, finish_distributed, init_distributed, ordered_sum_hook,
-                                        sum_gradients_hook)
+from evenflow.torch.distributed import (PeerLostError, finish_distributed, init_distributed, is_peer_failure,
+                                        ordered_sum_hook, sum_gradients_hook)
 from evenflow.torch.engine import GRADIENT_SUMS, TorchReader
 from evenflow.torch.exact import exact_ddp, masked_mean
 from evenflow.torch.loader import PlanLoader, PlanSteps, rank_and_world_size
@@ -47,6 +47,7 @@ __all__ = [
     "ArraySource", "DatasetSource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "MODELS",
     "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource", "Source",
     "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp", "finish_distributed",
-    "init_distributed", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook", "packed_text_cnn",
-    "per_sample_cross_entropy", "plan_loader", "rank_and_world_size", "shard_model", "sum_gradients_hook",
+    "init_distributed", "is_peer_failure", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook",
+    "packed_text_cnn", "per_sample_cross_entropy", "plan_loader", "rank_and_world_size", "shard_model",
+    "sum_gradients_hook",
 ]

@@ -3,18 +3,25 @@
 * :func:`init_distributed` starts the default process group from the variables
   ``torchrun`` sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
   ``LOCAL_RANK``): gloo on CPU, nccl when the process has a GPU. A process started
-  without them is rank 0 of 1 and needs no group.
+  without them is rank 0 of 1 and needs no group; one started with ``WORLD_SIZE`` > 1
+  must call it before building anything that needs the rank (:func:`group_ready`).
 * :func:`sum_gradients_hook` is a DDP communication hook that all-reduces gradient
   buckets with SUM and does not divide by the world size: the masked loss already
   divides by the step's global real count, so the sum is the gradient of the mean
   over the step's real samples (DDP's default hook would average, i.e. divide by R
-  once more).
-* :class:`PeerLostError` is what a collective raises when another rank died or stopped
-  answering within the group's timeout; the message says where training stopped.
+  once more). Every hook sums over the group in its state (DDP's ``process_group``).
+* :class:`PeerLostError` is what the :class:`~evenflow.torch.trainer.Trainer` raises
+  (and ``evenflow train`` reports) when a collective fails because another rank died or
+  stopped answering within the group's timeout; its message says where training stopped.
+  A collective in a user's own loop (e.g. under :func:`~evenflow.torch.exact.exact_ddp`)
+  raises the backend's own error instead (gloo: a ``RuntimeError``); :func:`is_peer_failure`
+  tells such an error apart from a bug in this rank.
 """
 from __future__ import annotations
 
 import datetime
+import math
+import numbers
 import os
 
 import numpy as np
@@ -23,8 +30,9 @@ from evenflow.torch._lazy import torch as _torch
 
 __all__ = ["PeerLostError", "init_distributed", "sum_gradients_hook", "ordered_sum_hook", "gradient_hook",
            "is_peer_failure", "all_gather_rows", "all_reduce_sum", "broadcast_row", "finish_distributed",
-           "DEFAULT_TIMEOUT_S"]
+           "group_ready", "DEFAULT_TIMEOUT_S"]
 
+BACKENDS = ("auto", "gloo", "nccl")  # as the CLI's --backend
 # gloo's own default is 30 minutes: far too long to notice a dead peer.
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -41,50 +49,107 @@ class PeerLostError(RuntimeError):
 def init_distributed(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
     """Join the process group described by the environment (``torchrun``), if any.
 
+    A process group that already exists (started by hand with ``init_process_group``) is kept,
+    and its rank and world size are returned.
+
     Args:
-        backend: ``"gloo"``, ``"nccl"``, or None: nccl when CUDA is available, else gloo.
-        timeout_s: seconds a collective may wait for the other ranks before failing.
+        backend: ``"gloo"``, ``"nccl"``, or ``"auto"``/None: nccl when CUDA is available, else
+            gloo (any case, as the CLI's ``--backend``).
+        timeout_s: seconds a collective may wait for the other ranks before failing (finite, > 0).
 
     Returns:
         ``(rank, world_size, device)``; ``device`` is ``cuda:<LOCAL_RANK>`` under nccl, else cpu.
 
     Raises:
-        ValueError: an unknown backend, a bad timeout, or inconsistent environment variables.
+        ValueError: an unknown backend, nccl without CUDA, a bad timeout, or environment
+            variables that are not integers or are inconsistent.
     """
     torch = _torch()
-    if backend not in (None, "gloo", "nccl"):
-        raise ValueError(f"backend must be 'gloo', 'nccl' or None (auto), got {backend!r}")
-    if not timeout_s > 0:
-        raise ValueError(f"the process-group timeout must be > 0 seconds, got {timeout_s!r}")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    backend = _backend(backend, torch)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not (
+            math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s (the process-group timeout) must be a finite number of seconds > 0, "
+                         f"got {timeout_s!r}")
+    dist = torch.distributed
+    joined = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size() if joined else _env_int("WORLD_SIZE", 1)
+    rank = dist.get_rank() if joined else _env_int("RANK", 0)
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"RANK={rank} and WORLD_SIZE={world} are inconsistent; launch with torchrun, which sets both")
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if joined and dist.get_backend() in ("gloo", "nccl"):
+        backend = dist.get_backend()
     device = torch.device("cpu")
     if backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        device = torch.device("cuda", _env_int("LOCAL_RANK", 0))
         torch.cuda.set_device(device)
-    dist = torch.distributed
-    if world > 1 and not dist.is_initialized():
+    if world > 1 and not joined:
         for key in ("MASTER_ADDR", "MASTER_PORT"):
             if key not in os.environ:
                 raise ValueError(f"WORLD_SIZE is {world} but {key} is not set; launch with torchrun "
                                  f"(e.g. torchrun --nproc_per_node={world} -m evenflow train --framework torch ...)")
+        _env_int("MASTER_PORT", 0)
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout_s)))
     return rank, world, device
 
 
-def sum_gradients_hook(state, bucket):
-    """DDP communication hook: all-reduce a gradient bucket with SUM (no division by the world size)."""
+def _backend(backend, torch) -> str:
+    """``gloo`` or ``nccl`` for the ``backend`` argument of :func:`init_distributed`."""
+    name = backend.lower() if isinstance(backend, str) else backend
+    if name not in (None,) + BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or None (auto: nccl with a GPU, "
+                         f"else gloo), got {backend!r}")
+    if name in (None, "auto"):
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if name == "nccl" and not torch.cuda.is_available():
+        raise ValueError("backend 'nccl' needs a CUDA GPU, and torch.cuda.is_available() is False in this process; "
+                         "use backend='gloo' (or 'auto', which picks gloo without a GPU)")
+    return name
+
+
+def _env_int(name: str, default: int) -> int:
+    """The integer environment variable ``name`` (``default`` when unset)."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"the environment variable {name} must be an integer, got {value!r}; launch with torchrun, "
+                         f"which sets it, or set it to an integer") from None
+
+
+def group_ready(fix: str = "") -> bool:
+    """True when a process group is initialised, False in a lone process (no ``WORLD_SIZE`` > 1).
+
+    Raises:
+        ValueError: the environment says several processes were launched (``WORLD_SIZE`` > 1,
+            e.g. under torchrun) but no process group exists yet: acting as rank 0 of 1 would
+            train on every sample in every process. ``fix`` is added to the message.
+    """
     dist = _torch().distributed
-    group = state if state is not None else dist.group.WORLD
-    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=group, async_op=True)
+    if dist.is_available() and dist.is_initialized():
+        return True
+    world = _env_int("WORLD_SIZE", 1)
+    if world > 1:
+        raise ValueError(f"WORLD_SIZE is {world} but no process group exists: call "
+                         f"evenflow.torch.init_distributed() first{fix}")
+    return False
+
+
+def _group(state):
+    """The process group a hook sums over: its state (DDP's ``process_group``), else the default one."""
+    return state if state is not None else _torch().distributed.group.WORLD
+
+
+def sum_gradients_hook(state, bucket):
+    """DDP communication hook: all-reduce a gradient bucket with SUM over the group ``state`` (no division)."""
+    dist = _torch().distributed
+    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=_group(state), async_op=True)
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
 def ordered_sum_hook(state, bucket):
-    """DDP communication hook: SUM of a gradient bucket, added up in rank order on every rank.
+    """DDP communication hook: SUM of a gradient bucket over the group ``state``, added up in rank order.
 
     A ring all-reduce adds each element in an order that depends on where it sits in
     the bucket, and DDP lays its buckets out differently in the first step after it is
@@ -93,60 +158,67 @@ def ordered_sum_hook(state, bucket):
     ``g_0 + g_1 + ... + g_{R-1}`` gives the same bits whatever the layout, at the cost
     of moving R buckets to each rank instead of about two.
     """
+    buf = bucket.buffer()
+    return _gather_add(_group(state), buf, buf)
+
+
+def _gather_add(group, sent, buf):
+    """A future of ``buf`` set to every rank's ``sent`` added up in rank order, each cast to ``buf``'s dtype first."""
     torch = _torch()
     dist = torch.distributed
-    group = state if state is not None else dist.group.WORLD
-    buf = bucket.buffer()
     world = dist.get_world_size(group)
-    flat = torch.empty(world * buf.numel(), dtype=buf.dtype, device=buf.device)
+    flat = torch.empty(world * sent.numel(), dtype=sent.dtype, device=sent.device)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the new name in 2.13
-    work = gather(flat, buf.reshape(-1), group=group, async_op=True)
+    work = gather(flat, sent.reshape(-1), group=group, async_op=True)
     gathered = flat.view(world, -1)
 
     def add_up(fut):
         fut.value()  # re-raises a failed gather (a lost peer) instead of adding up garbage
-        total = gathered[0].clone()
+        total = gathered[0].to(buf.dtype, copy=True)
         for r in range(1, world):
-            total += gathered[r]
+            total += gathered[r].to(buf.dtype)
         buf.copy_(total.reshape(buf.shape))
         return buf
 
     return work.get_future().then(add_up)
 
 
-def _fp16(hook):
-    """The same SUM with the bucket travelling in float16 (half the bytes), back in its own dtype after."""
+def fp16_sum_hook(state, bucket):
+    """:func:`sum_gradients_hook` with the bucket travelling in float16, as ``bucket / R`` so the sum cannot overflow.
 
-    def compressed(state, bucket):
-        buf = bucket.buffer()
-        if buf.dtype == _torch().float16:
-            return hook(state, bucket)
-        half = _HalfBucket(buf.to(_torch().float16))
+    Each rank sends its gradient divided by the world size R; the float16 all-reduce adds up
+    those shares (the mean, which fits float16 whenever every rank's gradient does) and the
+    result is multiplied by R back in the bucket's own dtype: the sum, with the float16
+    rounding of the mean.
+    """
+    torch = _torch()
+    dist = torch.distributed
+    buf = bucket.buffer()
+    group = _group(state)
+    world = dist.get_world_size(group)
+    half = (buf / world).to(torch.float16)
 
-        def back(fut):
-            summed = fut.value()
-            buf.copy_(summed.to(buf.dtype))
-            return buf
+    def back(fut):
+        buf.copy_(fut.value()[0].to(buf.dtype) * world)
+        return buf
 
-        return hook(state, half).then(back)
-
-    return compressed
+    work = dist.all_reduce(half, op=dist.ReduceOp.SUM, group=group, async_op=True)
+    return work.get_future().then(back)
 
 
-class _HalfBucket:
-    """A gradient bucket's float16 copy, with the one method the hooks use."""
-
-    def __init__(self, buffer):
-        self._buffer = buffer
-
-    def buffer(self):
-        return self._buffer
+def fp16_ordered_sum_hook(state, bucket):
+    """:func:`ordered_sum_hook` with the buckets travelling in float16, added up in rank order in the bucket's dtype."""
+    buf = bucket.buffer()
+    return _gather_add(_group(state), buf.to(_torch().float16), buf)
 
 
 def gradient_hook(kind: str = "ordered", compression: str = "none"):
-    """The DDP communication hook that SUMs gradients: ``ordered`` or ``ring``, optionally in ``fp16``."""
-    hook = {"ordered": ordered_sum_hook, "ring": sum_gradients_hook}[kind]
-    return _fp16(hook) if compression == "fp16" else hook
+    """The DDP communication hook that SUMs gradients: ``ordered`` or ``ring``, optionally in ``fp16``.
+
+    Register it with DDP's ``process_group`` as the state (``None`` means the default group).
+    """
+    return {("ordered", "none"): ordered_sum_hook, ("ring", "none"): sum_gradients_hook,
+            ("ordered", "fp16"): fp16_ordered_sum_hook, ("ring", "fp16"): fp16_sum_hook}[kind, compression]
 
 
 def finish_distributed() -> None:
@@ -154,12 +226,15 @@ def finish_distributed() -> None:
 
     A rank that exits while another still sends (or whose peers already destroyed the group)
     can abort in gloo's communication threads; the barrier makes every rank leave together.
+    The group is destroyed even when the barrier fails (a lost peer), and that error is raised.
     """
     dist = _torch().distributed
     if dist.is_available() and dist.is_initialized():
-        if dist.get_world_size() > 1:
-            dist.barrier()
-        dist.destroy_process_group()
+        try:
+            if dist.get_world_size() > 1:
+                dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 _PEER_SIGNS = ("connection closed", "connection reset", "connection refused", "broken pipe", "timed out",

@@ -33,10 +33,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from evenflow.data.packed import check_packed_source
+from evenflow.data.source import RESERVED_KEYS, Source
 from evenflow.plan import Cursor, Plan
 from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
-from evenflow.data.source import RESERVED_KEYS, Source
+from evenflow.torch.distributed import group_ready
 from evenflow.util.read_errors import note_samples
 
 __all__ = ["PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size", "worker_record_error"]
@@ -50,23 +52,29 @@ def rank_and_world_size(rank: int | None = None, world_size: int | None = None) 
     """This process's rank and the world size: explicit, else from ``torch.distributed``, else (0, 1).
 
     Raises:
-        ValueError: only one of the two given, or a rank outside ``[0, world_size)``.
+        ValueError: only one of the two given, a rank outside ``[0, world_size)``, or neither
+            given while ``WORLD_SIZE`` > 1 (torchrun) and no process group exists yet.
     """
     if (rank is None) != (world_size is None):
         raise ValueError(f"pass both rank and world_size or neither (then torch.distributed decides), got "
                          f"rank={rank!r}, world_size={world_size!r}")
     if rank is None:
-        dist = _torch().distributed
-        if dist.is_available() and dist.is_initialized():
+        if group_ready(" (or pass rank= and world_size= explicitly)"):
+            dist = _torch().distributed
             return int(dist.get_rank()), int(dist.get_world_size())
         return 0, 1
     for name, v in (("rank", rank), ("world_size", world_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if not _is_int(v):
             raise TypeError(f"{name} must be an int, got {type(v).__name__} ({v!r})")
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size - 1] and world_size >= 1, got rank {rank} and "
                          f"world_size {world_size}")
     return int(rank), int(world_size)
+
+
+def _is_int(value) -> bool:
+    """An int or a numpy integer, not a bool."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
 
 
 class PlanSteps:
@@ -88,8 +96,12 @@ class PlanSteps:
         start = Cursor(0, 0) if start is None else start
         if not isinstance(start, Cursor):
             raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
+        if not _is_int(rank):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__} ({rank!r})")
+        if not 0 <= rank < plan.topology.replicas:
+            raise ValueError(f"rank must be in [0, {plan.topology.replicas - 1}] (the plan's replicas), got {rank}")
         epochs = start.epoch + 1 if epochs is None else epochs
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= start.epoch:
+        if not _is_int(epochs) or epochs <= start.epoch:
             raise ValueError(f"epochs is the epoch to stop before and must be an int > the start epoch "
                              f"{start.epoch}, got {epochs!r}")
         if start.step > plan.num_steps:
@@ -121,7 +133,6 @@ class PlanSteps:
                 packing = None if not ep.pack_length else (
                     ep.starts[s, self.rank], ep.row[s, self.rank], ep.rows, ep.pack_length)
                 yield epoch, ep.start_step + s, rows[s], int(counts[s]), packing
-
 
     def _windows(self, epoch: int, first: int):
         # This rank's rows only, a window of steps at a time: memory in proportion to the window,
@@ -262,10 +273,8 @@ class PlanLoader:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be a function batch -> batch, got {type(transform).__name__}")
         self.source, self.plan = source, plan
-        if plan.options.pack and not callable(getattr(source, "packed", None)):
-            raise TypeError(f"a packed plan (pack={plan.options.pack}) needs a source that builds packed batches, "
-                            f"packed(ids, starts, row, rows, length), such as evenflow.data.TextSource; "
-                            f"{type(source).__name__} has none")
+        if plan.options.pack:
+            check_packed_source(source, plan)  # its size and the token lengths the plan placed
         if plan.options.pack and feed is not None:
             raise ValueError("a packed plan cannot be read through a PlanFeed (switching weights mid-epoch); "
                              "read it without feed=")

@@ -1,6 +1,7 @@
 """The masked loss that makes a padded, unevenly split step exactly the mean over its real samples.
 
-Rank r computes ``sum_j(mask[j] * loss[j]) / global_real_count``; gradients are then
+Rank r computes ``sum(loss[j] for j with mask[j] > 0) / global_real_count`` (with the loader's
+0/1 mask: ``sum_j(mask[j] * loss[j]) / global_real_count``); gradients are then
 SUMMED over ranks (:data:`evenflow.torch.trainer.GRADIENT_SUMS`), so the
 applied gradient is that of ``sum(all real losses) / global_real_count``: the plain
 mean over the step's real samples, whatever the number of ranks, their shares of
@@ -20,7 +21,7 @@ def per_sample_cross_entropy(logits, labels):
 
 
 def masked_loss(per_sample, mask, global_real_count):
-    """This rank's share of the step loss: ``sum(mask * per_sample) / max(global_real_count, 1)``.
+    """This rank's share of the step loss: ``sum(per_sample[mask > 0]) / max(global_real_count, 1)``.
 
     ``where`` rather than ``mask * loss``, so a padding slot holding a non-finite value
     cannot leak into the sum (``0 * nan`` is ``nan``).

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 
 from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.distributed import group_ready
 
 __all__ = ["shard_model", "is_sharded", "sum_gradients", "fsdp_modules", "local_tensor", "gradient_sync_off"]
 
@@ -50,24 +51,49 @@ def shard_model(model, device=None):
     FSDP unit, then the model: a rank holds one unit's full parameters at a time. Call
     after the process group is up (:func:`~evenflow.torch.distributed.init_distributed`)
     and before making the optimizer. Gradients are summed over ranks (:func:`sum_gradients`).
+    Without a process group (a plain ``python train.py``) there is nothing to shard across:
+    ``model`` is returned unsharded (moved to ``device``), as ``evenflow train`` does on one
+    process.
 
     Raises:
-        ValueError: the model has no parameters, or is sharded already.
+        TypeError: ``model`` is not a ``torch.nn.Module``.
+        ValueError: the model has no parameters, is sharded already, or shares a parameter
+            between two modules (tied weights: each unit shards its own parameters); or
+            ``WORLD_SIZE`` > 1 (torchrun) but no process group yet.
     """
     torch = _torch()
     fsdp = _fsdp()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"shard_model takes a torch.nn.Module, got {type(model).__name__}")
     if is_sharded(model):
         raise ValueError("the model is sharded already (fully_shard was applied to it); pass it as it is")
     if not any(True for _ in model.parameters()):
         raise ValueError("the model has no parameters to shard")
+    _check_untied(model)
     if device is not None:
         model.to(torch.device(device))
+    if not group_ready():
+        return model
     units = [m for m in model.modules() if m is not model and any(True for _ in m.parameters(recurse=False))]
     for unit in units:
         fsdp.fully_shard(unit)
     fsdp.fully_shard(model)
     sum_gradients(model)
     return model
+
+
+def _check_untied(model) -> None:
+    """Refuse a parameter held by two modules: FSDP would shard it twice, and the first forward would fail."""
+    owner = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        for pname, p in module.named_parameters(recurse=False, remove_duplicate=False):
+            where = f"{name}.{pname}" if name else pname
+            first = owner.setdefault(id(p), (module, name, where))
+            if first[0] is not module:
+                raise ValueError(f"shard_model shards each module's own parameters, and {where!r} is the same "
+                                 f"parameter as {first[2]!r} (modules {first[1] or '<the model>'!r} and "
+                                 f"{name or '<the model>'!r}, e.g. tied weights); untie them, or train the "
+                                 f"model unsharded with exact_ddp")
 
 
 def sum_gradients(model) -> None:

@@ -10,13 +10,20 @@ own: packing changes how much padding is computed, never a prediction.
 """
 from __future__ import annotations
 
+from evenflow.data.packed import check_text_cnn
 from evenflow.torch._lazy import torch as _torch
 
 __all__ = ["packed_text_cnn"]
 
 
 def packed_text_cnn(num_classes: int, vocab_size: int = 257, embed: int = 32, width: int = 64, kernel: int = 5):
-    """A ``PackedTextCNN`` (``torch.nn.Module``); call it as ``model(tokens, segment_ids, slots)``."""
+    """A ``PackedTextCNN`` (``torch.nn.Module``); call it as ``model(tokens, segment_ids, slots)``.
+
+    Raises:
+        ValueError: a size that is not an int >= 1, or an even ``kernel`` (see
+            :func:`evenflow.data.packed.check_text_cnn`).
+    """
+    num_classes, vocab_size, embed, width, kernel = check_text_cnn(num_classes, vocab_size, embed, width, kernel)
     torch = _torch()
     nn = torch.nn
 
