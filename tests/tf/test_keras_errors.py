@@ -295,3 +295,25 @@ def test_the_trainer_refuses_a_model_of_several_outputs_instead_of_summing_their
         with pytest.raises(ValueError, match=r"must return one tensor of logits \[slots, classes\], got a list of 2; "
                                              r"for a model of several outputs use evenflow.tf.fit"):
             run(Trainer(strategy, model, optimizer, loss_fn=both))
+
+
+def test_accuracy_is_counted_for_class_ids_and_logits_of_two_classes_or_more_only():
+    from evenflow.tf import ArraySource, PlanReader, mirrored_strategy, topology_of
+    import evenflow as ef
+
+    strategy = mirrored_strategy(1)
+    mse = keras.losses.MeanSquaredError(reduction=None)
+    cases = [  # (label map, output units, loss): a column of targets, and a one-logit model
+        (lambda y: tf.cast(y, tf.float32)[:, None], 1, lambda y, z: mse(y, z)),
+        (lambda y: tf.cast(y > 0, tf.int64), 1, lambda y, z: mse(tf.cast(y, tf.float32)[:, None], z)),
+    ]
+    for label_fn, units, loss_fn in cases:
+        source = ArraySource(X, Y)
+        reader = PlanReader(source, map_fns=lambda b, f=label_fn: {**b, "label": f(b["label"])})
+        plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=12)
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(units)])
+            trainer = Trainer(strategy, model, make_optimizer("sgd", 0.01), loss_fn=loss_fn)
+        result = trainer.fit(reader, plan, 1)[0]
+        assert result.samples == 40 and result.accuracy == 0.0  # not a broadcast of [slots] against the labels
+        assert trainer.evaluate(reader, plan).accuracy == 0.0

@@ -251,11 +251,20 @@ def masked_sums(mask, labels, logits, per_sample):
     with tf.control_dependencies(check_per_sample(per_sample, mask)):
         per_sample = tf.identity(tf.cast(per_sample, tf.float32))
     real = mask > 0
-    pred = tf.argmax(logits, axis=-1, output_type=tf.int64)
-    right = tf.equal(pred, tf.cast(labels, tf.int64))
     return tf.stack([tf.reduce_sum(tf.where(real, per_sample, tf.zeros_like(per_sample))),
-                     tf.reduce_sum(tf.cast(tf.logical_and(right, real), tf.float32)),
-                     tf.reduce_sum(mask)])
+                     _hits(labels, logits, real), tf.reduce_sum(mask)])
+
+
+def _hits(labels, logits, real):
+    """Real slots whose top logit is the label: counted for integer class ids ``[slots]`` and logits
+    ``[slots, classes >= 2]`` only; anything else (float targets, one-hot rows, one logit) counts 0."""
+    tf = _tf()
+    labels = tf.convert_to_tensor(labels)
+    ids = (labels.dtype.is_integer or labels.dtype.is_bool) and labels.shape.rank == 1
+    if not (ids and logits.shape.rank == 2 and (logits.shape[-1] is None or logits.shape[-1] >= 2)):
+        return tf.constant(0.0)
+    right = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int64), tf.cast(labels, tf.int64))
+    return tf.reduce_sum(tf.cast(tf.logical_and(right, real), tf.float32))
 
 
 def _skip_optimizer_all_reduce(optimizer) -> None:
