@@ -32,6 +32,7 @@ from evenflow.run.engine import Engine
 from evenflow.run.hooks import Hooks as _Hooks
 from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
+from evenflow.run.same_plan import check_same_plan
 
 __all__ = ["Engine", "TrainLoop", "LoopFront", "CHUNK_SLOTS", "MAX_ACCUMULATE_STEPS"]
 
@@ -125,6 +126,7 @@ class TrainLoop:
             raise ValueError("a monitor needs per-replica timings: create the trainer with timing=True")
         if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
             monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
+        check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes)
         if start.step == plan.num_steps:  # the end of an epoch (what ``cursor`` holds after one) is the next one's start
             start = Cursor(start.epoch + 1, 0)
         self.switches.start(plan)
@@ -279,8 +281,10 @@ class TrainLoop:
     def evaluate(self, reader, plan: Plan, epoch: int = 0) -> EvalResult:
         """Exact loss and accuracy over epoch ``epoch`` of ``plan`` (a plan of the whole test set).
 
-        Every sample of the plan's index is counted exactly once, whatever the replicas.
+        Every sample the plan reads (the whole index, but for a remainder ``drop_remainder`` drops)
+        is counted exactly once, whatever the replicas.
         """
+        check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes)
         local = self.engine.evaluate(reader, plan, epoch)
         return EvalResult.from_sums(self.all_gather(local).sum(axis=0))
 
