@@ -131,7 +131,7 @@ def test_keras_dataset_and_exact_steps_name_what_they_cannot_take():
     with pytest.raises(TypeError, match="repeat must be True or False, got 'no'"):
         keras_dataset(reader, plan, repeat="no")
     assert keras_dataset(reader, plan, epochs=np.int64(2)).cardinality() == 2 * plan.num_steps
-    with pytest.raises(TypeError, match="exact_steps needs a compiled keras.Model, got str"):
+    with pytest.raises(TypeError, match="model must be a keras.Model, got str"):
         exact_steps("model")
     with pytest.raises(TypeError, match="recorder must be an evenflow.tf.StepRecorder or None, got str"):
         exact_steps(model(), recorder="yes")

@@ -12,7 +12,7 @@ import warnings
 
 from evenflow.tf._lazy import keras as _keras, tf as _tf
 
-__all__ = ["REDUCTIONS", "loss_reduction", "check_model", "check_output_masks"]
+__all__ = ["REDUCTIONS", "loss_reduction", "check_compiled", "check_model", "check_output_masks"]
 
 # Reductions whose per-replica scaling the weights can undo exactly ("mean" is Keras's alias).
 REDUCTIONS = ("sum_over_batch_size", "mean", "sum")
@@ -41,14 +41,19 @@ def loss_reduction(model) -> str:
     return found.pop() if found else "sum_over_batch_size"
 
 
+def check_compiled(model, when: str) -> None:
+    """Refuse, in one line, a model that is not a compiled ``keras.Model`` (``when``: "first", "before ...")."""
+    if not isinstance(model, _keras().Model):
+        raise TypeError(f"model must be a keras.Model, got {type(model).__name__}")
+    if not getattr(model, "compiled", False):
+        raise ValueError(f"compile the model {when}: model.compile(optimizer=..., loss=..., metrics=[...]) under "
+                         f"strategy.scope()")
+
+
 def check_model(model) -> None:
     """Refuse what the exact steps cannot take over; warn about losses computed from each replica's rows."""
     keras = _keras()
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"evenflow.tf.exact_steps needs a compiled keras.Model, got {type(model).__name__}")
-    if not getattr(model, "compiled", False):
-        raise ValueError("compile the model before evenflow.tf.exact_steps(model): "
-                         "model.compile(optimizer=..., loss=..., metrics=[...])")
+    check_compiled(model, "before evenflow.tf.exact_steps(model)")
     for name in _OWN_STEP:
         if getattr(type(model), name) is not getattr(keras.Model, name):
             raise ValueError(f"{type(model).__name__} overrides {name}; evenflow's exact steps weight Keras's own "

@@ -38,6 +38,7 @@ from evenflow.run.lock import RunDirectory
 from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.keras_compiled import check_compiled
 from evenflow.tf.keras_data import keras_dataset
 from evenflow.tf.keras_inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
 from evenflow.tf.keras_run import PlanCallback
@@ -118,12 +119,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
 
 def _strategy(model):
     tf = _tf()
-    keras = _keras()
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"model must be a keras.Model, got {type(model).__name__}")
-    if not getattr(model, "compiled", False):
-        raise ValueError("compile the model first: model.compile(optimizer=..., loss=..., metrics=[...]) under "
-                         "strategy.scope()")
+    check_compiled(model, "first")
     strategy = model.distribute_strategy
     if isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy,
                              tf.distribute.experimental.MultiWorkerMirroredStrategy)):
