@@ -65,11 +65,11 @@ class TrainLoop:
     """
 
     def __init__(self, engine: Engine, accumulate_steps: int = 1):
-        if isinstance(accumulate_steps, bool) or not isinstance(accumulate_steps, int) \
+        if isinstance(accumulate_steps, bool) or not isinstance(accumulate_steps, numbers.Integral) \
                 or not 1 <= accumulate_steps <= MAX_ACCUMULATE_STEPS:
             raise ValueError(f"accumulate_steps must be an int in [1, {MAX_ACCUMULATE_STEPS}], got "
                              f"{accumulate_steps!r}; use a larger global batch for larger updates")
-        self.engine, self.accumulate_steps = engine, accumulate_steps
+        self.engine, self.accumulate_steps = engine, int(accumulate_steps)
         self.switches = PlanSwitches(engine)
         self.cursor: Cursor | None = None
 

@@ -35,6 +35,7 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.feed import PlanFeed
 from evenflow.run.engine import Stream
 from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.checks import class_hits, logits_of
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import check_per_sample, masked_loss, per_sample_cross_entropy
@@ -257,22 +258,21 @@ def _check_sharded(gradient_sum: str, compression: str, bucket_bytes: int, simul
 
 
 def _forward(module, batch: dict, x, device):
-    """The model's logits: ``module(x)``, or for a packed batch ``module(x, segment_ids, slots)``."""
+    """The model's logits: ``module(x)``, or for a packed batch ``module(x, segment_ids, slots)`` (one tensor)."""
     if "segment_ids" in batch:  # rows of several samples (Plan(pack=L)): one logit row per slot
-        return module(x, batch["segment_ids"].to(device, non_blocking=True), int(batch["label"].shape[0]))
-    return module(x)
+        return logits_of(module(x, batch["segment_ids"].to(device, non_blocking=True), int(batch["label"].shape[0])))
+    return logits_of(module(x))
 
 
 def _sums(logits, per_sample, y, mask) -> np.ndarray:
-    """``[loss sum, hits, real count]`` over the real slots."""
+    """``[loss sum, hits, real count]`` over the real slots (hits: :func:`~evenflow.torch.checks.class_hits`)."""
     torch = _torch()
     with torch.no_grad():
         check_per_sample(per_sample, mask)
         real = mask > 0
-        hits = (logits.argmax(dim=-1) == y) & real
         per_sample = per_sample.float()
         loss_sum = torch.where(real, per_sample, torch.zeros_like(per_sample)).sum()
-        return np.array([float(loss_sum), float(hits.sum()), float(real.sum())])
+        return np.array([float(loss_sum), class_hits(logits, y, real), float(real.sum())])
 
 
 def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndarray) -> dict:

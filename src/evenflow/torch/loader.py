@@ -38,6 +38,7 @@ from evenflow.data.source import RESERVED_KEYS, Source
 from evenflow.plan import Cursor, Plan
 from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.checks import checked_transform, loader_options
 from evenflow.torch.distributed import group_ready
 from evenflow.util.read_errors import note_samples
 
@@ -179,7 +180,7 @@ class _StepBatches:
 
     def _finish_keys(self, batch: dict, epoch, step, ids, count) -> dict:
         batch.update(id=ids, global_real_count=count, epoch=epoch, step=step)
-        return self.transform(batch) if self.transform is not None else batch
+        return checked_transform(self.transform, batch) if self.transform is not None else batch
 
     def _packed(self, epoch, step, ids, count, packing) -> dict:
         # Real slots come first in a packed plan's rows, and their segment ids count from there.
@@ -229,11 +230,12 @@ class PlanLoader:
         epochs: the epoch to stop before; default one epoch (``start.epoch + 1``).
         num_workers: ``DataLoader`` worker processes (0 loads in this process).
         prefetch_factor: batches each worker loads ahead (default 2); with ``num_workers >= 1`` only.
-        pin_memory: page-lock batches for faster copies to a GPU.
+        pin_memory: page-lock batches for faster copies to a GPU (True or False).
         transform: optional ``fn(batch) -> batch`` on numpy arrays, run in the worker
             (augmentation keyed by ``id`` and ``epoch``, normalisation). It sees the source's
             arrays, ``id`` (-1 for padding) and ``global_real_count``, ``epoch`` and ``step``
-            as ints; ``mask`` is added after it.
+            as ints; ``mask`` is added after it. It must return a dict with those keys and every
+            row (checked per batch: :func:`~evenflow.torch.checks.checked_transform`).
         multiprocessing_context: passed to the ``DataLoader`` (default: the platform's); with
             ``num_workers >= 1`` only.
         trim_padding: drop the padding slots of each batch, so its first axis is this rank's real
@@ -254,6 +256,8 @@ class PlanLoader:
         if not isinstance(source, Source):
             raise TypeError(f"source must follow the evenflow.data Source protocol (num_samples, index(), "
                             f"batch(ids)), got {type(source).__name__}")
+        if not isinstance(plan, Plan):
+            raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
         self.rank, self.world_size = rank_and_world_size(rank, world_size)
         if plan.topology.replicas != self.world_size:
             raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the world size is "
@@ -261,17 +265,9 @@ class PlanLoader:
         if plan.index.num_samples != source.num_samples:
             raise ValueError(f"the plan covers {plan.index.num_samples} samples but the source has "
                              f"{source.num_samples}; plan with source.index()")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
-        for name, value in (("prefetch_factor", prefetch_factor), ("multiprocessing_context", multiprocessing_context)):
-            if value is not None and num_workers == 0:
-                raise ValueError(f"{name}={value!r} applies to DataLoader worker processes, and num_workers is 0 "
-                                 f"(batches load in this process); pass num_workers >= 1 or leave {name} out")
+        num_workers, prefetch_factor = loader_options(num_workers, prefetch_factor, multiprocessing_context,
+                                                      pin_memory, transform)
         prefetch_factor = PREFETCH_FACTOR if prefetch_factor is None else prefetch_factor
-        if isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int) or prefetch_factor < 1:
-            raise ValueError(f"prefetch_factor must be an int >= 1, got {prefetch_factor!r}")
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be a function batch -> batch, got {type(transform).__name__}")
         self.source, self.plan = source, plan
         if plan.options.pack:
             check_packed_source(source, plan)  # its size and the token lengths the plan placed

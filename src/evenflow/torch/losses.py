@@ -15,8 +15,30 @@ __all__ = ["check_per_sample", "masked_loss", "per_sample_cross_entropy"]
 
 
 def per_sample_cross_entropy(logits, labels):
-    """Softmax cross-entropy per sample, float32 ``[slots]``, from logits and integer labels."""
+    """Softmax cross-entropy per sample, float32 ``[slots]``, from logits ``[slots, classes]`` and class ids ``[slots]``.
+
+    Refuses (ValueError) labels that are not integer (or bool) class ids, one per sample — a float
+    label would be truncated to a class — and, for labels on the CPU, an id outside
+    ``0..classes-1`` (such as -1, the label of an unlabelled item). Labels on an accelerator are
+    not range-checked: reading them would wait for the device every step.
+    """
     torch = _torch()
+    if not isinstance(labels, torch.Tensor) or labels.dtype.is_floating_point or labels.dtype.is_complex:
+        what = str(labels.dtype).replace("torch.", "") if isinstance(labels, torch.Tensor) else type(labels).__name__
+        raise ValueError(f"per_sample_cross_entropy (the default loss_fn) needs integer class ids as labels, got "
+                         f"{what} labels; pass the classes as integers 0..K-1, or pass your own loss_fn")
+    if logits.dim() != 2 or tuple(labels.shape) != (logits.shape[0],):
+        raise ValueError(f"per_sample_cross_entropy (the default loss_fn) needs logits [slots, classes] and one class "
+                         f"id per sample, labels [slots]; got logits of shape {tuple(logits.shape)} and labels of "
+                         f"shape {tuple(labels.shape)} (one-hot rows? pass their argmax); or pass your own loss_fn")
+    classes = logits.shape[1]
+    if labels.device.type == "cpu" and labels.numel():
+        bad = labels[(labels < 0) | (labels >= classes)]
+        if bad.numel():
+            raise ValueError(f"per_sample_cross_entropy (the default loss_fn) needs class ids in 0..{classes - 1} "
+                             f"for logits of {classes} classes, got label {int(bad[0])}"
+                             f"{' (an unlabelled item)' if int(bad[0]) == -1 else ''}; map the labels to "
+                             f"0..{classes - 1}, or pass your own loss_fn")
     return torch.nn.functional.cross_entropy(logits.float(), labels.long(), reduction="none")
 
 
@@ -36,7 +58,11 @@ def masked_loss(per_sample, mask, global_real_count):
 
 def check_per_sample(per_sample, mask) -> None:
     """Refuse a loss that is not one value per slot: a mean-reduced one would broadcast and count padding."""
-    if per_sample.shape != mask.shape:
-        raise ValueError(f"the loss must be one value per sample, shape {tuple(mask.shape)} like the mask, got shape "
-                         f"{tuple(per_sample.shape)}; pass reduction='none', e.g. "
-                         f"torch.nn.CrossEntropyLoss(reduction='none')")
+    if per_sample.shape == mask.shape:
+        return
+    if per_sample.numel() == 1:  # reduced over the batch
+        fix = "pass reduction='none', e.g. torch.nn.CrossEntropyLoss(reduction='none')"
+    else:
+        fix = "return one value per sample, shape [slots] (reduce each sample's own positions first)"
+    raise ValueError(f"the loss must be one value per sample, shape {tuple(mask.shape)} like the mask, got shape "
+                     f"{tuple(per_sample.shape)}; {fix}")

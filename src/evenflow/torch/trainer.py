@@ -97,6 +97,8 @@ class Trainer(LoopFront):
 
     def evaluate(self, source, plan: Plan, epoch: int = 0, num_workers: int = 0) -> EvalResult:
         """Exact loss and accuracy over epoch ``epoch`` of ``plan`` (a plan of the whole test set)."""
+        if not isinstance(plan, Plan):
+            raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
         reader = _reader(source, num_workers, None)
         try:
             return self.loop.evaluate(reader, plan, epoch)
