@@ -121,8 +121,10 @@ def checked_batch_fn(fn, where: str, last: bool):
 
 
 def _call(fn, value, stage: str, seed=None):
-    """``fn`` called as ``tf.data.Dataset.map`` would: a tuple's elements as arguments, anything else as one."""
-    args = tuple(value) if isinstance(value, tuple) else (value,)
+    """``fn`` called as ``tf.data.Dataset.map`` would: a tuple's (or list's, which tf.data makes a tuple)
+    elements as arguments, anything else as one."""
+    value = tuple(value) if isinstance(value, list) else value
+    args = value if isinstance(value, tuple) else (value,)
     skip = ("seed",) if seed is not None else ()
     if not _accepts(fn, len(args), skip):
         got = f"a tuple of {len(args)}" if isinstance(value, tuple) else f"one {type(value).__name__}"
