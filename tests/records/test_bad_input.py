@@ -110,7 +110,8 @@ def test_index_lengths_that_disagree_with_headers(tmp_path):
     os.replace(tmp_path / "b.tfrecord.idx", tmp_path / "a.tfrecord.idx")
     os.remove(tmp_path / "a.tfrecord.meta.npz")
     path = str(tmp_path / "a.tfrecord")
-    with pytest.raises(RecordError, match="the index gives length 36 but the record header says 10") as e:
+    with pytest.raises(RecordError, match=r"the index gives 36 bytes \(20 data \+ 16 framing\) but the record "
+                                          r"header says 10 data bytes \(26 with framing\)") as e:
         RecordDataset(path)
     _check(e.value, path, 0, 0, "index")
 

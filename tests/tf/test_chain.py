@@ -195,3 +195,33 @@ def test_a_file_without_its_index_names_the_file_and_the_command(files, tmp_path
         w.write(_example(np.zeros((6, 6, 1), np.uint8), 0))
     with pytest.raises(RecordError, match=r"plain\.tfrecord.*evenflow index"):
         RecordChain([str(path)], parse)
+
+
+def test_a_record_whose_data_no_longer_matches_its_crc_fails_the_read_naming_it(tmp_path):
+    """A changed payload byte with the CRCs left as they were: tf.data's TFRecordDataset stops, so must RecordChain."""
+    path = tmp_path / "part.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(6):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=[float(i) + 0.5] * 4)),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2]))})).SerializeToString())
+    index_file(path, label_key="label")
+    offset = [int(line.split()[0]) for line in (tmp_path / "part.tfrecord.idx").read_text().split("\n") if line][3]
+    data = bytearray(path.read_bytes())
+    at = data.index(np.float32(3.5).tobytes(), offset)
+    data[at:at + 4] = np.float32(1000.0).tobytes()  # still parses: only the data CRC tells
+    path.write_bytes(bytes(data))
+
+    def parse_x(serialized):
+        f = tf.io.parse_single_example(serialized, {"x": tf.io.FixedLenFeature([4], tf.float32),
+                                                    "label": tf.io.FixedLenFeature([], tf.int64)})
+        return f["x"], f["label"]
+
+    reader = RecordChain([str(path)], parse_x)
+    plan = ef.Plan(reader.source.index(), ef.Topology(1), global_batch_size=6)
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        list(reader.replica_dataset(plan, 0, epochs=1))
+    first = str(info.value).splitlines()[0]
+    assert f"{path} (record 3, offset {offset}): corrupted data: data CRC is 0x" in first
+    assert isinstance(reader.error, RecordError) and reader.error.kind == "data_crc"
+    assert str(reader.error) == first[first.index(str(path)):]

@@ -33,6 +33,7 @@ from evenflow.data.images import DecodeImages, ImageDecodeError
 from evenflow.data.sequences import settle_lists
 from evenflow.data.text import DecodeText
 from evenflow.plan.index import Index
+from evenflow.records.batch_read import sample_ids, subset_ids
 from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import RecordError
 
@@ -59,7 +60,8 @@ class RecordSource:
         feature_key: the feature returned as ``features``; default the manifest's image key,
             or the only feature that is neither the label nor the cost.
         label_key: the integer class feature, returned as ``label``.
-        ids: optional subset: sample ``i`` of this source is record ``ids[i]``; default every record.
+        ids: optional subset: sample ``i`` of this source is record ``ids[i]`` (distinct record
+            numbers, as :class:`~evenflow.data.SubsetSource` takes them); default every record.
         decode: optional ``fn(batch) -> batch`` run on each batch; required for a ``bytes``
             feature (it arrives as ``"image"``) unless ``raw_images``. Default for a variable-length
             list (an object array of 1-D arrays): :class:`~evenflow.data.sequences.PadSequences`.
@@ -71,7 +73,8 @@ class RecordSource:
         raw_images: return a ``bytes`` feature undecoded under ``"image"`` (no ``features``).
 
     Raises:
-        RecordError, ValueError: a key the records do not hold (naming the dataset file).
+        RecordError, ValueError: a key the records do not hold (naming the dataset file); ``ids``
+            that are not distinct integer record numbers (naming the one out of range or repeated).
         TypeError: a ``decode`` that is not callable.
     """
 
@@ -99,10 +102,7 @@ class RecordSource:
             raise TypeError(f"decode must be a function batch -> batch, got {type(decode).__name__}")
         self.feature_key, self.label_key, self.decode, self.scale = feature_key, label_key, decode, scale
         self.cache, self.verify = bool(cache), bool(verify)
-        self.records = None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1)
-        if self.records is not None and self.records.size and (
-                self.records.min() < 0 or self.records.max() >= len(ds)):
-            raise ValueError(f"ids must be record numbers in 0..{len(ds) - 1}, got {int(self.records.max())}")
+        self.records = None if ids is None else subset_ids(ids, len(ds))
         self.num_samples = len(ds) if self.records is None else int(self.records.size)
         costs = ds.costs if ds.costs is not None or lists is None else lists.lengths.astype(np.float64)
         self._labels, self._costs, self._index, self._full = ds.labels, costs, None, None
@@ -226,7 +226,7 @@ class RecordSource:
     # -- the Source protocol -----------------------------------------------------------------------
     def batch(self, ids: np.ndarray) -> dict:
         ids = np.asarray(ids, dtype=np.int64)
-        records = ids if self.records is None else self.records[ids]
+        records = ids if self.records is None else self.records[sample_ids(ids, self.num_samples)]  # -1 refused
         cols = self._columns(records)
         feats = cols[self.feature_key]
         out = {"image" if self.is_encoded else "features": feats,

@@ -159,7 +159,12 @@ class SubsetSource:
                      costs=None if full.costs is None else full.costs[self.ids])
 
     def batch(self, ids: np.ndarray) -> dict:
-        return self.source.batch(self.ids[np.asarray(ids, dtype=np.int64)])
+        ids = np.asarray(ids, dtype=np.int64)
+        out = ids[(ids < 0) | (ids >= self.num_samples)]
+        if out.size:  # numpy would read -1 as the last id: refused, as the full source refuses it
+            raise IndexError(f"sample id {out[0]} is out of range: the subset has ids 0..{self.num_samples - 1} "
+                             f"(-1 padding must be masked out before reading)")
+        return self.source.batch(self.ids[ids])
 
     def __repr__(self):
         return f"SubsetSource({self.source!r}, num_samples={self.num_samples})"

@@ -13,7 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["copy_slices", "gather_bytes", "sample_ids"]
+from evenflow.util.distinct import all_distinct
+
+__all__ = ["copy_slices", "gather_bytes", "sample_ids", "subset_ids"]
 
 
 def sample_ids(ids, num_samples: int) -> np.ndarray:
@@ -34,6 +36,26 @@ def sample_ids(ids, num_samples: int) -> np.ndarray:
         raise IndexError(f"sample id {bad} is out of range: the dataset has ids 0..{num_samples - 1} "
                          f"(-1 padding must be masked out before reading)")
     return arr
+
+
+def subset_ids(ids, num_records: int) -> np.ndarray:
+    """The ``ids`` of a subset of ``num_records`` records as int64 ``[n]``, checked as
+    :class:`~evenflow.data.SubsetSource` checks its ids: distinct record numbers, at least one.
+
+    Raises:
+        ValueError: ids that are not a non-empty 1-D integer array, one out of ``0..num_records-1``
+            (naming it), or one that repeats (naming it: its record would be read twice an epoch).
+    """
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.size < 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"ids must be a non-empty 1-D integer array, got {arr.dtype} of shape {arr.shape}")
+    out = arr[(arr < 0) | (arr >= num_records)]
+    if out.size:
+        raise ValueError(f"ids must be record numbers in 0..{num_records - 1}, got {out[0]}")
+    if not all_distinct(arr):
+        x = np.sort(arr)
+        raise ValueError(f"ids must be distinct record numbers, got {x[1:][x[1:] == x[:-1]][0]} more than once")
+    return arr.astype(np.int64)
 
 
 def copy_slices(maps: Sequence[np.ndarray], shard: np.ndarray, data_off: np.ndarray, lengths: np.ndarray,

@@ -27,7 +27,8 @@ def verify_batch(maps: Sequence[np.ndarray], shard: np.ndarray, offsets: np.ndar
         maps: uint8 view of each shard file.
         shard: int ``[B]`` shard of each record.
         offsets: int64 ``[B]`` offset of each record's frame in its shard.
-        buffer: the records' data, uint8, record ``j`` at ``buffer[starts[j]:starts[j] + lengths[j]]``.
+        buffer: the records' data (uint8 array or ``bytes``), record ``j`` at
+            ``buffer[starts[j]:starts[j] + lengths[j]]``.
         starts: int64 ``[B]``.
         lengths: int64 ``[B]`` data length of each record, from the index.
         where: batch position ``j`` -> ``(shard path, record number in shard, offset)``, for the error.
@@ -41,7 +42,7 @@ def verify_batch(maps: Sequence[np.ndarray], shard: np.ndarray, offsets: np.ndar
     stored_dcrc = foots.view("<u4").reshape(-1)
     uniq, inv = np.unique(stored_len, return_inverse=True)
     len_crc = np.array([masked_crc32c(LENGTH.pack(int(v))) for v in uniq.tolist()], np.uint32)[inv.reshape(-1)]
-    raw = buffer.tobytes()
+    raw = buffer if isinstance(buffer, bytes) else buffer.tobytes()
     # Plain CRC-32C per record (one C call each), compared with the unmasked stored values in
     # numpy: the masking arithmetic in Python per record cost as much as the CRCs themselves.
     plain = np.fromiter(map(crc_value, map(raw.__getitem__, map(slice, starts.tolist(),

@@ -235,16 +235,20 @@ class RecordDataset:
                          lambda j: self._where(int(ids[j])))
         return buffer, starts, lengths
 
-    def read_batch_bytes(self, ids) -> tuple[bytes, np.ndarray, np.ndarray]:
-        """Like :meth:`read_batch_buffer` (without ``verify``), as one ``bytes`` object.
+    def read_batch_bytes(self, ids, *, verify: bool = False) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """Like :meth:`read_batch_buffer`, as one ``bytes`` object (``verify`` checks the same, on it).
 
         One ``bytes.join`` of slices of the file maps, cheaper than slice copies into a numpy
         buffer plus its ``tobytes()`` (measured: see docs/benchmarks.md). This is what a TensorFlow reader wants: it becomes one
         ``tf.string`` scalar, cut into records by ``tf.strings.substr``.
         """
-        shard, begin, lengths, starts = self._spans(self._ids(ids))
+        ids = self._ids(ids)
+        shard, begin, lengths, starts = self._spans(ids)
         mms = self._mms
         raw = b"".join([mms[s][a:b] for s, a, b in zip(shard.tolist(), begin.tolist(), (begin + lengths).tolist())])
+        if verify and ids.size:
+            verify_batch(self._maps, shard, self.sample_offset[ids], raw, starts, lengths,
+                         lambda j: self._where(int(ids[j])))
         return raw, starts, lengths
 
     def _spans(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

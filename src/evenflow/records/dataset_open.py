@@ -86,10 +86,11 @@ def check_headers(s: ShardIndex, data: np.ndarray, check: str) -> None:
         if wrong.size:
             j = int(part[wrong[0]])
             check_length_crc(s, data, j)  # a damaged length field is corruption, not a stale index
-            raise RecordError(s.path, f"index {s.path}.idx does not match the file: the index gives length "
-                              f"{s.lengths[j]} but the record header says {stored_len[wrong[0]]} data bytes "
-                              f"(+16 framing); rebuild it with `evenflow index {s.path}`", record=j,
-                              offset=s.offsets[j], kind="index")
+            framed, data_bytes = int(s.lengths[j]), int(stored_len[wrong[0]])
+            raise RecordError(s.path, f"index {s.path}.idx does not match the file: the index gives {framed} "
+                              f"bytes ({framed - FRAME_BYTES} data + {FRAME_BYTES} framing) but the record header "
+                              f"says {data_bytes} data bytes ({data_bytes + FRAME_BYTES} with framing); rebuild "
+                              f"it with `evenflow index {s.path}`", record=j, offset=s.offsets[j], kind="index")
     for j in np.unique(np.array([0, n - 1])).tolist():  # length CRC of the two ends
         check_length_crc(s, data, j)
 
@@ -107,15 +108,18 @@ def check_length_crc(s: ShardIndex, data: np.ndarray, j: int) -> None:
 def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadRecord]]:
     """Scan a shard checking every CRC, and check its index against what the scan found.
 
+    Only the records the index lists count: those an index built with ``skip_corrupt`` left
+    out are not read as samples, so they raise nothing here.
+
     Returns:
         ``(index, bad)``: ``s`` itself when every record is good; with ``skip_corrupt``,
         an index without the corrupt records (counted in its ``skipped``), and those records.
 
     Raises:
-        RecordError: a corrupt record (without ``skip_corrupt``), or an index that lists a
-            record where the file has none or gives another length.
+        RecordError: a corrupt indexed record (without ``skip_corrupt``), or an index that
+            lists a record where the file has none or gives another length.
     """
-    res = scan_file(s.path, verify=True, skip_corrupt=skip_corrupt)
+    res = scan_file(s.path, verify=True, skip_corrupt=skip_corrupt or s.skipped > 0)
     # The good records the scan found must be exactly the index's, minus the bad ones.
     keep = np.isin(s.offsets, res.offsets)
     listed = np.isin(res.offsets, s.offsets)
@@ -131,12 +135,14 @@ def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadR
                           f"`evenflow index {s.path}`", record=k, offset=int(res.offsets[k]), kind="index")
     if keep.all():
         return s, []
+    lost = _indexed_losses(s, keep, res.bad)
+    if not skip_corrupt:
+        raise RecordError(s.path, lost[0].reason, record=lost[0].record, offset=lost[0].offset, kind=lost[0].kind)
     return ShardIndex(s.path, s.offsets[keep], s.lengths[keep], s.file_size,
                       labels=None if s.labels is None else s.labels[keep],
                       costs=None if s.costs is None else s.costs[keep],
                       skipped=s.skipped + int((~keep).sum()),
-                      numbers=(np.arange(s.num_records) if s.numbers is None else s.numbers)[keep]), \
-        _indexed_losses(s, keep, res.bad)
+                      numbers=(np.arange(s.num_records) if s.numbers is None else s.numbers)[keep]), lost
 
 
 def _indexed_losses(s: ShardIndex, keep: np.ndarray, found: list[BadRecord]) -> list[BadRecord]:
@@ -150,11 +156,11 @@ def _indexed_losses(s: ShardIndex, keep: np.ndarray, found: list[BadRecord]) -> 
     out = []
     for j in np.flatnonzero(~keep).tolist():
         off, length = int(s.offsets[j]), int(s.lengths[j])
-        seen = by_offset.get(off)
+        seen, number = by_offset.get(off), j if s.numbers is None else int(s.numbers[j])
         if seen is not None:
-            out.append(BadRecord(s.path, j, off, seen.reason, seen.kind, length))
+            out.append(BadRecord(s.path, number, off, seen.reason, seen.kind, length))
         else:
-            out.append(BadRecord(s.path, j, off, f"lost: it lies in a damaged stretch of the file (bytes "
+            out.append(BadRecord(s.path, number, off, f"lost: it lies in a damaged stretch of the file (bytes "
                                                  f"{off}..{off + length}) whose record headers do not read",
                                  "lost", length))
     return out

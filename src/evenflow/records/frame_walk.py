@@ -27,7 +27,14 @@ _QI = struct.Struct("<QI")
 
 
 def open_mmap(path) -> mmap.mmap | bytes:
-    """Read-only map of a whole file (``b""`` for an empty file, which mmap refuses)."""
+    """Read-only map of a whole file (``b""`` for an empty file, which mmap refuses).
+
+    Raises:
+        RecordError: ``path`` is a folder.
+    """
+    if os.path.isdir(path):
+        raise RecordError(path, f"is a folder, not a TFRecord file; pass its TFRecord files, e.g. "
+                          f"{os.path.join(path, '*.tfrecord')}", kind="input")
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:

@@ -26,7 +26,7 @@ from evenflow.records.frame import LENGTH as _Q
 from evenflow.records.frame_walk import check_data, check_header, open_mmap, walk
 # Re-exported: scanning a file is part of the framing's interface.
 from evenflow.records.scan import ScanResult, scan_file
-from evenflow.records.sidecar import write_sidecars
+from evenflow.records.sidecar import idx_path, meta_path, write_sidecars
 
 __all__ = ["HEADER_BYTES", "FOOTER_BYTES", "RecordWriter", "ScanResult", "iter_records",
            "open_mmap", "read_record", "scan_file"]
@@ -38,13 +38,14 @@ class RecordWriter:
     """Writes one TFRecord file, atomically, and optionally its sidecar index.
 
     Records go to ``<path>.tmp-<pid>``; :meth:`close` flushes, fsyncs and renames it onto
-    ``path``, then writes ``<path>.idx`` (and ``<path>.meta.npz`` with labels/costs) when
-    ``write_index`` is true. Used as a context manager, an exception inside the block
-    removes the temporary file and leaves ``path`` untouched.
+    ``path``, then writes ``<path>.idx`` and ``<path>.meta.npz`` (with labels/costs) when
+    ``write_index`` is true, and otherwise removes any that ``path`` had: they described the
+    file just replaced. Used as a context manager, an exception inside the block removes the
+    temporary file and leaves ``path`` and its sidecars untouched.
 
     Args:
         path: the TFRecord file to create or replace.
-        write_index: also write the sidecar index on close.
+        write_index: also write the sidecar index on close (else remove an old one).
         fsync: fsync the data before the rename, so a crash cannot leave an empty file
             behind the final name.
 
@@ -131,6 +132,12 @@ class RecordWriter:
         if self.write_index:
             write_sidecars(self.path, self.offsets, self.lengths, file_size=self._pos,
                            labels=labels, costs=costs)
+            return
+        for side in (idx_path(self.path), meta_path(self.path)):  # they described the file just replaced
+            try:
+                os.remove(side)
+            except FileNotFoundError:
+                pass
 
     def abort(self) -> None:
         """Drop everything written; ``path`` is left as it was."""

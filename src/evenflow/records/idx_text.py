@@ -36,8 +36,11 @@ def parse_idx(data: bytes, path="<idx>") -> tuple[np.ndarray, np.ndarray]:
     separated by spaces or tabs, ``\\n`` or ``\\r\\n`` line ends, blank lines ignored.
 
     Raises:
-        RecordError: naming ``path`` and the first bad line.
+        RecordError: naming ``path`` and the first bad line, and the ``evenflow index`` command
+            that rebuilds it (for the shard ``path`` is the ``.idx`` of).
     """
+    path = str(path)
+    fix = f"rebuild it with `evenflow index {path[:-len('.idx')] if path.endswith('.idx') else '<shard>'}`"
     a = np.frombuffer(data, dtype=np.uint8)
     if a.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -46,7 +49,7 @@ def parse_idx(data: bytes, path="<idx>") -> tuple[np.ndarray, np.ndarray]:
         pos = int(np.flatnonzero(cls == 0)[0])
         line = int(np.count_nonzero(a[:pos] == 10)) + 1
         raise RecordError(path, f"line {line}: unexpected character {bytes(a[pos:pos + 1])!r}; an index line is "
-                          f"'<offset> <length>'; rebuild it with `evenflow index <shard>`", kind="index")
+                          f"'<offset> <length>'; {fix}", kind="index")
     digit = cls == 1
     starts = np.flatnonzero(digit[1:] & ~digit[:-1]) + 1
     if digit[0]:
@@ -62,12 +65,12 @@ def parse_idx(data: bytes, path="<idx>") -> tuple[np.ndarray, np.ndarray]:
     if wrong.size:
         line = int(wrong[0]) + 1
         raise RecordError(path, f"line {line}: expected 2 numbers '<offset> <length>', found {per_line[wrong[0]]}; "
-                          f"rebuild it with `evenflow index <shard>`", kind="index")
+                          f"{fix}", kind="index")
     if np.any(ends - starts >= 18):
-        raise RecordError(path, "a number has more than 18 digits; that is not a byte offset", kind="index")
+        raise RecordError(path, f"a number has more than 18 digits; that is not a byte offset; {fix}", kind="index")
     values = np.fromstring(data.decode("ascii"), dtype=np.int64, sep=" ")  # C speed; checked above
     if values.size != starts.size:  # pragma: no cover - guarded by the checks above
-        raise RecordError(path, "could not parse the index; rebuild it with `evenflow index <shard>`", kind="index")
+        raise RecordError(path, f"could not parse the index; {fix}", kind="index")
     return values[0::2].copy(), values[1::2].copy()
 
 

@@ -14,10 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evenflow.records.dataset import RecordDataset
+from evenflow.records.batch_read import copy_slices
 from evenflow.records.errors import BadRecord, RecordError
-from evenflow.records.framing import scan_file
-from evenflow.records.sidecar import load_shard_index, write_sidecars
+from evenflow.records.example_decode import decode_examples, infer_specs
+from evenflow.records.feature_keys import requested_specs
+from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
+from evenflow.records.frame_walk import open_mmap
+from evenflow.records.scan import ScanResult, scan_file
+from evenflow.records.sidecar import kept_numbers, load_shard_index, write_sidecars
+from evenflow.records.spec import FeatureSpec
 
 __all__ = ["IndexReport", "index_file"]
 
@@ -42,16 +47,54 @@ class IndexReport:
                 "labels": self.has_labels, "costs": self.has_costs}
 
 
-def _column(path: str, key: str, role: str) -> np.ndarray:
-    """One scalar feature of every record of ``path`` (already indexed), as a flat array."""
-    ds = RecordDataset([path], features=[key])
-    spec = ds.specs[key]
+def _column(res: ScanResult, key: str, role: str) -> np.ndarray:
+    """One scalar feature of every record the scan of ``res.path`` kept, as a flat array.
+
+    Read from the file by the scan's offsets, before any sidecar is written.
+    """
+    path, n = res.path, int(res.offsets.size)
+    numbers = kept_numbers(n, [b.record for b in res.bad])
+
+    def where(i: int) -> dict:
+        return {"record": i if numbers is None else int(numbers[i]), "offset": int(res.offsets[i])}
+
+    data = np.frombuffer(open_mmap(path), dtype=np.uint8)
+    spec, parts = None, []
+    for lo in range(0, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        lengths = res.lengths[lo:hi] - FRAME_BYTES
+        starts = np.cumsum(lengths) - lengths
+        buffer = np.empty(int(lengths.sum()), dtype=np.uint8)
+        copy_slices([data], np.zeros(hi - lo, np.int64), res.offsets[lo:hi] + HEADER_BYTES, lengths, starts, buffer)
+        try:
+            if spec is None:
+                spec = _scalar_spec(path, key, role, buffer[:int(lengths[0])].tobytes(), where(0)["record"])
+            parts.append(decode_examples((buffer, starts, lengths), {key: spec})[key].reshape(-1))
+        except RecordError as e:
+            if e.path is not None or e.record is None:
+                raise
+            raise RecordError(path, e.reason, kind=e.kind, **where(lo + e.record)) from e
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _scalar_spec(path: str, key: str, role: str, first: bytes, record: int) -> FeatureSpec:
+    """The spec of feature ``key`` in the first record, which must be one number."""
+    spec = requested_specs(infer_specs(first), [key], path, record)[key]
     if spec.dtype == "bytes" or spec.size != 1:
         raise RecordError(path, f"{role} key {key!r} must be one number per record, but it is {spec.dtype} with "
                           f"shape {spec.shape}", kind="feature")
-    parts = [ds.decode_batch(np.arange(lo, min(lo + _CHUNK, ds.num_samples)), keys=[key])[key].reshape(-1)
-             for lo in range(0, ds.num_samples, _CHUNK)]
-    return np.concatenate(parts) if parts else np.zeros(0)
+    return spec
+
+
+def _check_costs(res: ScanResult, cost_key: str, costs: np.ndarray) -> None:
+    """Every cost is finite and >= 0; else name the first record that is not."""
+    bad = np.flatnonzero(~(np.isfinite(costs) & (costs >= 0)))
+    if bad.size:
+        i = int(bad[0])
+        numbers = kept_numbers(costs.size, [b.record for b in res.bad])
+        record = i if numbers is None else int(numbers[i])
+        raise RecordError(res.path, f"cost key {cost_key!r} must be finite and >= 0, record {record} has {costs[i]}",
+                          record=record, offset=int(res.offsets[i]), kind="feature")
 
 
 def _previous_columns(path: str):
@@ -78,7 +121,8 @@ def index_file(path, *, verify: bool = False, skip_corrupt: bool = False, label_
 
     Raises:
         RecordError: a bad record (without ``skip_corrupt``), or a label/cost key that is
-            not a scalar feature of the records.
+            not a scalar feature of the records. Everything is checked before the sidecars
+            are written, so on any error the ones already there stay as they were.
     """
     t0 = time.perf_counter()
     path = os.fspath(path)
@@ -89,27 +133,22 @@ def index_file(path, *, verify: bool = False, skip_corrupt: bool = False, label_
         raise RecordError(path, "no such file", kind="input")
     previous = _previous_columns(path)
     res = scan_file(path, verify=verify, skip_corrupt=skip_corrupt)
-    kw = dict(file_size=res.file_size, skipped_records=[b.record for b in res.bad],
-              skipped_offsets=[b.offset for b in res.bad])
-    write_sidecars(path, res.offsets, res.lengths, **kw)
+    # Everything is checked before anything is written: on any error the old sidecars stay as they were.
     labels = costs = None
     if label_key is not None and res.offsets.size:
-        labels = _column(path, label_key, "label")
+        labels = _column(res, label_key, "label")
         if labels.dtype.kind != "i":
             raise RecordError(path, f"label key {label_key!r} must be an int64 feature, it is {labels.dtype}",
                               kind="feature")
     if cost_key is not None and res.offsets.size:
-        costs = _column(path, cost_key, "cost").astype(np.float64)
-        if not np.all(np.isfinite(costs) & (costs >= 0)):
-            i = int(np.flatnonzero(~(np.isfinite(costs) & (costs >= 0)))[0])
-            raise RecordError(path, f"cost key {cost_key!r} must be finite and >= 0, record {i} has {costs[i]}",
-                              record=i, offset=int(res.offsets[i]), kind="feature")
+        costs = _column(res, cost_key, "cost").astype(np.float64)
+        _check_costs(res, cost_key, costs)
     if previous is not None and np.array_equal(previous.offsets, res.offsets):
         # Re-indexing an unchanged file keeps the label/cost columns it already had.
         labels = previous.labels if labels is None else labels
         costs = previous.costs if costs is None else costs
-    if labels is not None or costs is not None:
-        write_sidecars(path, res.offsets, res.lengths, labels=labels, costs=costs, **kw)
+    write_sidecars(path, res.offsets, res.lengths, file_size=res.file_size, labels=labels, costs=costs,
+                   skipped_records=[b.record for b in res.bad], skipped_offsets=[b.offset for b in res.bad])
     load_shard_index(path)  # what we wrote must read back
     return IndexReport(path, int(res.offsets.size), res.file_size, time.perf_counter() - t0, res.bad,
                        labels is not None, costs is not None)

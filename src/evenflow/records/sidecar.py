@@ -29,7 +29,7 @@ from evenflow.records.frame import FRAME_BYTES
 from evenflow.records.idx_text import format_idx, parse_idx
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz
 
-__all__ = ["ShardIndex", "idx_path", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
+__all__ = ["ShardIndex", "idx_path", "kept_numbers", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
 
 META_VERSION = 1
 
@@ -99,8 +99,8 @@ class ShardIndex:
         labels: int64 ``[n]`` or None.
         costs: float64 ``[n]`` or None.
         skipped: number of records the index leaves out as corrupt.
-        numbers: each indexed record's number among the records the ``.idx`` lists, int64
-            ``[n]``, when an open dataset left corrupt ones out (else None: its position).
+        numbers: each indexed record's number in the file, int64 ``[n]``, when the index or
+            an open dataset left corrupt records out (else None: its position).
     """
 
     path: str
@@ -115,6 +115,15 @@ class ShardIndex:
     @property
     def num_records(self) -> int:
         return int(self.offsets.shape[0])
+
+
+def kept_numbers(n: int, skipped) -> np.ndarray | None:
+    """The number in the file of each of the ``n`` records an index keeps when it left out the
+    records numbered ``skipped`` (int64 ``[n]``), or None when it left none out."""
+    skipped = np.unique(np.asarray(skipped, dtype=np.int64))
+    if skipped.size == 0:
+        return None
+    return np.setdiff1d(np.arange(n + skipped.size, dtype=np.int64), skipped)[:n]
 
 
 def _load_meta(path: str) -> dict:
@@ -156,7 +165,8 @@ def load_shard_index(shard) -> ShardIndex:
     return ShardIndex(found.shard, found.offsets, found.lengths, found.file_size,
                       labels=None if labels is None else labels.astype(np.int64, copy=False),
                       costs=None if costs is None else costs.astype(np.float64, copy=False),
-                      skipped=skipped)
+                      skipped=skipped,
+                      numbers=kept_numbers(found.offsets.shape[0], found.meta.get("skipped_record", [])))
 
 
 @dataclass
@@ -191,11 +201,20 @@ def _read_sidecars(shard: str) -> _Sidecars:
         file_size = os.stat(shard).st_size
     except FileNotFoundError as e:
         raise RecordError(shard, "no such record file", kind="input") from e
+    if os.path.isdir(shard):
+        raise RecordError(shard, f"is a folder, not a TFRecord file; pass its TFRecord files, e.g. "
+                          f"{os.path.join(shard, '*.tfrecord')}", kind="input")
     try:
         with open(ipath, "rb") as f:
             text = f.read()
     except FileNotFoundError as e:
         raise RecordError(shard, f"missing index {ipath}; build it with `evenflow index {shard}`",
+                          kind="index") from e
+    except IsADirectoryError as e:
+        raise RecordError(shard, f"index {ipath} is a folder, not an index file; move it away and build the "
+                          f"index with `evenflow index {shard}`", kind="index") from e
+    except OSError as e:
+        raise RecordError(shard, f"cannot read index {ipath} ({type(e).__name__}: {e.strerror})",
                           kind="index") from e
     offsets, lengths = parse_idx(text, ipath)
     meta = _load_meta(meta_path(shard)) if os.path.exists(meta_path(shard)) else {}

@@ -24,6 +24,11 @@ same way on any number of replicas and after an exact resume.
 
 Padding slots run the chain on a real record of the same row (the mask drops them); with
 ``trim_padding`` they are removed after the chain, so the model step does not compute them.
+
+Every read checks each record's length field and length and data CRCs, as
+``tf.data.TFRecordDataset`` does: a damaged record fails the step with a TensorFlow error
+whose first line is the :class:`~evenflow.records.RecordError` (file, record number, offset),
+also kept in :attr:`RecordChain.error`.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from typing import Callable
 
 from evenflow.index import Index
 from evenflow.records.dataset import CHECKS, RecordDataset
+from evenflow.records.errors import RecordError
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.chain_fns import ExampleChain
 from evenflow.tf.pipeline import finish
@@ -45,11 +51,26 @@ _SCALARS = ("global_real_count", "epoch")
 
 class SerializedSource:
     """A TensorFlow source of the serialized records of a :class:`RecordDataset`: ``batch(ids)``
-    gives ``{"serialized": tf.string [len(ids)]}``, read with one Python call per batch."""
+    gives ``{"serialized": tf.string [len(ids)]}``, read with one Python call per batch.
 
-    def __init__(self, dataset: RecordDataset):
-        self.dataset = dataset
+    With ``verify`` (the default) every read checks each record's length field and length and
+    data CRCs, as ``tf.data.TFRecordDataset`` does; a bad record fails the read with its
+    :class:`~evenflow.records.RecordError` (file, record number, offset), kept in :attr:`error`
+    since TensorFlow passes on only its text.
+    """
+
+    def __init__(self, dataset: RecordDataset, verify: bool = True):
+        self.dataset, self.verify = dataset, verify
         self.num_samples = len(dataset)
+        self.error: RecordError | None = None
+
+    def _read(self, ids):
+        try:
+            return self.dataset.read_batch_bytes(ids, verify=self.verify)
+        except RecordError as e:
+            if self.error is None:
+                self.error = e
+            raise
 
     def index(self) -> Index:
         """N, with the labels and costs of the ``.meta.npz`` sidecars when ``evenflow index`` wrote them."""
@@ -57,7 +78,7 @@ class SerializedSource:
         return Index(self.num_samples, labels=ds.labels, costs=ds.costs)
 
     def batch(self, ids) -> dict:
-        return {"serialized": serialized_records(self.dataset.read_batch_bytes, _tf().cast(ids, _tf().int64))}
+        return {"serialized": serialized_records(self._read, _tf().cast(ids, _tf().int64))}
 
 
 class RecordChain(PlanReader):
@@ -85,6 +106,9 @@ class RecordChain(PlanReader):
         RecordError: a file without its ``.idx`` sidecar, or one that does not match it.
         TypeError: a function that is not callable, or whose positional arguments do not match
             what the stage before it returns (found when the pipeline is built).
+
+    Reading checks every record's CRCs; a damaged one fails the pipeline with a TensorFlow
+    error whose first line is its :class:`RecordError`, which :attr:`error` holds.
     """
 
     def __init__(self, files, parse_fn: Callable, preprocess_fn: Callable | None = None,
@@ -103,6 +127,12 @@ class RecordChain(PlanReader):
         self.chain = ExampleChain(parse_fn, preprocess_fn, augment_fn)
         self.batched, self.seed, self.dataset = batched, seed, dataset
         super().__init__(SerializedSource(dataset), prefetch=prefetch, trim_padding=trim_padding, stamp=stamp)
+
+    @property
+    def error(self) -> RecordError | None:
+        """The first :class:`~evenflow.records.RecordError` met while reading (TensorFlow only passes
+        on its text), or None."""
+        return self.source.error
 
     def _load(self, rows_ds, prefetch: int | None = None):
         tf = _tf()
