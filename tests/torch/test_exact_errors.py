@@ -259,3 +259,12 @@ def test_packed_text_cnn_runs_with_any_odd_kernel(kernel):
     tokens = torch.tensor([[5, 6, 7, 9, 10, 11, 12, 13, 0, 0]])
     segments = torch.tensor([[1, 1, 1, 2, 2, 3, 3, 3, 0, 0]])
     assert et.packed_text_cnn(np.int64(3), kernel=kernel)(tokens, segments, 3).shape == (3, 3)
+
+
+def test_packed_text_cnn_refuses_fewer_slots_than_the_batch_has_samples():
+    tokens = torch.tensor([[5, 6, 7, 9, 10, 11, 12, 13, 0, 0]])
+    segments = torch.tensor([[1, 1, 1, 2, 2, 3, 3, 3, 0, 0]])
+    model = et.packed_text_cnn(3)
+    with pytest.raises(ValueError, match="holds segments up to 3 but slots is 2: pass the batch's number of slots"):
+        model(tokens, segments, 2)  # sample 3 would be pooled into the dropped padding bucket
+    assert model(tokens, segments, 3).shape == (3, 3)

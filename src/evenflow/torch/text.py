@@ -50,6 +50,10 @@ def packed_text_cnn(num_classes: int, vocab_size: int = 257, embed: int = 32, wi
         def forward(self, tokens, segment_ids, slots: int):
             half = self.kernel // 2
             seg = segment_ids.long()
+            if seg.device.type == "cpu" and seg.numel() and not torch.compiler.is_compiling() and \
+                    int(seg.max()) > slots:  # its samples past `slots` would be pooled into no slot
+                raise ValueError(f"the batch holds segments up to {int(seg.max())} but slots is {slots}: pass the "
+                                 f"batch's number of slots (the length of its label)")
             padded = nn.functional.pad(seg, (half, half))
             same = (padded.unfold(1, self.kernel, 1) == seg[:, :, None]) & (seg[:, :, None] > 0)
             same = same.to(torch.float32)
