@@ -33,9 +33,10 @@ from evenflow.data.images import DecodeImages, ImageDecodeError
 from evenflow.data.sequences import settle_lists
 from evenflow.data.text import DecodeText
 from evenflow.plan.index import Index
-from evenflow.records.batch_read import sample_ids, subset_ids
+from evenflow.records.batch_read import subset_ids
 from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import RecordError
+from evenflow.util.ids import sample_ids
 
 __all__ = ["RecordSource"]
 

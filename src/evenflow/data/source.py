@@ -17,6 +17,7 @@ import numpy as np
 
 from evenflow.plan.index import Index
 from evenflow.util.distinct import all_distinct
+from evenflow.util.ids import sample_ids
 
 __all__ = ["RESERVED_KEYS", "ArraySource", "Source", "SubsetSource"]
 
@@ -159,12 +160,8 @@ class SubsetSource:
                      costs=None if full.costs is None else full.costs[self.ids])
 
     def batch(self, ids: np.ndarray) -> dict:
-        ids = np.asarray(ids, dtype=np.int64)
-        out = ids[(ids < 0) | (ids >= self.num_samples)]
-        if out.size:  # numpy would read -1 as the last id: refused, as the full source refuses it
-            raise IndexError(f"sample id {out[0]} is out of range: the subset has ids 0..{self.num_samples - 1} "
-                             f"(-1 padding must be masked out before reading)")
-        return self.source.batch(self.ids[ids])
+        # numpy would read -1 as the last id: refused, as the full source refuses it
+        return self.source.batch(self.ids[sample_ids(np.asarray(ids, dtype=np.int64), self.num_samples)])
 
     def __repr__(self):
         return f"SubsetSource({self.source!r}, num_samples={self.num_samples})"

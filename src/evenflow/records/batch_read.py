@@ -1,6 +1,7 @@
 """Reading a batch of records by sample id: the ids checked, the records copied into one buffer.
 
-:func:`sample_ids` checks the ids of a batch. Record ``j`` of the batch lies at
+:func:`evenflow.util.ids.sample_ids` checks the ids of a batch, :func:`subset_ids` those of a
+subset of the records. Record ``j`` of the batch lies at
 ``data_off[j]`` in shard ``shard[j]`` and goes to ``buffer[starts[j]:starts[j] + lengths[j]]``.
 Two ways to get it there, chosen by the caller from the mean record size (see
 ``RecordDataset.read_batch_buffer``): :func:`copy_slices`, one slice copy per record, and
@@ -15,27 +16,7 @@ import numpy as np
 
 from evenflow.util.distinct import all_distinct
 
-__all__ = ["copy_slices", "gather_bytes", "sample_ids", "subset_ids"]
-
-
-def sample_ids(ids, num_samples: int) -> np.ndarray:
-    """``ids`` as int64 ``[B]``, each checked to be a sample id in ``0..num_samples-1``.
-
-    Raises:
-        TypeError: ids that are not integers.
-        IndexError: an id out of range (such as the plan's -1 padding).
-    """
-    arr = np.asarray(ids)
-    if arr.size == 0:
-        return np.zeros(0, np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"sample ids must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False).reshape(-1)
-    if arr.size and (arr.min() < 0 or arr.max() >= num_samples):
-        bad = int(arr[(arr < 0) | (arr >= num_samples)][0])
-        raise IndexError(f"sample id {bad} is out of range: the dataset has ids 0..{num_samples - 1} "
-                         f"(-1 padding must be masked out before reading)")
-    return arr
+__all__ = ["copy_slices", "gather_bytes", "subset_ids"]
 
 
 def subset_ids(ids, num_records: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
-from evenflow.records.batch_read import copy_slices, gather_bytes, sample_ids
+from evenflow.records.batch_read import copy_slices, gather_bytes
 from evenflow.records.batch_verify import verify_batch
 from evenflow.records.dataset_open import check_crcs, check_headers, open_shard, resolve_paths, sample_columns
 from evenflow.records.errors import BadRecord, RecordError
@@ -25,6 +25,7 @@ from evenflow.records.frame_walk import open_mmap
 from evenflow.records.sidecar import ShardIndex
 from evenflow.records.spec import FeatureSpec
 from evenflow.records.varlen import ListScan, scan_list
+from evenflow.util.ids import sample_ids
 
 __all__ = ["CHECKS", "GATHER_BYTES", "RecordDataset"]
 

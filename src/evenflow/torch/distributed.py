@@ -26,13 +26,13 @@ import os
 
 import numpy as np
 
+from evenflow.run.options import BACKENDS  # the CLI's --backend choices
 from evenflow.torch._lazy import torch as _torch
 
 __all__ = ["PeerLostError", "init_distributed", "sum_gradients_hook", "ordered_sum_hook", "gradient_hook",
            "is_peer_failure", "all_gather_rows", "all_reduce_sum", "broadcast_row", "finish_distributed",
            "group_ready", "DEFAULT_TIMEOUT_S"]
 
-BACKENDS = ("auto", "gloo", "nccl")  # as the CLI's --backend
 # gloo's own default is 30 minutes: far too long to notice a dead peer.
 DEFAULT_TIMEOUT_S = 300.0
 
