@@ -153,7 +153,8 @@ def _extra_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grid-per-replica", default="2,8,64", help="grid G/R values")
     p.add_argument("--grid-repeats", type=int, default=3, help="alternating rounds per grid cell (default 3)")
     p.add_argument("--grid-reuse-memory", action="store_true",
-                   help="free one 24 MiB array first, so freed memory is kept as in a long-running process")
+                   help="free one 24 MiB array before the grid, as a long-running process has (the planner frees "
+                        "one on its first call too)")
 
 
 def _plans(n: int, args) -> dict:

@@ -10,11 +10,12 @@ batch exceeds N are skipped. The imbalance is the p99 over full steps of
 
 Memory state: glibc returns freed memory at the top of the heap to the OS once more than twice
 its mmap threshold is free, and that threshold grows to the largest block freed so far (up to
-32 MiB). In a fresh process that has freed nothing large, a plan's scratch (about 60 bytes per
-sample) is returned after every call and faulted back by the next; in a process that has freed
-an array of a few tens of MiB (a training process, or this one after its N = 10^7 cells) it is
-kept. ``--grid-reuse-memory`` frees one 24 MiB array before the grid, so every cell runs in the
-second state; without it the cells run in order from a fresh process.
+32 MiB). In a process that has freed nothing large, a plan's scratch (about 60 bytes per sample)
+would go back to the OS after every call and be faulted in again by the next. The planner frees
+one untouched 24 MiB block on its first call (``evenflow.plan.scratch``), so a fresh process keeps
+its scratch like a long-running one; the warm-up call of each cell is that first call. The page
+faults per call show whether it held. ``--grid-reuse-memory`` frees such a block before the grid
+as well, the state of a training process; without it the cells run in order from a fresh process.
 """
 from __future__ import annotations
 

@@ -192,5 +192,10 @@ def test_cost_split_ab_compares_a_revision_with_the_checkout_and_stops_where_the
     monkeypatch.setattr(bench.now_split, "refine", lambda *a, **k: None)
     with pytest.raises(SystemExit, match="PLANNER_VERSION"):
         bench.main(["--base", "HEAD", "--cells", "2e3:4:8", "--rounds", "1", "--json-out", str(tmp_path / "x.json")])
+    # With --changed it is timed, and its balance shown: without the refinement the gap is wider.
+    bench.main(["--base", "HEAD", "--cells", "2e3:4:8", "--rounds", "1", "--changed", "--json-out", str(out)])
+    cell = json.loads(out.read_text())["cells"][0]
+    assert not cell["identical"] and cell["now_s"] > 0 and cell["before_s"] > 0
+    assert 0 <= cell["gap_before_mean"] < cell["gap_now_mean"] and cell["gap_before_p99"] <= cell["gap_now_p99"]
     with pytest.raises(SystemExit, match="--base"):
         bench.main(["--base", "no-such-revision", "--cells", "2e3:4:8", "--json-out", str(tmp_path / "y.json")])

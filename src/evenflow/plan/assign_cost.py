@@ -32,6 +32,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from evenflow.plan.assign_cost_refine import refine, row_max
 from evenflow.plan.assign_runs import runs_split
@@ -96,6 +97,10 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
     left = count.astype(np.int64)
     lane = np.arange(r)
     tags = np.empty(s * (n + r), np.int64)
+    # Row k of these views is the r entries from k on: a step's next r samples, and where their tags go.
+    # (A row never reaches into the next step: every step has r zero-cost columns past its end.)
+    items = sliding_window_view(flat, r)
+    tag_rows = sliding_window_view(tags, r, writeable=True)
     below = np.zeros((s, r + 1), dtype=bool)  # a last False column: argmin finds the first False of every row
     kind = "stable" if r >= _STABLE_FROM else None
     rounds = 0
@@ -103,8 +108,7 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
     while start.size:
         tag = key & low
         load = (key & ~low).view(np.float64)
-        at = start[:, None] + lane
-        item = flat[at]
+        item = items[start]
         if not equal:
             item *= inv_w[tag & (one - 1)]
         # The replicas within one sample of the least loaded take a sample each, largest to least
@@ -117,7 +121,7 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
             p[short] = left[short]
             within[short, :r] = lane < p[short, None]
         take = within[:, :r]
-        tags[at] = tag  # lanes past p write where a later round (or the scratch) overwrites
+        tag_rows[start] = tag  # lanes past p write where a later round (or the scratch) overwrites
         item *= take
         load += item
         tag += take * one
@@ -133,6 +137,8 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
         # A round takes at most r samples of a step: before round ``sure`` none has finished.
         if rounds >= sure and not (keep := left > 0).all():
             key, start, left = key[keep], start[keep], left[keep]
+            if left.size:  # the short last step is often the first to finish: the others have longer
+                sure = rounds + int(left.min()) // r
     return tags.reshape(s, n + r)
 
 
@@ -174,7 +180,8 @@ def _split_steps(sid: np.ndarray, count: np.ndarray, slots: int, costs: np.ndarr
     c.ravel()[real:] = 0.0  # padding costs nothing, so it sorts after every sample of its step
     sid, c = _sort_desc(sid, c)
     # No split can beat the step's mean load, nor its largest sample on the fastest replica.
-    floor = np.maximum(c.sum(axis=1) / w.sum(), c.max(axis=1) / w.max())
+    top = c[:, 0] if n < _RADIX_FROM else c.max(axis=1)  # exactly sorted rows start with their largest
+    floor = np.maximum(c.sum(axis=1) / w.sum(), top / w.max())
     if not runs:
         return _greedy_split(sid, c, w, slots, count, floor, iterations, real, threads)[0]
     # Runs pad less but can get stuck a sample away from balance (a replica two samples over its

@@ -18,6 +18,7 @@ from evenflow.plan.assign_cost import assign_cost
 from evenflow.plan.assign_count import assign_contiguous
 from evenflow.plan.assign_stratified import assign_stratified
 from evenflow.plan.memory import check_epoch_fits
+from evenflow.plan.scratch import keep_scratch
 
 __all__ = ["check_window", "window_ids", "replica_rows"]
 
@@ -36,6 +37,7 @@ def window_ids(order, index, options, shares: np.ndarray, slots: int, first: int
 
     The caller checks the window's size first (:func:`check_window`), before the epoch's order is built.
     """
+    keep_scratch()
     grid = order.grid
     if options.stratify and options.balance == "count":
         if order.kept is None:  # planned once per epoch, then sliced by every window
