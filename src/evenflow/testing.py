@@ -75,11 +75,14 @@ def _assert_pieces_once(plan: Plan, ep) -> None:
     if dup.size:
         raise AssertionError(f"epoch {ep.epoch} plans {dup.size} pieces twice (e.g. sample {int(dup[0] // width)})")
     if plan.options.drop_remainder:
-        # Only the pieces of the last, partial step may be left out: fewer than a full step holds,
-        # and every step kept holds pieces.
+        # Only the packs of the last, partial step may be left out (num_packs % G of them, however
+        # many pieces they hold), and every step kept holds pieces. A pack is a (step, replica, row).
         per_step = real.reshape(ep.num_steps, -1).sum(axis=1)
-        ok = (np.isin(got, want).all() and bool(per_step.min(initial=1) > 0)
-              and want.shape[0] - got.shape[0] < int(per_step.max(initial=0)))
+        steps, replicas, _ = np.nonzero(real)
+        rows = int(ep.row.max(initial=-1)) + 1
+        packs = np.unique((steps * ep.ids.shape[1] + replicas) * max(rows, 1) + ep.row[real]).size
+        kept = layout.num_packs - layout.num_packs % plan.options.global_batch_size
+        ok = np.isin(got, want).all() and bool(per_step.min(initial=1) > 0) and packs == kept
     else:
         ok = np.array_equal(got, want)
     if not ok:
