@@ -24,7 +24,7 @@ import numpy as np
 __all__ = ["refine", "row_max", "TOL", "BRUTE_MAX"]
 
 TOL = 1e-4  # a step whose maximum load is within this fraction of its lower bound is left as it is ...
-TOL_SAMPLES = 64  # ... with this many samples per replica or more; with m < 64, within TOL * 64 / m
+TOL_SAMPLES = 256  # ... with this many samples per replica or more; with m < 256, within TOL * 256 / m
 BRUTE_MAX = 16  # up to this many slots, a pair's best exchange is found among all m x m, above it by a sort
 _BLOCK_BYTES = 1 << 18  # per temporary of the m x m rating: blocks this small stay in cache and reuse freed memory
 _SORT_BLOCK_BYTES = 1 << 20  # per temporary of the rating by sort (measured best of 2**18 to 2**21)
@@ -211,8 +211,8 @@ def refine(out: np.ndarray, cost3: np.ndarray, loads: np.ndarray, fill: np.ndarr
     s, r, m = out.shape
     if r < 2 or m == 0:
         return
-    # Fewer samples per replica balance more coarsely, and their imbalance is mostly the lower
-    # bound's own (one long sample), so they stop further from the bound.
+    # Exchanges move whole samples, so fewer samples per replica balance more coarsely: below
+    # TOL_SAMPLES a step stops within about a fortieth of a mean sample of its bound.
     tol = TOL * np.maximum(1.0, TOL_SAMPLES * r / np.maximum(1, count))
     thr = floor * (1 + tol)
     active = np.flatnonzero(row_max(loads / w[None, :]) > thr)

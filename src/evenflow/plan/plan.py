@@ -32,7 +32,7 @@ from evenflow.plan.window import check_window, replica_rows, window_ids
 
 __all__ = ["Plan", "EpochPlan", "PLANNER_VERSION"]
 
-PLANNER_VERSION = 3  # raised whenever the same options route samples differently
+PLANNER_VERSION = 4  # raised whenever the same options route samples differently
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
