@@ -163,6 +163,14 @@ def test_bad_arguments_are_rejected(data, plan):
         ArraySource(data[0], data[1][:3])
     with pytest.raises(TypeError, match="labels must be integers"):
         ArraySource(data[0], data[1].astype(np.float32))
+    with pytest.raises(TypeError, match="stamp must be true or false, got int"):
+        PlanReader(ArraySource(*data), stamp=1)
+    # A strategy that is not one is named, not an AttributeError from inside.
+    with pytest.raises(TypeError, match="PlanReader.distribute needs a tf.distribute.Strategy .* got NoneType"):
+        PlanReader(ArraySource(*data)).distribute(None, plan)
+    from evenflow.tf import topology_of
+    with pytest.raises(TypeError, match="topology_of needs a tf.distribute.Strategy .* got str"):
+        topology_of("mirrored")
 
 
 def test_masked_loss_is_the_mean_over_real_samples_across_replicas():

@@ -73,6 +73,21 @@ def _sort_desc(sid: np.ndarray, c: np.ndarray):
     return sid.ravel()[pos].reshape(s, n), c.ravel()[pos].reshape(s, n)
 
 
+def _step_windows(c: np.ndarray, w: np.ndarray, equal: bool):
+    """The greedy's reads and writes: ``(items, tags, tag_rows)``.
+
+    Each step's costs (per unit of weight when all weights are equal) are laid out flat with r
+    zero-cost entries past its end, and ``tags`` beside them. Row k of the sliding views ``items``
+    and ``tag_rows`` is the r entries from k on: a step's next r samples, and where their tags go;
+    thanks to the zero-cost entries a row never reaches into the next step.
+    """
+    (s, n), r = c.shape, w.shape[0]
+    flat = np.zeros((s, n + r))
+    flat[:, :n] = c / w[0] if equal else c
+    tags = np.empty(s * (n + r), np.int64)
+    return sliding_window_view(flat.ravel(), r), tags, sliding_window_view(tags, r, writeable=True)
+
+
 def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.ndarray:
     """LPT in rounds over cost-sorted steps ``c`` ``[s, n]`` whose first ``count[i]`` samples are real.
 
@@ -85,10 +100,7 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
     one = np.int64(1 << ib)
     low = np.int64((1 << (ib + _bits(slots))) - 1)
     equal = bool(np.all(w == w[0]))
-    # Costs per unit of weight; r zero-cost columns past the end keep every lane's index in its row.
-    flat = np.zeros((s, n + r))
-    flat[:, :n] = c / w[0] if equal else c
-    flat = flat.ravel()
+    items, tags, tag_rows = _step_windows(c, w, equal)
     inv_w = 1.0 / w
     # Each replica's state in one sortable int64: load per weight in the high bits, then its
     # filled slots, then its id; sorting a row orders the replicas by load.
@@ -96,11 +108,6 @@ def _greedy(c: np.ndarray, w: np.ndarray, slots: int, count: np.ndarray) -> np.n
     start = np.arange(s, dtype=np.int64) * (n + r)  # each unfinished step's next sample in flat
     left = count.astype(np.int64)
     lane = np.arange(r)
-    tags = np.empty(s * (n + r), np.int64)
-    # Row k of these views is the r entries from k on: a step's next r samples, and where their tags go.
-    # (A row never reaches into the next step: every step has r zero-cost columns past its end.)
-    items = sliding_window_view(flat, r)
-    tag_rows = sliding_window_view(tags, r, writeable=True)
     below = np.zeros((s, r + 1), dtype=bool)  # a last False column: argmin finds the first False of every row
     kind = "stable" if r >= _STABLE_FROM else None
     rounds = 0

@@ -47,6 +47,7 @@ import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.plan.feed import PlanFeed
+from evenflow.run.validate import check_bool
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.chain_fns import check_batch_fn
 from evenflow.tf.epoch_rows import EpochRows
@@ -55,7 +56,7 @@ from evenflow.tf.pyfunc import numpy_function
 from evenflow.tf.source_adapter import reader_source
 # Re-exported: the source protocol is part of the reader's interface.
 from evenflow.tf.sources import RESERVED_KEYS, ArraySource, TensorSource
-from evenflow.tf.strategy import on_cpu
+from evenflow.tf.strategy import check_strategy, on_cpu
 
 __all__ = ["TensorSource", "ArraySource", "PlanReader", "RESERVED_KEYS"]
 
@@ -114,11 +115,8 @@ class PlanReader:
             check_batch_fn(fn, f"map_fns[{i}]")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1 (batches per replica), got {prefetch!r}")
-        for name, flag in (("trim_padding", trim_padding), ("stamp", stamp)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True or False, got {flag!r}")
-        self.source, self.map_fns, self.prefetch, self.trim_padding = source, map_fns, prefetch, trim_padding
-        self.stamp = stamp
+        self.trim_padding, self.stamp = check_bool("trim_padding", trim_padding), check_bool("stamp", stamp)
+        self.source, self.map_fns, self.prefetch = source, map_fns, prefetch
 
     def _check(self, plan: Plan) -> None:
         if not isinstance(plan, Plan):
@@ -279,6 +277,7 @@ class PlanReader:
             A ``tf.distribute.DistributedDataset``; one element per global step.
         """
         tf = _tf()
+        check_strategy(strategy, "PlanReader.distribute")
         self._check(plan)
         if strategy.num_replicas_in_sync != plan.topology.replicas:
             raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the strategy has "

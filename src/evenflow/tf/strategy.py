@@ -110,8 +110,16 @@ def mirrored_strategy(replicas: int, use_gpus: bool = True):
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 
+def check_strategy(strategy, what: str) -> None:
+    """``TypeError`` naming ``what`` unless ``strategy`` is a ``tf.distribute.Strategy``."""
+    if not isinstance(strategy, _tf().distribute.Strategy):
+        raise TypeError(f"{what} needs a tf.distribute.Strategy (evenflow.tf.make_strategy(2), "
+                        f"tf.distribute.MirroredStrategy(), ...), got {type(strategy).__name__}")
+
+
 def topology_of(strategy) -> Topology:
     """The plan topology of ``strategy``: one equal-weight replica per device."""
+    check_strategy(strategy, "topology_of")
     return Topology(replicas=int(strategy.num_replicas_in_sync))
 
 
