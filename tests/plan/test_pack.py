@@ -134,3 +134,11 @@ def test_refusals_name_the_rule_and_the_fix():
         ef.PlanOptions(global_batch_size=1, pack=8, pack_attention=-1)
     with pytest.raises(ValueError, match="fewer packs than one global batch"):
         ef.Plan(index, ef.Topology(1), global_batch_size=5, pack=1024, drop_remainder=True)
+
+
+def test_token_counts_too_large_to_pack_are_refused_before_any_layout():
+    with pytest.raises(ValueError, match=r"sample 0 has 1e\+19 tokens, and a token count must be below 2\*\*53"):
+        ef.Plan(ef.Index(3, costs=[1e19, 5, 5]), ef.Topology(1), global_batch_size=1, pack=16)
+    with pytest.raises(ValueError, match=r"would cut the samples into 6.25e\+10 pieces, more than 2,147,483,648 "
+                                         r"\(sample 0 alone has 1e\+12 tokens\)"):
+        ef.Plan(ef.Index(3, costs=[1e12, 5, 5]), ef.Topology(1), global_batch_size=1, pack=16, pack_overflow="split")

@@ -269,3 +269,13 @@ def test_a_replica_whose_share_rounds_to_zero_gets_padding_rows_in_equal_steps(b
     starved = (ep.ids[:, 2, :] >= 0).sum(axis=1)
     assert (starved == 0).sum() >= plan.num_steps - 1
     assert (ep.global_real_counts == (ep.ids >= 0).sum(axis=(1, 2))).all()
+
+
+def test_costs_whose_sum_would_overflow_are_refused_naming_the_sample():
+    costs = np.ones(1000)
+    costs[5] = 1e308
+    with pytest.raises(ValueError, match=r"Index costs must be at most 1.8e\+305 \(so 1000 of them sum to a number\), "
+                                         r"but costs\[5\] is 1e\+308"):
+        ef.Index(1000, costs=costs)
+    with pytest.raises(ValueError, match=r"Index costs must be >= 0, but costs\[1\] is -1.0"):
+        ef.Index(3, costs=[1.0, -1.0, 2.0])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -284,3 +285,63 @@ def test_a_straggler_kept_because_a_re_plan_would_not_repay_its_cost_says_so(tmp
     tel = load_telemetry(tmp_path / "run")
     assert "kept the split: 1 check predicted" in diagnose(tel, 0, 6).lines[0]
     assert "kept the split" not in diagnose(tel, 0, 5).lines[0]
+
+
+def test_output_must_be_an_html_file_so_no_run_file_or_device_is_replaced(tmp_path, capsys):
+    run_dir = _write(tmp_path / "run", _straggling(10))
+    telemetry = (run_dir / "telemetry.jsonl").read_bytes()
+    for target in (run_dir / "telemetry.jsonl", run_dir / "summary.json", tmp_path / "notes.txt"):
+        assert main(["report", str(run_dir), "--output", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"--output {target} is not an .html file" in err and "\n" not in err
+    assert (run_dir / "telemetry.jsonl").read_bytes() == telemetry and not (tmp_path / "notes.txt").exists()
+    fifo = tmp_path / "pipe.html"
+    os.mkfifo(fifo)
+    assert main(["report", str(run_dir), "--output", str(fifo)]) == 2
+    assert "is not an .html file" in capsys.readouterr().err
+
+
+def test_an_unwritable_output_names_the_report_not_a_temporary_file(tmp_path, capsys):
+    # /proc takes no new files, whoever runs the test (root included)
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs Linux's /proc")
+    run_dir = _write(tmp_path / "run", _straggling(10))
+    assert main(["report", str(run_dir), "--output", "/proc/evenflow-report.html"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot write the report to /proc/evenflow-report.html" in err and ".tmp-" not in err and "\n" not in err
+
+
+def test_a_file_given_as_the_run_directory_is_named_as_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="afile is a file, not a folder"):
+        load_telemetry(tmp_path / "afile")
+
+
+@pytest.mark.parametrize("field, value, rule", [
+    ("compute", [float("nan"), 1, 1, 1], "a finite number >= 0"), ("step_seconds", -5, "a finite number >= 0"),
+    ("epoch", 1.9, "a whole number >= 0"), ("epoch", True, "a whole number >= 0"),
+    ("samples", [8, 8, float("inf"), 8], "a whole number >= 0"), ("input_wait", "0.1", "a finite number >= 0")])
+def test_a_step_field_that_is_not_a_finite_non_negative_number_names_the_line(tmp_path, field, value, rule):
+    lines = _straggling(5)
+    lines[3][field] = value
+    run_dir = _write(tmp_path / "run", lines)
+    with pytest.raises(ValueError, match=rf"telemetry\.jsonl line 5: '{field}' must be {rule}"):
+        load_telemetry(run_dir)
+
+
+def test_a_resume_on_another_replica_count_reports_the_run_since(tmp_path, capsys):
+    two = {"kind": "run", "replicas": 2, "workers": 1, "global_batch_size": 16, "steps_per_epoch": 100,
+           "load_unit": "samples"}
+    run_dir = _write(tmp_path / "run", [*_straggling(10), two, *[_step(10 + i, [1, 2]) for i in range(6)]])
+    tel = load_telemetry(run_dir)
+    assert tel.replicas == 2 and tel.num_updates == 6 and tel.earlier_updates == 10
+    assert main(["report", str(run_dir)]) == 0
+    assert "resumed on 2 replicas after 10 updates" in capsys.readouterr().out
+
+
+def test_a_damaged_summary_is_named_not_ignored(tmp_path, capsys):
+    run_dir = _write(tmp_path / "run", _straggling(10))
+    (run_dir / "summary.json").write_text("{bad")
+    assert main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {run_dir / 'summary.json'} cannot be read" in out

@@ -105,3 +105,40 @@ def test_a_damaged_cache_of_the_builtin_text_dataset_is_parsed_again(tmp_path):
     assert stdlib_docs._load_cached(path).name == "tiny"
     _damage(tmp_path / "cache.npz", "truncated")
     assert stdlib_docs._load_cached(path) is None
+
+
+def _epochs(tmp_path, epochs) -> None:
+    """Whole epochs ``epochs`` of 2 steps on 2 replicas, N = 4, one segment each."""
+    log = AuditLog(tmp_path, num_samples=4, num_steps=2, num_replicas=2)
+    for epoch in epochs:
+        for step in range(2):
+            log.record(epoch, step, np.arange(2), np.array([[2 * step], [2 * step + 1]]), False)
+        log.flush()
+
+
+def test_an_epoch_whose_segments_are_gone_is_incomplete_not_skipped(tmp_path, capsys):
+    # Epoch 1 of 0..2 deleted: a gap in the epochs recorded.
+    _epochs(tmp_path / "gap", [0, 2])
+    got = check_audit(tmp_path / "gap")
+    assert [(e.epoch, e.steps_recorded, e.clean) for e in got] == [(0, 2, True), (1, 0, False), (2, 2, True)]
+    assert main(["audit", str(tmp_path / "gap")]) == 1
+    out = capsys.readouterr().out
+    assert "epoch 1: only 0 of 2 steps recorded" in out and "NOT clean: epoch 1 of 3" in out
+    # The last epochs of a finished run deleted: summary.json says how many it trained.
+    _epochs(tmp_path / "tail", [0, 1])
+    (tmp_path / "tail" / "summary.json").write_text('{"epochs": 4}')
+    assert [(e.epoch, e.clean) for e in check_audit(tmp_path / "tail")] == [(0, True), (1, True), (2, False),
+                                                                            (3, False)]
+    assert main(["audit", str(tmp_path / "tail")]) == 1
+    capsys.readouterr()
+    (tmp_path / "tail" / "summary.json").write_text('{"epochs": 2}')
+    assert main(["audit", str(tmp_path / "tail")]) == 0
+    assert "2 epochs: every sample exactly once" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "3,\u0663", "-1", "1.5"])
+def test_locate_takes_ascii_digits_only(tmp_path, capsys, text):
+    _epochs(tmp_path, [0])
+    assert main(["audit", str(tmp_path), "--locate", text]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"evenflow audit: error: --locate takes sample ids >= 0, comma-separated, e.g. 17,240; got {text!r}"

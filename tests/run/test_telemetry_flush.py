@@ -67,3 +67,37 @@ def test_a_check_held_back_by_payback_is_written_and_read_back(tmp_path):
     ev = tel.held[0]
     assert (ev["gain"], ev["saving_seconds"], ev["replan_seconds"], ev["payback"], ev["replans"]) == \
         (1.3, 0.4, 1.25, m.rebalancer.options.payback, 0)
+
+
+def test_a_resume_cuts_a_line_a_crash_left_half_written_and_marks_its_start(tmp_path):
+    # The first run crashed mid-write; the resume must not glue its first line to the partial one.
+    from evenflow.report.telemetry import load_telemetry
+
+    path = tmp_path / "telemetry.jsonl"
+    m = ReplicaMonitor(2, 8, 10, check_every=1, telemetry=path)
+    for step in range(3):
+        _update(m, step)
+        m.absorb(m.window())
+    m.close()
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-40])  # the last step line loses its end
+    m = ReplicaMonitor(2, 8, 10, check_every=1, telemetry=path, append=True)
+    for step in range(2, 4):
+        _update(m, step)
+        m.absorb(m.window())
+    m.close()
+    kinds = [json.loads(x)["kind"] for x in path.read_text().splitlines()]  # every line is whole JSON
+    assert kinds == ["run", "step", "step", "run", "step", "step"]
+    tel = load_telemetry(tmp_path)
+    assert tel.step.tolist() == [0, 1, 2, 3] and tel.truncated_line is None and tel.earlier_updates == 0
+
+
+def test_drop_partial_line_keeps_whole_lines_only(tmp_path):
+    from evenflow.util.files import drop_partial_line
+
+    cases = {b"": b"", b"a\nb\n": b"a\nb\n", b"a\nb": b"a\n", b"partial": b"", b"a\n" + b"x" * 70000: b"a\n"}
+    for before, after in cases.items():
+        path = tmp_path / "f.jsonl"
+        path.write_bytes(before)
+        drop_partial_line(path)
+        assert path.read_bytes() == after

@@ -317,3 +317,73 @@ def test_accuracy_is_counted_for_class_ids_and_logits_of_two_classes_or_more_onl
         result = trainer.fit(reader, plan, 1)[0]
         assert result.samples == 40 and result.accuracy == 0.0  # not a broadcast of [slots] against the labels
         assert trainer.evaluate(reader, plan).accuracy == 0.0
+
+
+def _one_replica():
+    from evenflow.tf import mirrored_strategy
+
+    strategy = mirrored_strategy(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+        optimizer = make_optimizer("sgd", 0.1)
+    return strategy, model, optimizer
+
+
+def test_a_refused_trainer_leaves_the_optimizer_as_it_was():
+    strategy, model, optimizer = _one_replica()
+    with pytest.raises(ValueError, match=r"accumulate_steps must be an int in \[1, 64\], got 0"):
+        Trainer(strategy, model, optimizer, compression="fp16", accumulate_steps=0)
+    assert "_all_reduce_sum_gradients" not in vars(optimizer)  # still sums over replicas itself
+    Trainer(strategy, model, optimizer)
+
+
+def test_an_optimizer_set_up_for_compression_is_refused_where_it_must_sum_itself():
+    from evenflow.tf import exact_steps
+
+    strategy, model, optimizer = _one_replica()
+    Trainer(strategy, model, optimizer, compression="fp16")
+    with pytest.raises(ValueError, match="was given to a Trainer with gradient compression, which switched off its "
+                                         "own sum over replicas; create a new optimizer"):
+        Trainer(strategy, model, optimizer)
+    with strategy.scope():
+        model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match="switched off its own sum over replicas"):
+        exact_steps(model)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"skip_nonfinite": "false"}, "skip_nonfinite must be true or false, got str"),
+    ({"timing": None}, "timing must be true or false, got NoneType"),
+    ({"loss_fn": "sparse_categorical_crossentropy"}, "loss_fn must be a function .*got str"),
+    ({"simulate": "x"}, "simulate must be an evenflow Simulation or None, got str")])
+def test_trainer_arguments_of_the_wrong_type_are_named(kwargs, error):
+    strategy, model, optimizer = _one_replica()
+    with pytest.raises(TypeError, match=error):
+        Trainer(strategy, model, optimizer, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"accumulate_steps": 2}, {"compression": "fp16"}])
+def test_a_variable_the_loss_does_not_use_keeps_its_value_under_accumulation_and_compression(kwargs):
+    # Its gradient is None: summed over micro-steps and all-reduced, it stays None.
+    import evenflow as ef
+    from evenflow.tf import ArraySource, PlanReader, mirrored_strategy, topology_of
+
+    class TwoHeads(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = keras.layers.Dense(3), keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.used(x)
+
+    strategy = mirrored_strategy(1)
+    with strategy.scope():
+        model = TwoHeads()
+        model(X[:1]), model.unused(X[:1])
+        optimizer = make_optimizer("sgd", 0.1)
+    before = [v.numpy().copy() for v in model.unused.weights]
+    source = ArraySource(X, Y)
+    plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=8)
+    result = Trainer(strategy, model, optimizer, **kwargs).fit(PlanReader(source), plan, epochs=1)[0]
+    assert result.samples == 40 and np.isfinite(result.loss)
+    assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, model.unused.weights))

@@ -87,7 +87,7 @@ def run(args) -> int:
                   f"{_ids(e.bad_steps[:args.limit], len(e.bad_steps))}", file=out)
         if not e.complete:
             print(f"epoch {e.epoch}: only {e.steps_recorded} of {e.num_steps} steps recorded (the run has not "
-                  f"finished this epoch, or was interrupted)", file=out)
+                  f"finished this epoch, was interrupted, or its audit segments were removed)", file=out)
         if e.skipped_steps:
             steps = _ids(e.skipped_steps[:args.limit], len(e.skipped_steps))
             print(f"epoch {e.epoch}: steps skipped as non-finite: {steps} ({len(e.skipped_ids)} samples not "
@@ -104,7 +104,7 @@ def run(args) -> int:
 
 def _parse_ids(text: str) -> list[int]:
     parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts):
+    if not all(p.isascii() and p.isdigit() for p in parts):
         raise ValueError(f"--locate takes sample ids >= 0, comma-separated, e.g. 17,240; got {text!r}")
     return [int(p) for p in parts]
 

@@ -29,13 +29,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "`evenflow train` writes, and write a self-contained HTML page of charts.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding telemetry.jsonl")
-    parser.add_argument("--output", metavar="FILE", help="the HTML file to write (default RUN_DIR/report.html)")
+    parser.add_argument("--output", metavar="FILE", help="the HTML file to write, a name ending in .html (default RUN_DIR/report.html)")
     parser.set_defaults(run=run)
     return parser
 
 
 def run(args) -> int:
-    from evenflow.report.run_report import replica_rows, write_report
+    from evenflow.report.run_report import replica_rows, summary_problem, write_report
     from evenflow.report.table import format_table
     from evenflow.report.telemetry import diagnose_phases, load_telemetry
 
@@ -49,6 +49,11 @@ def run(args) -> int:
                        rows, align="r" * 7))
     if tel.truncated_line:
         print(f"note: skipped line {tel.truncated_line} of {tel.path}: truncated")
+    if tel.earlier_updates:
+        print(f"note: the run resumed on {tel.replicas} replicas after {tel.earlier_updates} updates on another "
+              f"count; the report covers the updates since")
+    if problem := summary_problem(args.run_dir):
+        print(f"note: {problem}")
     for name, d in phases.items():
         print(f"\n{name} (updates {d.start}..{d.stop - 1}): " + " ".join(d.lines))
     print(f"\nwrote {path}")

@@ -113,9 +113,11 @@ class Index:
             object.__setattr__(self, "_classes", _distinct(labels))  # the codes when first asked for
         if self.costs is not None:
             costs = _as_vector("costs", self.costs, n, np.float64)
-            bad = _first_where(costs, lambda part: part < 0)
+            top = np.finfo(np.float64).max / n  # then no sum of costs overflows to inf
+            bad = _first_where(costs, lambda part: (part < 0) | (part > top))
             if bad is not None:
-                raise ValueError(f"Index costs must be >= 0, but costs[{bad}] is {costs[bad]}; "
+                rule = "must be >= 0" if costs[bad] < 0 else f"must be at most {top:.3g} (so {n} of them sum to a number)"
+                raise ValueError(f"Index costs {rule}, but costs[{bad}] is {costs[bad]}; "
                                  f"use a length, a size or a time")
             costs.flags.writeable = False
             object.__setattr__(self, "costs", costs)

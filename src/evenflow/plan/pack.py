@@ -29,6 +29,7 @@ import numpy as np
 __all__ = ["PACK_OVERFLOW", "PackLayout", "check_pack_lengths", "pack_layout", "fill_layout"]
 
 PACK_OVERFLOW = ("error", "split")
+_MAX_PIECES = 1 << 31  # pieces a layout may hold: int64 arrays of a few of them per piece stay in memory
 
 
 def check_pack_lengths(lengths: np.ndarray, length: int, overflow: str) -> np.ndarray:
@@ -39,6 +40,15 @@ def check_pack_lengths(lengths: np.ndarray, length: int, overflow: str) -> np.nd
         bad = int(np.flatnonzero((whole != tokens) | (whole < 1))[0])
         raise ValueError(f"pack needs each sample's cost to be its length in tokens (an integer >= 1), but sample "
                          f"{bad} has cost {float(tokens[bad]):g}; pass token counts as costs or do not pack")
+    worst = int(np.argmax(whole)) if whole.size else 0
+    if whole.size and whole[worst] >= 2**53:
+        raise ValueError(f"sample {worst} has {float(whole[worst]):.3g} tokens, and a token count must be below "
+                         f"2**53; pass token counts as costs, or do not pack")
+    pieces = float(np.ceil(whole / length).sum()) if overflow == "split" else float(whole.size)
+    if pieces > _MAX_PIECES:
+        raise ValueError(f"packing into rows of {length} tokens would cut the samples into {pieces:.3g} pieces, more "
+                         f"than {_MAX_PIECES:,} (sample {worst} alone has {float(whole[worst]):.3g} tokens); "
+                         f"pass token counts as costs, or do not pack")
     tokens = whole.astype(np.int64)
     too_long = np.flatnonzero(tokens > length)
     if overflow == "error" and too_long.size:

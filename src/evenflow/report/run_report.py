@@ -226,8 +226,21 @@ def _summary(run_dir: Path) -> dict:
     try:
         obj = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}  # optional: the header just shows less
+        return {}  # optional: the header just shows less (summary_problem says why)
     return obj if isinstance(obj, dict) else {}
+
+
+def summary_problem(run_dir) -> str | None:
+    """Why ``<run_dir>/summary.json`` adds nothing to the report, if it exists but cannot be read."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return None  # a run still training, or stopped before its end: nothing to say
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return f"{path} cannot be read ({e}); the report leaves out its dataset and test results"
+    return None if isinstance(obj, dict) else f"{path} is not a JSON object; the report leaves out its dataset " \
+                                              f"and test results"
 
 
 def write_report(run_dir, output=None, *, tel: Telemetry | None = None) -> tuple[Path, Diagnosis]:
@@ -249,6 +262,13 @@ def write_report(run_dir, output=None, *, tel: Telemetry | None = None) -> tuple
         raise ValueError(f"the report's folder {out.parent} does not exist; create it or pass another --output")
     if out.is_dir():
         raise ValueError(f"--output {out} is a folder; pass the path of the HTML file to write, e.g. {out / 'report.html'}")
+    if out.suffix.lower() not in (".html", ".htm") or (out.exists() and not out.is_file()):
+        raise ValueError(f"--output {out} is not an .html file; the report replaces the file it is given, so "
+                         f"it writes only .html files: pass e.g. {out.with_suffix('.html').name}")
     page, phases = render_report(tel, _summary(run_dir))
-    write_atomic(out, page)
+    try:
+        write_atomic(out, page)
+    except OSError as e:
+        raise ValueError(f"cannot write the report to {out}: {e.strerror or e}; pass --output with a path you "
+                         f"can write") from None
     return out, phases["whole run"]

@@ -50,6 +50,8 @@ class Telemetry:
         truncated_line: 1-based number of a skipped, truncated last line, else None.
         held: the ``held`` lines (a check whose re-plan would not have repaid its cost over the
             steps left), each with ``"index"`` added as for ``rebalances``.
+        earlier_updates: step lines before the run last resumed on another number of replicas;
+            the arrays hold only the updates since (0 when the count never changed).
     """
 
     path: Path
@@ -66,6 +68,7 @@ class Telemetry:
     rebalances: tuple[dict, ...] = ()
     truncated_line: int | None = None
     held: tuple[dict, ...] = ()
+    earlier_updates: int = 0  # step lines before the run resumed on another replica count, not in the arrays
 
     @property
     def replicas(self) -> int:
@@ -112,11 +115,12 @@ def load_telemetry(run_dir) -> Telemetry:
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ValueError(f"run directory {run_dir} does not exist; pass the --output-dir of an evenflow train run")
+        what = "is a file, not a folder" if run_dir.exists() else "does not exist"
+        raise ValueError(f"run directory {run_dir} {what}; pass the --output-dir of an evenflow train run")
     path = run_dir / TELEMETRY_FILE
     if not path.is_file():
         raise ValueError(f"{path} not found: it is written by evenflow train with telemetry; run training first")
-    run, rows, rebalances, truncated, held = read_telemetry_lines(path)
+    run, rows, rebalances, truncated, held, earlier = read_telemetry_lines(path)
     if not rows["epoch"]:
         raise ValueError(f"{path} has no step lines; the run stopped before its first update — "
                          f"train at least one step")
@@ -128,7 +132,7 @@ def load_telemetry(run_dir) -> Telemetry:
         weights=np.asarray(rows["weights"], f64), samples=np.asarray(rows["samples"], np.int64),
         cost=np.asarray(rows["cost"], f64), compute=np.asarray(rows["compute"], f64),
         input_wait=np.asarray(rows["input_wait"], f64), step_seconds=np.asarray(rows["step_seconds"], f64),
-        rebalances=tuple(rebalances), truncated_line=truncated, held=tuple(held))
+        rebalances=tuple(rebalances), truncated_line=truncated, held=tuple(held), earlier_updates=earlier)
 
 
 def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnosis:

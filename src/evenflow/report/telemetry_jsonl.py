@@ -1,8 +1,10 @@
 """Reading ``telemetry.jsonl`` line by line into columns, with errors that name the line.
 
-Each non-blank line is one JSON object with a ``kind``: the first ``run`` line gives the
-replica count (else the first ``step`` line's weights do), every ``step`` line is checked
-for its fields and one value per replica in each per-replica array, and ``rebalance`` and
+Each non-blank line is one JSON object with a ``kind``: a ``run`` line (written at every start of
+training, resumes included) gives the replica count (else the first ``step`` line's weights do);
+a run resumed on another number of replicas starts over, and only the lines since are kept. Every
+``step`` line is checked for its fields (finite numbers, whole where they count, none negative) and
+one value per replica in each per-replica array, and ``rebalance`` and
 ``held`` lines (a re-plan, and a check whose re-plan would not have repaid its cost) are kept
 as written with the number of step lines before them. Unknown keys and kinds are
 ignored, so older readers accept newer files; a last line that is not valid JSON (the
@@ -11,6 +13,7 @@ trainer stopped mid-write) is skipped and reported. The stdlib only.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,6 +34,7 @@ class TelemetryLines(NamedTuple):
             before it) and ``"line"`` (its 1-based line number) added.
         held: the ``held`` lines, the same way.
         truncated_line: 1-based number of a skipped, truncated last line, else None.
+        earlier_updates: step lines dropped because the run resumed on another replica count.
     """
 
     run: dict
@@ -38,6 +42,7 @@ class TelemetryLines(NamedTuple):
     rebalances: list[dict]
     truncated_line: int | None
     held: list[dict]
+    earlier_updates: int = 0
 
 
 def read_telemetry_lines(path: Path) -> TelemetryLines:
@@ -55,7 +60,7 @@ def read_telemetry_lines(path: Path) -> TelemetryLines:
                                              *PER_REPLICA)}
     rebalances: list[dict] = []
     held: list[dict] = []
-    truncated = None
+    truncated, earlier = None, 0
     for i, text in enumerate(lines):
         if not text.strip():
             continue
@@ -65,10 +70,13 @@ def read_telemetry_lines(path: Path) -> TelemetryLines:
             truncated = i + 1
             continue
         kind = obj.get("kind")
-        if kind == "run" and not run:
-            run = obj
-            if isinstance(obj.get("replicas"), int) and obj["replicas"] >= 1:
-                replicas = obj["replicas"]
+        count = obj.get("replicas") if isinstance(obj.get("replicas"), int) and obj["replicas"] >= 1 else None
+        if kind == "run" and (not run or (count is not None and count != replicas)):
+            if run:  # resumed on another replica count: the lines before describe another topology
+                earlier += len(rows["epoch"])
+                rows = {k: [] for k in rows}
+                rebalances, held = [], []
+            run, replicas = obj, count
         elif kind == "step":
             if replicas is None:  # no run line: the first step line decides
                 replicas = len(obj.get("weights") or [])
@@ -76,7 +84,7 @@ def read_telemetry_lines(path: Path) -> TelemetryLines:
         elif kind in ("rebalance", "held"):
             (rebalances if kind == "rebalance" else held).append({**obj, "index": len(rows["epoch"]), "line": i + 1})
         # other kinds: written by a newer trainer; ignored on purpose
-    return TelemetryLines(run, rows, rebalances, truncated, held)
+    return TelemetryLines(run, rows, rebalances, truncated, held, earlier)
 
 
 def _json_object(text: str, where: str, truncated_ok: bool) -> dict | None:
@@ -108,13 +116,16 @@ def _read_step(obj: dict, replicas: int, where: str, rows: dict[str, list]) -> N
             raise ValueError(f"{where}: {k!r} must have one value per replica ({replicas}, from the run line), "
                              f"got {got}; the file mixes runs with different replica counts — start a new "
                              f"run directory")
-    try:
-        for k in ("epoch", "step", "global_step"):
-            rows[k].append(int(vals[k]))
-        for k in ("input_wait", "step_seconds"):
-            rows[k].append(float(vals[k]))
-        rows["samples"].append([int(x) for x in vals["samples"]])
-        for k in ("weights", "cost", "compute"):
-            rows[k].append([float(x) for x in vals[k]])
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: step fields must be numbers ({e}); fix or delete that line") from e
+    got = {}
+    for k, v in vals.items():
+        for x in v if k in PER_REPLICA else (v,):
+            whole = k in ("epoch", "step", "global_step", "samples")
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 \
+                    or (whole and x != int(x)):
+                rule = "a whole number >= 0" if whole else "a finite number >= 0"
+                raise ValueError(f"{where}: {k!r} must be {rule}, got {x!r}; fix or delete that line")
+        got[k] = [int(x) if k == "samples" else float(x) for x in v] if k in PER_REPLICA else v
+    for k in ("epoch", "step", "global_step"):
+        rows[k].append(int(got[k]))
+    for k in ("input_wait", "step_seconds", *PER_REPLICA):
+        rows[k].append(got[k] if k in PER_REPLICA else float(got[k]))

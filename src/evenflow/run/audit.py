@@ -27,6 +27,7 @@ counted, its retraining is.
 from __future__ import annotations
 
 import io
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,4 +271,22 @@ def check_audit(run_dir: str | Path) -> list[EpochAudit]:
         report.skipped_ids = np.sort(np.concatenate(skipped_ids)).tolist() if skipped_ids else []
         report.replica_counts = sorted(set(replicas_of.values()))
         out.append(report)
-    return out
+    return _with_missing_epochs(Path(run_dir), out)
+
+
+def _with_missing_epochs(run_dir: Path, found: list[EpochAudit]) -> list[EpochAudit]:
+    """``found`` and an empty (incomplete) audit for every epoch with no segment at all.
+
+    Those are the epochs before the last one recorded, and up to the run's end when ``summary.json``
+    (written when a run ends) says how many epochs it trained.
+    """
+    try:
+        trained = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("epochs")
+    except (OSError, ValueError, AttributeError):
+        trained = None
+    trained = trained if isinstance(trained, int) and not isinstance(trained, bool) else 0
+    have = {e.epoch for e in found}
+    first = found[0]
+    found = found + [EpochAudit(epoch=e, num_steps=first.num_steps, num_samples=first.num_samples)
+                     for e in range(max(max(have) + 1, trained)) if e not in have]
+    return sorted(found, key=lambda e: e.epoch)

@@ -33,14 +33,12 @@ from evenflow.run.hooks import Hooks as _Hooks
 from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
 from evenflow.run.same_plan import check_same_plan
+from evenflow.run.validate import MAX_ACCUMULATE_STEPS, check_accumulate_steps
 
 __all__ = ["Engine", "TrainLoop", "LoopFront", "CHUNK_SLOTS", "MAX_ACCUMULATE_STEPS"]
 
 # Most plan slots (ids) one training stream holds: 2**23 int64 ids = 64 MiB of host memory.
 CHUNK_SLOTS = 2**23
-# The k micro-steps of an update are unrolled in one traced function on TensorFlow; past a few
-# dozen the trace gets slow, and a larger effective batch is better had from a larger global batch.
-MAX_ACCUMULATE_STEPS = 64
 
 
 @dataclass(frozen=True)
@@ -65,10 +63,7 @@ class TrainLoop:
     """
 
     def __init__(self, engine: Engine, accumulate_steps: int = 1):
-        if isinstance(accumulate_steps, bool) or not isinstance(accumulate_steps, numbers.Integral) \
-                or not 1 <= accumulate_steps <= MAX_ACCUMULATE_STEPS:
-            raise ValueError(f"accumulate_steps must be an int in [1, {MAX_ACCUMULATE_STEPS}], got "
-                             f"{accumulate_steps!r}; use a larger global batch for larger updates")
+        check_accumulate_steps(accumulate_steps)
         self.engine, self.accumulate_steps = engine, int(accumulate_steps)
         self.switches = PlanSwitches(engine)
         self.cursor: Cursor | None = None

@@ -40,6 +40,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.speed import Decision, RebalanceOptions, Rebalancer
+from evenflow.util.files import drop_partial_line
 
 __all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]
 
@@ -107,12 +108,14 @@ class ReplicaMonitor:
         if telemetry is not None:
             path = Path(telemetry)
             keep = append and path.is_file()
+            if keep:
+                drop_partial_line(path)  # a line cut by a crash would run into the first one written now
             self._file = open(path, "a" if keep else "w")
-            if not keep:
-                self._write({"kind": "run", "replicas": self.replicas, "workers": int(workers),
-                             "global_batch_size": int(global_batch_size), "steps_per_epoch": self.steps_per_epoch,
-                             "load_unit": "samples" if self.costs is None else "cost",
-                             "rebalance": bool(rebalance.enabled), "shared_devices": bool(shared_devices)})
+            # At every start, resumes too: a resume on another replica count starts a new part of the file.
+            self._write({"kind": "run", "replicas": self.replicas, "workers": int(workers),
+                         "global_batch_size": int(global_batch_size), "steps_per_epoch": self.steps_per_epoch,
+                         "load_unit": "samples" if self.costs is None else "cost",
+                         "rebalance": bool(rebalance.enabled), "shared_devices": bool(shared_devices)})
 
     @property
     def needs_ids(self) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 __all__ = ["check_str", "check_choice", "check_int", "check_float", "check_bool", "check_finite"]
 
@@ -50,3 +51,17 @@ def check_bool(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be true or false, got {type(value).__name__} ({value!r})")
     return value
+
+
+# Plan steps per optimizer update, at most: the k micro-steps of an update are unrolled in one traced
+# function on TensorFlow; past a few dozen the trace gets slow, and a larger effective batch is better
+# had from a larger global batch.
+MAX_ACCUMULATE_STEPS = 64
+
+
+def check_accumulate_steps(value) -> int:
+    """``accumulate_steps`` as an int in ``[1, MAX_ACCUMULATE_STEPS]``, or ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= MAX_ACCUMULATE_STEPS:
+        raise ValueError(f"accumulate_steps must be an int in [1, {MAX_ACCUMULATE_STEPS}], got {value!r}; use a "
+                         f"larger global batch for larger updates")
+    return int(value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 
 from evenflow.tf._lazy import keras as _keras, tf as _tf
+from evenflow.tf.optimizers import presum_gradients
 
 __all__ = ["REDUCTIONS", "loss_reduction", "check_compiled", "check_model", "check_output_masks"]
 
@@ -48,6 +49,7 @@ def check_compiled(model, when: str) -> None:
     if not getattr(model, "compiled", False):
         raise ValueError(f"compile the model {when}: model.compile(optimizer=..., loss=..., metrics=[...]) under "
                          f"strategy.scope()")
+    presum_gradients(model.optimizer, False)  # Keras's steps need the optimizer's own sum over replicas
 
 
 def check_model(model) -> None:

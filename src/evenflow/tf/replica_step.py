@@ -27,6 +27,7 @@ import numpy as np
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import check_per_sample, masked_loss, per_sample_cross_entropy
+from evenflow.tf.optimizers import presum_gradients
 from evenflow.tf.clock import emulated_clock
 
 __all__ = ["ReplicaStep", "COMPRESSIONS", "masked_sums"]
@@ -58,8 +59,7 @@ class ReplicaStep:
         self.skip_nonfinite, self.compression = bool(skip_nonfinite), compression
         self.timing, self.simulate = bool(timing), simulate
         self._loss_scaled = isinstance(optimizer, _keras().optimizers.LossScaleOptimizer)
-        if compression != "none":
-            _skip_optimizer_all_reduce(optimizer)
+        presum_gradients(optimizer, compression != "none")
         with strategy.scope():
             # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
             optimizer.build(model.trainable_variables)
@@ -107,8 +107,9 @@ class ReplicaStep:
                 per_sample = self.loss_fn(batch["label"], logits)
                 step_loss = masked_loss(per_sample, batch["mask"], count)
                 scaled = self.optimizer.scale_loss(step_loss) if self._loss_scaled else step_loss
-            step_grads = tape.gradient(scaled, variables)
-            grads = step_grads if grads is None else [a + b for a, b in zip(grads, step_grads)]
+            step_grads = tape.gradient(scaled, variables)  # None for a variable the loss does not use
+            grads = step_grads if grads is None else \
+                [b if a is None else a if b is None else a + b for a, b in zip(grads, step_grads)]
             loss = step_loss if loss is None else loss + step_loss
             seen.append((batch, logits, per_sample))
         return grads, loss, seen
@@ -174,10 +175,11 @@ class ReplicaStep:
     def _all_reduce_fp16(self, grads):
         # Sum over all replicas in float16 (half the bytes on the wire), back in the variables' dtype.
         tf = _tf()
-        grads = [tf.convert_to_tensor(g) for g in grads]
+        real = {i: tf.convert_to_tensor(g) for i, g in enumerate(grads) if g is not None}  # None: an unused variable
         summed = tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, [tf.cast(g, tf.float16) for g in grads])
-        return [tf.cast(s, g.dtype) for s, g in zip(summed, grads)]
+            tf.distribute.ReduceOp.SUM, [tf.cast(g, tf.float16) for g in real.values()])
+        back = dict(zip(real, summed))
+        return [tf.cast(back[i], g.dtype) if i in back else None for i, g in enumerate(grads)]
 
     @staticmethod
     def _agree_on_finite(grads, any_bad):
@@ -185,7 +187,7 @@ class ReplicaStep:
         # overflow on another replica alone would then be summed into the weights. Make the local
         # verdicts agree first: if any replica overflowed, every replica presents non-finite grads.
         tf = _tf()
-        return [tf.where(any_bad, tf.constant(np.nan, g.dtype), g) for g in grads]
+        return [g if g is None else tf.where(any_bad, tf.constant(np.nan, g.dtype), g) for g in grads]
 
     def _apply_unless(self, skip, grads, variables):
         """Apply ``grads`` on every replica unless the agreed ``skip`` is true (the same on all)."""
@@ -265,22 +267,6 @@ def _hits(labels, logits, real):
         return tf.constant(0.0)
     right = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int64), tf.cast(labels, tf.int64))
     return tf.reduce_sum(tf.cast(tf.logical_and(right, real), tf.float32))
-
-
-def _skip_optimizer_all_reduce(optimizer) -> None:
-    """Make a Keras 3 optimizer apply the gradients it is given as they are.
-
-    Keras's TensorFlow optimizer sums gradients over replicas itself
-    (``TFOptimizer._all_reduce_sum_gradients``) when ``apply`` runs in replica
-    context. A trainer that has already all-reduced them (compressed) must switch that
-    off, or the sum would be taken twice; a ``LossScaleOptimizer`` delegates to its
-    inner optimizer, so that is the one to change.
-    """
-    target = getattr(optimizer, "inner_optimizer", optimizer)
-    if not callable(getattr(target, "_all_reduce_sum_gradients", None)):
-        raise TypeError(f"gradient compression needs a Keras 3 TensorFlow optimizer (with "
-                        f"_all_reduce_sum_gradients), got {type(target).__name__}; use compression='none'")
-    target._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
 
 
 def _suspects(features, logits, per_sample):

@@ -24,7 +24,9 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
-from evenflow.run.loop import MAX_ACCUMULATE_STEPS, LoopFront, TrainLoop
+from evenflow.run.loop import MAX_ACCUMULATE_STEPS, LoopFront, TrainLoop, check_accumulate_steps
+from evenflow.run.simulate import Simulation
+from evenflow.run.validate import check_bool
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
@@ -70,6 +72,13 @@ class Trainer(LoopFront):
     def __init__(self, strategy, model, optimizer, loss_fn=per_sample_cross_entropy, skip_nonfinite: bool = True,
                  accumulate_steps: int = 1, compression: str = "none", timing: bool = False, simulate=None):
         _check_parts(strategy, model, optimizer)
+        check_accumulate_steps(accumulate_steps)  # every argument before the step touches the optimizer
+        skip_nonfinite, timing = check_bool("skip_nonfinite", skip_nonfinite), check_bool("timing", timing)
+        if not callable(loss_fn):
+            raise TypeError(f"loss_fn must be a function (labels, logits) -> per-sample loss [slots], got "
+                            f"{type(loss_fn).__name__}; e.g. evenflow.tf.per_sample_cross_entropy (the default)")
+        if simulate is not None and not isinstance(simulate, Simulation):
+            raise TypeError(f"simulate must be an evenflow Simulation or None, got {type(simulate).__name__}")
         if model.built is False or not model.trainable_variables:
             raise ValueError(f"the model {getattr(model, 'name', type(model).__name__)!r} has no variables yet; "
                              f"build it before creating the Trainer (call it once on a batch, or give it an "

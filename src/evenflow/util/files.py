@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["fsync_dir", "fsync_file", "write_atomic", "write_json", "plain_json", "read_npz", "NPZ_READ_ERRORS",
-           "numpy_file_kind", "NUMPY_FILE_KINDS"]
+__all__ = ["fsync_dir", "fsync_file", "write_atomic", "drop_partial_line", "write_json", "plain_json", "read_npz",
+           "NPZ_READ_ERRORS", "numpy_file_kind", "NUMPY_FILE_KINDS"]
 
 # What reading a damaged .npz raises: a truncated or overwritten one is not a zip (BadZipFile) or
 # ends early (EOFError); a member whose bytes changed fails its CRC on read (BadZipFile), a
@@ -62,6 +62,23 @@ def write_atomic(path, data: bytes | str) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def drop_partial_line(path) -> None:
+    """Cut off a last line without its newline (a write a crash stopped) from an append-only text file."""
+    with open(path, "rb+") as fh:
+        pos = fh.seek(0, os.SEEK_END)
+        if pos == 0 or (fh.seek(pos - 1), fh.read(1))[1] == b"\n":
+            return
+        while pos > 0:
+            size = min(1 << 16, pos)
+            pos -= size
+            fh.seek(pos)
+            cut = fh.read(size).rfind(b"\n")
+            if cut >= 0:
+                fh.truncate(pos + cut + 1)
+                return
+        fh.truncate(0)
 
 
 def plain_json(value):
