@@ -160,3 +160,14 @@ def test_a_costs_npy_is_memory_mapped_and_missing_costs_cost_nothing(columns):
     assert isinstance(got, np.memmap) and np.array_equal(got, costs)
     ones = ef.Index(10**12).cost_or_ones()
     assert ones.shape == (10**12,) and ones.strides == (0,) and not ones.flags.writeable and ones[123] == 1.0
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--samples", "0", "--batch-size", "4"], "--samples must be at least 1, got 0"),
+    (["--samples", "10", "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["--samples", "10", "--batch-size", "4", "--stratify"], "--stratify needs labels: pass --labels FILE"),
+    (["--samples", "10", "--batch-size", "4", "--bucket"], "--bucket needs costs: pass --costs FILE")])
+def test_plan_errors_name_the_flags_not_the_python_arguments(capsys, argv, said):
+    assert main(["inspect", "--replicas", "2", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"evenflow inspect: error: {said}") and "\n" not in err

@@ -387,3 +387,14 @@ def test_a_variable_the_loss_does_not_use_keeps_its_value_under_accumulation_and
     result = Trainer(strategy, model, optimizer, **kwargs).fit(PlanReader(source), plan, epochs=1)[0]
     assert result.samples == 40 and np.isfinite(result.loss)
     assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, model.unused.weights))
+
+
+def test_a_start_past_the_end_of_the_epoch_is_named_before_any_pipeline_is_built():
+    import evenflow as ef
+    from evenflow.tf import ArraySource, PlanReader, topology_of
+
+    strategy, model, optimizer = _one_replica()
+    source = ArraySource(X, Y)
+    plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=8)  # 5 steps
+    with pytest.raises(ValueError, match=r"start Cursor\(epoch=0, step=99\) is past the end of an epoch of 5 steps"):
+        Trainer(strategy, model, optimizer).fit(PlanReader(source), plan, epochs=1, start=ef.Cursor(0, 99))

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 
-from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
+from evenflow.commands.inspect_inputs import in_flags, load_column, parse_steps, parse_weights
 
 EPILOG = """examples:
   evenflow inspect --samples 10000 --replicas 8 --batch-size 256
@@ -74,73 +73,6 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.add_argument("--plot", metavar="PNG", help="write a plot of per-replica load per step")
     p.set_defaults(run=run)
-
-
-def load_column(path: str, what: str, integer: bool) -> np.ndarray:
-    """Read an .npy array (known by its header, whatever the file's name) or a text file with one number per line."""
-    if not os.path.isfile(path):
-        raise ValueError(f"{what} file {path} {'is a directory' if os.path.isdir(path) else 'does not exist'}; "
-                         f"pass a .npy file or a text file with one number per line")
-    kind = numpy_file_kind(path)  # by content: np.load would take any file without a header for a pickle
-    if kind == "npy":
-        try:  # memory-mapped: a window of a huge epoch reads the values it needs
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as e:
-            raise ValueError(f"{what} file {path} is not a numeric .npy array ({e})") from e
-        if sum(n > 1 for n in arr.shape) > 1:
-            raise ValueError(f"{what} file {path} holds an array of shape {arr.shape}; pass one value per sample, "
-                             f"a 1-d array of shape (N,)")
-    elif kind == "npz" or path.endswith(".npy"):
-        raise ValueError(f"{what} file {path} is {NUMPY_FILE_KINDS[kind]}{', not an .npy array' if kind == 'npz' else ''}"
-                         f"; save the {what} alone with numpy.save, or write one number per line in a text file")
-    else:
-        values = []
-        try:
-            with open(path, encoding="utf-8") as f:
-                for line_no, line in enumerate(f, 1):
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        values.append(float(line))
-                    except ValueError:
-                        raise ValueError(f"{what} file {path}, line {line_no}: {line[:40]!r} is not a number; "
-                                         f"write one number per line") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{what} file {path} is neither an .npy array nor UTF-8 text; save the {what} with "
-                             f"numpy.save, or write one number per line") from None
-        arr = np.asarray(values, dtype=np.float64)
-    arr = np.ravel(arr)
-    if integer and arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.array_equal(arr, np.round(arr)):
-            raise ValueError(f"{what} file {path} must hold whole numbers (class ids)")
-        arr = arr.astype(np.int64)
-    return arr
-
-
-def parse_weights(text: str | None):
-    if not text:
-        return None
-    try:
-        return tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"--weights must be comma-separated numbers like 1,1,1,0.5, got {text!r}") from None
-
-
-def parse_steps(text: str, total: int) -> tuple[int, int]:
-    """``--steps A:B`` (either end may be left out) as steps ``(first, last)`` of an epoch of ``total`` steps."""
-    a, sep, b = text.partition(":")
-    try:
-        if not sep:
-            raise ValueError(text)
-        first, last = (int(a) if a.strip() else 0), (int(b) if b.strip() else total)
-    except ValueError:
-        raise ValueError(f"--steps must be A:B with whole numbers (steps A to B-1; A: or :B for an open end), "
-                         f"got {text!r}; e.g. --steps 0:8") from None
-    if not 0 <= first < last <= total:
-        raise ValueError(f"--steps must name at least one of the epoch's {total:,} steps (0 <= A < B <= {total}), "
-                         f"got {text!r}; e.g. --steps 0:{min(total, 8)}")
-    return first, last
 
 
 def too_large(err, args) -> str:
@@ -243,6 +175,22 @@ def modes_table(rows: list[dict], window: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _index_and_topology(args, labels, costs):
+    """The plan's Index and Topology from the flags, their errors in the command's words."""
+    import evenflow as ef
+
+    n = args.samples
+    if n is None:
+        known = [a for a in (labels, costs) if a is not None]
+        if not known:
+            raise ValueError("--samples is required unless --labels or --costs gives the dataset's length")
+        n = known[0].shape[0]
+    try:
+        return ef.Index(n, labels=labels, costs=costs), ef.Topology(args.replicas, weights=parse_weights(args.weights))
+    except (TypeError, ValueError) as e:
+        raise ValueError(in_flags(str(e))) from None
+
+
 def run(args) -> int:
     import evenflow as ef
     from evenflow.plan.memory import PlanTooLarge
@@ -258,14 +206,7 @@ def run(args) -> int:
         labels, costs, tokens = dataset_columns(args, labels, costs)
     else:
         refuse_keys(args, "there is no --dataset")
-    n = args.samples
-    if n is None:
-        known = [a for a in (labels, costs) if a is not None]
-        if not known:
-            raise ValueError("--samples is required unless --labels or --costs gives the dataset's length")
-        n = known[0].shape[0]
-    index = ef.Index(n, labels=labels, costs=costs)
-    topo = ef.Topology(args.replicas, weights=parse_weights(args.weights))
+    index, topo = _index_and_topology(args, labels, costs)
     given = checked_options(args, costs is not None)  # before the packed layout is built
     try:
         plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
@@ -276,6 +217,8 @@ def run(args) -> int:
         ep = plan.epoch(args.epoch, *window)
     except PlanTooLarge as e:
         raise ValueError(too_large(e, args)) from None
+    except (TypeError, ValueError) as e:
+        raise ValueError(in_flags(str(e))) from None
     summary = ep.summary()
     if tokens is not None:
         summary["tokens"] = tokens

@@ -122,6 +122,9 @@ class TrainLoop:
         if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
             monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
         check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes)
+        if start.step > plan.num_steps:
+            raise ValueError(f"start {start} is past the end of an epoch of {plan.num_steps} steps; resume from a "
+                             f"cursor of this plan (trainer.cursor, or a checkpoint's)")
         if start.step == plan.num_steps:  # the end of an epoch (what ``cursor`` holds after one) is the next one's start
             start = Cursor(start.epoch + 1, 0)
         self.switches.start(plan)
