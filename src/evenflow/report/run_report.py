@@ -222,25 +222,27 @@ def _weights(w) -> str:
     return ", ".join(f"{float(v):.3g}" for v in w) if isinstance(w, list) else str(w)
 
 
-def _summary(run_dir: Path) -> dict:
+def _read_summary(run_dir) -> tuple[dict, str | None]:
+    """``<run_dir>/summary.json`` (empty when missing or unreadable) and why it adds nothing, if it exists."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return {}, None  # a run still training, or stopped before its end: nothing to say
     try:
-        obj = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # optional: the header just shows less (summary_problem says why)
-    return obj if isinstance(obj, dict) else {}
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return {}, f"{path} cannot be read ({e}); the report leaves out its dataset and test results"
+    if not isinstance(obj, dict):
+        return {}, f"{path} is not a JSON object; the report leaves out its dataset and test results"
+    return obj, None
+
+
+def _summary(run_dir: Path) -> dict:
+    return _read_summary(run_dir)[0]  # optional: the header just shows less
 
 
 def summary_problem(run_dir) -> str | None:
     """Why ``<run_dir>/summary.json`` adds nothing to the report, if it exists but cannot be read."""
-    path = Path(run_dir) / "summary.json"
-    if not path.exists():
-        return None  # a run still training, or stopped before its end: nothing to say
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return f"{path} cannot be read ({e}); the report leaves out its dataset and test results"
-    return None if isinstance(obj, dict) else f"{path} is not a JSON object; the report leaves out its dataset " \
-                                              f"and test results"
+    return _read_summary(run_dir)[1]
 
 
 def write_report(run_dir, output=None, *, tel: Telemetry | None = None) -> tuple[Path, Diagnosis]:

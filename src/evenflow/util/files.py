@@ -68,7 +68,10 @@ def drop_partial_line(path) -> None:
     """Cut off a last line without its newline (a write a crash stopped) from an append-only text file."""
     with open(path, "rb+") as fh:
         pos = fh.seek(0, os.SEEK_END)
-        if pos == 0 or (fh.seek(pos - 1), fh.read(1))[1] == b"\n":
+        if pos == 0:
+            return
+        fh.seek(pos - 1)
+        if fh.read(1) == b"\n":
             return
         while pos > 0:
             size = min(1 << 16, pos)
