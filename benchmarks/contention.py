@@ -69,7 +69,12 @@ def parse_args(argv=None):
     p.add_argument("--samples", type=int, default=20_000, help="synthetic 32x32 grey images")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--global-batch-size", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=1, help="rounds; each runs both modes per case")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds; each runs both modes per case, in alternating order (use an even number, so that "
+                        "each mode runs first as often as second)")
+    p.add_argument("--pause", type=float, default=10.0, metavar="SECONDS",
+                   help="idle time before each timed run (default 10), so no run starts right after the busy "
+                        "process and two working cores of the one before")
     p.add_argument("--quick", action="store_true", help="2 epochs, case start only")
     p.add_argument("--json-out", default=None, help="default results/contention_<framework>.json")
     p.add_argument("--keep-runs", default=None, metavar="DIR",
@@ -169,6 +174,13 @@ def ideal_rate(run: dict) -> float:
     return summary["samples_per_second"] * total / (total - measured + ideal)
 
 
+def geomean(values: list[float]) -> float:
+    """The geometric mean of ratios (one per round)."""
+    import numpy as np
+
+    return float(np.exp(np.mean(np.log(values))))
+
+
 def step_median(run: dict) -> float:
     """Median seconds of the run's steps (the first one, which traces the model, left out)."""
     import numpy as np
@@ -221,6 +233,7 @@ def main(args) -> dict:
             got = {m: [] for m in MODES}
             for rnd in range(args.repeats):
                 for mode in (MODES if rnd % 2 == 0 else MODES[::-1]):
+                    time.sleep(args.pause)
                     got[mode].append(run_once(args, data, case, mode, Path(d) / f"{case}-{mode}-{rnd}"))
             rate = {m: sorted(r["summary"]["samples_per_second"] for r in got[m])[len(got[m]) // 2] for m in MODES}
             ideal = sorted(ideal_rate(r) for r in got["static"])[args.repeats // 2]
@@ -236,9 +249,16 @@ def main(args) -> dict:
                                             for e in r["summary"]["telemetry"]["rebalances"]] for r in got["evenflow"]],
                          "step_seconds_by_tenth": {m: [_tenths(r["steps"]) for r in got[m]] for m in MODES},
                          "all": {m: [r["summary"]["samples_per_second"] for r in got[m]] for m in MODES}})
+            # Per round, the two runs side by side; their geometric mean over an even number of rounds
+            # has each mode first as often as second, so what the position in a round does cancels out.
+            by_round = [e / s_ for e, s_ in zip(rows[-1]["all"]["evenflow"], rows[-1]["all"]["static"])]
+            rows[-1]["evenflow_over_static_by_round"] = by_round
+            rows[-1]["evenflow_over_static_geomean"] = paired = geomean(by_round)
             lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
                          f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "
                          f"{step['static'] / step['evenflow']:>20.3f}x {','.join(map(str, replans)):>9}")
+            lines.append(f"{case}: evenflow/static by round (static first in rounds 1, 3, ...) "
+                         f"{', '.join(f'{x:.3f}' for x in by_round)}; geometric mean {paired:.3f}")
             if case == "half":
                 # Per round: the static run's slowdown over evenflow's (1: evenflow's steps slowed as much).
                 slow = {m: [slowdown(t) for t in rows[-1]["step_seconds_by_tenth"][m]] for m in MODES}

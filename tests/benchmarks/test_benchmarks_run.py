@@ -178,6 +178,8 @@ def test_contention_slowdown_compares_a_run_after_its_middle_with_itself():
     assert bench.slowdown([9.0, 0.2, 0.2, 0.2, 0.2, 5.0, 0.3, 0.3, 0.3, 0.3]) == pytest.approx(1.5)
     # A run slower throughout (a busy machine) but not after its middle: no slowdown.
     assert bench.slowdown([0.4] * 10) == pytest.approx(1.0)
+    # Rounds in alternating order: a 10% penalty for running second cancels out of the geometric mean.
+    assert bench.geomean([1.2 / 1.1, 1.2 * 1.1]) == pytest.approx(1.2)
 
 
 def test_cost_split_ab_compares_a_revision_with_the_checkout_and_stops_where_they_differ(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 resume's trim; and a damaged cache of the built-in text dataset is parsed again."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -124,6 +126,11 @@ def test_an_epoch_whose_segments_are_gone_is_incomplete_not_skipped(tmp_path, ca
     assert main(["audit", str(tmp_path / "gap")]) == 1
     out = capsys.readouterr().out
     assert "epoch 1: only 0 of 2 steps recorded" in out and "NOT clean: epoch 1 of 3" in out
+    # --json: an incomplete epoch counts no misses (its unrecorded ids are not known to be missed).
+    assert main(["audit", str(tmp_path / "gap"), "--json"]) == 1
+    epochs = json.loads(capsys.readouterr().out)["epochs"]
+    assert [(e["complete"], e["num_misses"], e["misses"]) for e in epochs] == [(True, 0, []), (False, None, None),
+                                                                               (True, 0, [])]
     # The last epochs of a finished run deleted: summary.json says how many it trained.
     _epochs(tmp_path / "tail", [0, 1])
     (tmp_path / "tail" / "summary.json").write_text('{"epochs": 4}')

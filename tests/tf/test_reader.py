@@ -168,6 +168,13 @@ def test_bad_arguments_are_rejected(data, plan):
     # A strategy that is not one is named, not an AttributeError from inside.
     with pytest.raises(TypeError, match="PlanReader.distribute needs a tf.distribute.Strategy .* got NoneType"):
         PlanReader(ArraySource(*data)).distribute(None, plan)
+    # A bad number of epochs is named before any pipeline is built, not from inside tf.data's frames.
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=f"epochs must be None \\(endless\\) or an int >= 0, got {bad!r}") as got:
+            PlanReader(ArraySource(*data)).distribute(tf.distribute.OneDeviceStrategy("/cpu:0"), plan, epochs=bad)
+        assert got.traceback[-1].path.name == "epoch_rows.py"
+    with pytest.raises(ValueError, match="epochs must be an int >= 0, got None"):
+        PlanReader(ArraySource(*data)).worker_dataset(plan, range(0, 1), epochs=None)
     from evenflow.tf import topology_of
     with pytest.raises(TypeError, match="topology_of needs a tf.distribute.Strategy .* got str"):
         topology_of("mirrored")

@@ -41,6 +41,13 @@ class RebalanceOptions:
             per-replica lines its own steps measured (see :mod:`evenflow.plan.step_model`), up
             to this many times in a row, each reviewed against the steps before the first;
             then undone, >= 0.
+        evidence: with per-update measurements, a gain under ``urgent`` re-plans only when
+            3 in 4 of the last updates of the weights in use, the newest among them, each on
+            its own show a gain above ``threshold``: this many updates for a gain just above
+            it, fewer for larger gains (``evidence * (threshold - 1) / (gain - 1)``, at least
+            3; see :mod:`evenflow.plan.evidence`), so a few slow updates, a process starting on
+            a core, do not move the plan. After a device's confirmed change of speed the
+            updates since the change suffice, >= 1.
     """
 
     enabled: bool = True
@@ -55,6 +62,7 @@ class RebalanceOptions:
     payback: float = 1.5
     review: int = 16
     corrections: int = 2
+    evidence: int = 8
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
@@ -68,7 +76,8 @@ class RebalanceOptions:
         if not (_number(self.payback) and self.payback >= 0):
             raise ValueError(f"payback must be a number >= 0 (2 = a re-plan must save twice its cost), "
                              f"got {self.payback!r}")
-        for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1), ("corrections", 0)):
+        for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1), ("corrections", 0),
+                            ("evidence", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")

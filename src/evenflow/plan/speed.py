@@ -12,7 +12,10 @@ moving to them is ``max_r(p_r u_r) * sum_r(1 / u_r)`` (1 when already balanced,
 
 Hysteresis, so the plan does not flap on timing noise: a re-plan needs the
 predicted speed-up of the proposed weights over the current ones to exceed
-``threshold`` at ``patience`` consecutive checks (or ``urgent`` at one check), no re-plan happens
+``threshold`` at ``patience`` consecutive checks (or ``urgent`` at one check) and, fed
+per-update rows, in most of the last ``evidence`` updates each on its own
+(:mod:`evenflow.plan.evidence`; after a device's confirmed change of speed, the updates
+since the change are enough and the first check after it may re-plan), no re-plan happens
 within ``cooldown`` checks of the last one, and proposed weights are rounded to
 multiples of ``resolution`` (relative to the fastest replica, weight 1). Rounding
 also makes every worker of a multi-worker job, fed the same all-gathered
@@ -40,6 +43,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from evenflow.plan.evidence import GainEvidence
 from evenflow.plan.rebalance_options import RebalanceOptions
 from evenflow.plan.speed_estimate import SpeedEstimator
 from evenflow.plan.step_model import ReplanReview, SpeedChange, StepModel, best_shares, step_time
@@ -122,6 +126,8 @@ class Rebalancer:
         self.model = StepModel(replicas)
         self.review = ReplanReview(options.review)
         self.change = SpeedChange(replicas, options.jump)
+        self.evidence = GainEvidence(options.evidence, options.threshold)
+        self._observed = False  # per-update rows were fed (the evidence then gates re-plans)
         self._fit = None  # StepModel.fit() of the last check (None after a speed change)
         self.weights = tuple(float(x) for x in (np.ones(replicas) if weights is None else weights))
         self._streak = 0
@@ -158,6 +164,7 @@ class Rebalancer:
     def observe(self, load: np.ndarray, seconds: np.ndarray, step_seconds: np.ndarray) -> None:
         """Per-update rows: load and compute seconds ``[updates, R]``, step seconds ``[updates]``."""
         load, seconds = np.atleast_2d(np.asarray(load, np.float64)), np.atleast_2d(np.asarray(seconds, np.float64))
+        self._observed = True
         for lo, se, st in zip(load, seconds, np.asarray(step_seconds, np.float64).reshape(-1)):
             # Judged against the lines of the last check: fitting them again per update would cost
             # ~0.7 ms of the training thread each time (4 replicas, 128 rows).
@@ -169,10 +176,12 @@ class Rebalancer:
                 for lo_, se_, st_ in recent[:-1]:
                     self.model.add(lo_, se_)
                     self.review.add(st_)
+                    self.evidence.add(lo_, se_, st_)
                 lo_sum, se_sum = np.sum([r[0] for r in recent], axis=0), np.sum([r[1] for r in recent], axis=0)
                 self.estimator.restart(changed, lo_sum, se_sum)
             self.model.add(lo, se)
             self.review.add(st)
+            self.evidence.add(lo, se, st)
             self._overhead.append(max(float(st - se.max()), 0.0))
             self._total.append(float(lo.sum()))
 
@@ -239,7 +248,11 @@ class Rebalancer:
         if self._blocked > 0:
             self._blocked -= 1
             return decision(None, "")
-        patient = self._streak >= self.options.patience or g > self.options.urgent
+        # Under `urgent`, the updates themselves must agree (see evenflow.plan.evidence); after a
+        # device's confirmed change of speed, the updates since it are patience enough.
+        backed = not self._observed or self.evidence.backs(self.change.confirm)
+        patient = g > self.options.urgent or (backed and g > self.options.threshold and (
+            self._streak >= self.options.patience or self.evidence.since_change))
         if not self.options.enabled or not patient or target == self.weights:
             return decision(None, "")
         cost = self.replan_seconds
@@ -248,6 +261,7 @@ class Rebalancer:
             return replace(decision(None, "payback"), saving=float(steps_left * (now - then)))
         self.review.replanned(self.weights)
         self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+        self.evidence.clear()
         return decision(target, "replan")
 
     def _judge(self, known: bool, target, g_target: float) -> tuple[tuple[float, ...], str] | None:
@@ -266,11 +280,13 @@ class Rebalancer:
             self.review.retry()
             self._corrections += 1
             self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+            self.evidence.clear()
             return target, "correct"
         # Back to the weights before, and none for a while, twice as long after each undo in a row
         # (a model that keeps predicting a gain the steps do not show would otherwise be tried
         # again and again).
         self.weights, self._streak, self._cooldown = back, 0, self.options.cooldown
+        self.evidence.clear()
         self._blocked = self.options.review * 2 ** min(self._undos, 10)
         self._undos += 1
         self.undone += 1
@@ -282,3 +298,4 @@ class Rebalancer:
         not pay before may pay now."""
         self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
         self._blocked, self._corrections, self._undos, self._fit = 0, 0, 0, None
+        self.evidence.clear(changed=True)

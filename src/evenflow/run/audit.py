@@ -151,7 +151,8 @@ class EpochAudit:
         num_samples: N.
         samples: real ids recorded (with repeats).
         duplicates: ids recorded more than once, sorted.
-        misses: ids never recorded, sorted (only meaningful when the epoch is complete).
+        misses: ids never recorded, sorted; left empty while the epoch is incomplete (its ids
+            not recorded yet are no misses), and ``null`` in :meth:`to_dict` then.
         bad_steps: steps recorded twice, or with a replica missing or repeated.
         skipped_steps: steps whose update was skipped as non-finite.
         skipped_ids: real ids in those steps.
@@ -183,7 +184,9 @@ class EpochAudit:
                 "num_steps": self.num_steps, "steps_recorded": self.steps_recorded,
                 "num_samples": self.num_samples, "samples": self.samples,
                 "num_duplicates": len(self.duplicates), "duplicates": self.duplicates[:limit],
-                "num_misses": len(self.misses), "misses": self.misses[:limit], "bad_steps": self.bad_steps[:limit],
+                # Incomplete: which ids the missing steps would have held is not known, so no count.
+                "num_misses": len(self.misses) if self.complete else None,
+                "misses": self.misses[:limit] if self.complete else None, "bad_steps": self.bad_steps[:limit],
                 "skipped_steps": self.skipped_steps, "num_skipped_samples": len(self.skipped_ids),
                 "skipped_ids": self.skipped_ids[:limit], "replica_counts": self.replica_counts}
 

@@ -8,6 +8,7 @@ worker's range of replicas (count and cost mode) are planned a window of steps a
 """
 from __future__ import annotations
 
+import numbers
 import threading
 from collections import OrderedDict
 
@@ -15,9 +16,17 @@ import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
 
-__all__ = ["EpochRows", "WINDOW_SAMPLES"]
+__all__ = ["EpochRows", "WINDOW_SAMPLES", "check_epochs"]
 
 WINDOW_SAMPLES = 1 << 18  # global-step samples per window when a replica's rows are planned alone
+
+
+def check_epochs(epochs, endless: bool) -> None:
+    """``epochs`` to read must be an int >= 0 (or None, an endless stream, where ``endless`` allows it)."""
+    if epochs is None and endless:
+        return
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0:
+        raise ValueError(f"epochs must be {'None (endless) or ' if endless else ''}an int >= 0, got {epochs!r}")
 
 
 class EpochRows:

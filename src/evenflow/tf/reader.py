@@ -50,7 +50,7 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.run.validate import check_bool
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.chain_fns import check_batch_fn
-from evenflow.tf.epoch_rows import EpochRows
+from evenflow.tf.epoch_rows import EpochRows, check_epochs
 from evenflow.tf.pipeline import MapFn, load_batches
 from evenflow.tf.pyfunc import numpy_function
 from evenflow.tf.source_adapter import reader_source
@@ -157,8 +157,7 @@ class PlanReader:
         if replica is not None and (isinstance(replica, bool) or not isinstance(replica, numbers.Integral)
                                     or not 0 <= replica < r_count):
             raise ValueError(f"replica must be in [0, {r_count - 1}] for a plan of {r_count} replicas, got {replica!r}")
-        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0):
-            raise ValueError(f"epochs must be None (endless) or an int >= 0, got {epochs!r}")
+        check_epochs(epochs, endless=True)
         replica, epochs = (None if v is None else int(v) for v in (replica, epochs))
         if start.step > plan.num_steps:
             raise ValueError(f"start cursor step must be at most the epoch's {plan.num_steps} steps, got {start.step}")
@@ -209,8 +208,7 @@ class PlanReader:
                 or not 0 <= replicas.start < replicas.stop <= r_count:
             raise ValueError(f"replicas must be a non-empty range of consecutive replica ids within [0, {r_count}), "
                              f"got {replicas!r}")
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-            raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+        check_epochs(epochs, endless=False)
         if start.step > plan.num_steps:
             raise ValueError(f"start cursor step must be at most the epoch's {plan.num_steps} steps, got {start.step}")
         rows = EpochRows(plan, start, keep=epochs) if rows is None else rows
@@ -279,6 +277,7 @@ class PlanReader:
         tf = _tf()
         check_strategy(strategy, "PlanReader.distribute")
         self._check(plan)
+        check_epochs(epochs, endless=True)
         if strategy.num_replicas_in_sync != plan.topology.replicas:
             raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the strategy has "
                              f"{strategy.num_replicas_in_sync}; plan with evenflow.tf.topology_of(strategy)")
