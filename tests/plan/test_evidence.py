@@ -30,6 +30,11 @@ def test_the_evidence_needs_more_updates_the_closer_their_gain_is_to_the_thresho
     for _ in range(3):
         ev.add([100, 100], [0.1, 0.124], 0.124)
     assert ev.backs(3) and not GainEvidence(8, 1.1).backs(3)
+    for _ in range(6):  # 9 updates since the change: the full window again (7 at this gain)
+        ev.add([100, 100], [0.1, 0.1], 0.1)
+    for _ in range(3):
+        ev.add([100, 100], [0.1, 0.124], 0.124)
+    assert not ev.since_change and not ev.backs(3)
     big = GainEvidence(need=8, threshold=1.1)  # a replica twice as slow: a gain of 1.33, 3 updates
     for k in range(3):
         assert not big.backs(3)

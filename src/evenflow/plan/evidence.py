@@ -51,29 +51,36 @@ class GainEvidence:
             ``need * (threshold - 1) / (g - 1)`` of them, at least :data:`MIN_UPDATES`.
         threshold: the gain each of them must show (``RebalanceOptions.threshold``).
 
-    Attributes:
-        since_change: the gains are those of the updates since a device's confirmed change
-            of speed (the change detector already asked several updates in a row).
+    After a device's confirmed change of speed (:meth:`clear` with ``changed=True``) the first
+    ``need`` updates back a re-plan on fewer of them (:attr:`since_change`).
     """
 
     def __init__(self, need: int, threshold: float):
         self.need, self.threshold = int(need), float(threshold)
         self._gains: deque = deque(maxlen=self.need)
-        self.since_change = False
+        self._changed = False
+        self._added = 0  # updates added since the last clear
 
     def __len__(self) -> int:
         return len(self._gains)
+
+    @property
+    def since_change(self) -> bool:
+        """True within ``need`` updates of a device's confirmed change of speed (the change detector
+        already asked several updates in a row): the updates since it then suffice."""
+        return self._changed and self._added <= self.need
 
     def add(self, load: np.ndarray, seconds: np.ndarray, step_seconds: float) -> None:
         """One update of the weights in use."""
         g = update_gain(load, seconds, step_seconds)
         if np.isfinite(g):
             self._gains.append(g)
+            self._added += 1
 
     def clear(self, changed: bool = False) -> None:
         """New weights (``changed=False``) or a device's new speed (``changed=True``): start again."""
         self._gains.clear()
-        self.since_change = bool(changed)
+        self._changed, self._added = bool(changed), 0
 
     def window(self) -> int:
         """Updates that must agree now: fewer the larger the median gain (see ``need``)."""
