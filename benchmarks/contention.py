@@ -18,9 +18,13 @@ MultiWorkerMirroredStrategy (``TF_CONFIG`` on 127.0.0.1 ports), or torch ranks u
 no evaluation (``--test-fraction 0``). ``ideal`` is the throughput of a perfect split on this
 runtime, from the static run's telemetry: the time outside its steps and each step's overhead
 outside the slowest worker's compute as measured, its compute as if split in proportion to the
-workers' measured speeds. ``step static/evenflow`` is the ratio of the runs' median step times:
-the speed-up of the steps themselves, without the start-up and the loop's own time between
-steps that both modes spend alike. For ``half``, each run's slowdown (its median step after the
+workers' measured speeds. The busy process's share of its core differs from run to run, and
+with it what a perfect split can gain, so each round also gets the static run's own ideal and
+evenflow's throughput over a perfect split of its own steps (``ideal`` computed from evenflow's
+run: the contention it met, the steps before its re-plan landed included).
+``step static/evenflow`` is the ratio of the runs' median step times: the speed-up of the steps
+themselves, without the start-up and the loop's own time between steps that both modes spend
+alike. For ``half``, each run's slowdown (its median step after the
 middle over its median step before; :func:`slowdown`) is printed by round: a run measured against
 itself, so what shifts whole runs on a shared machine cancels out.
 
@@ -36,6 +40,7 @@ Examples:
     python benchmarks/contention.py --global-batch-size 1024 --epochs 12   # steps 4x the compute
     python benchmarks/contention.py --quick                    # a short smoke run
     python benchmarks/contention.py --cases half --keep-runs runs/contention   # keep every run's telemetry
+    python benchmarks/contention.py --cases half --from-runs runs/contention   # the results again, from them
 """
 from __future__ import annotations
 
@@ -80,6 +85,9 @@ def parse_args(argv=None):
     p.add_argument("--keep-runs", default=None, metavar="DIR",
                    help="copy each run's summary.json and telemetry.jsonl to DIR/<case>-<mode>-<round>/ "
                         "(read them with `evenflow report`)")
+    p.add_argument("--from-runs", default=None, metavar="DIR",
+                   help="run nothing: compute the results from the runs kept in DIR by --keep-runs (the same "
+                        "--cases, --repeats, --epochs, --samples and --global-batch-size)")
     args = p.parse_args(argv)
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     bad = [c for c in args.cases if c not in CASES]
@@ -88,6 +96,13 @@ def parse_args(argv=None):
     if args.quick:
         args.samples, args.epochs, args.cases = 4_000, 1, ["start"]
     args.json_out = args.json_out or str(ROOT / "results" / f"contention_{args.framework}.json")
+    if args.from_runs:
+        missing = [f"{c}-{m}-{r}" for c in args.cases for r in range(args.repeats) for m in MODES
+                   if not (Path(args.from_runs) / f"{c}-{m}-{r}" / "summary.json").is_file()]
+        if missing:
+            p.error(f"--from-runs: {args.from_runs} lacks the kept runs {', '.join(missing)} (a directory of "
+                    f"--keep-runs holds <case>-<mode>-<round>/ for each); pass the --cases and --repeats it was "
+                    f"run with")
     return args
 
 
@@ -151,9 +166,14 @@ def run_once(args, data: str, case: str, mode: str, out: Path) -> dict:
         kept.mkdir(parents=True, exist_ok=True)
         for name in ("summary.json", "telemetry.jsonl"):
             shutil.copy2(out / name, kept / name)
+    return dict(load_run(out), wall=wall)
+
+
+def load_run(out: Path) -> dict:
+    """A finished run's summary and step lines, from its output directory (or a kept copy of it)."""
     summary = json.loads((out / "summary.json").read_text())
     lines = [json.loads(x) for x in (out / "telemetry.jsonl").read_text().splitlines()]
-    return {"summary": summary, "steps": [x for x in lines if x["kind"] == "step"], "wall": wall}
+    return {"summary": summary, "steps": [x for x in lines if x["kind"] == "step"]}
 
 
 def ideal_rate(run: dict) -> float:
@@ -172,6 +192,22 @@ def ideal_rate(run: dict) -> float:
         ideal += row["step_seconds"] - c.max() + balanced
     total = summary["train_seconds"]
     return summary["samples_per_second"] * total / (total - measured + ideal)
+
+
+def split_share(steps: list[dict]) -> float:
+    """How close steps came to a perfect split of themselves: their summed time under a perfect split
+    of each step's compute (as in :func:`ideal_rate`) over their measured time. For the steps of
+    tenths 1-4 of a run (where nobody is slow yet in case ``half``): step-to-step noise that no plan
+    can know in advance keeps this under 1."""
+    import numpy as np
+
+    part = steps[len(steps) // 10:len(steps) // 2]
+    measured = ideal = 0.0
+    for row in part:
+        s, c = np.array(row["samples"], float), np.array(row["compute"], float)
+        measured += row["step_seconds"]
+        ideal += row["step_seconds"] - c.max() + s.sum() / np.sum(s / np.maximum(c, 1e-9))
+    return ideal / measured
 
 
 def geomean(values: list[float]) -> float:
@@ -225,14 +261,18 @@ def main(args) -> dict:
     rows, lines = [], [f"{'case':<6} {'static/s':>9} {'evenflow/s':>11} {'ideal/s':>8} {'evenflow/static':>16} "
                        f"{'ideal/static':>13} {'step static/evenflow':>21} {'re-plans':>9}"]
     with tempfile.TemporaryDirectory() as d:
-        data = _dataset(d, args.samples)
-        # Untimed: the first run of a process tree pays for cold caches (imports, the dataset's pages).
-        warm = argparse.Namespace(**{**vars(args), "epochs": 1, "keep_runs": None})
-        run_once(warm, data, "none", "static", Path(d) / "warm-up")
+        if not args.from_runs:
+            data = _dataset(d, args.samples)
+            # Untimed: the first run of a process tree pays for cold caches (imports, the dataset's pages).
+            warm = argparse.Namespace(**{**vars(args), "epochs": 1, "keep_runs": None})
+            run_once(warm, data, "none", "static", Path(d) / "warm-up")
         for case in args.cases:
             got = {m: [] for m in MODES}
             for rnd in range(args.repeats):
                 for mode in (MODES if rnd % 2 == 0 else MODES[::-1]):
+                    if args.from_runs:
+                        got[mode].append(load_run(Path(args.from_runs) / f"{case}-{mode}-{rnd}"))
+                        continue
                     time.sleep(args.pause)
                     got[mode].append(run_once(args, data, case, mode, Path(d) / f"{case}-{mode}-{rnd}"))
             rate = {m: sorted(r["summary"]["samples_per_second"] for r in got[m])[len(got[m]) // 2] for m in MODES}
@@ -254,22 +294,37 @@ def main(args) -> dict:
             by_round = [e / s_ for e, s_ in zip(rows[-1]["all"]["evenflow"], rows[-1]["all"]["static"])]
             rows[-1]["evenflow_over_static_by_round"] = by_round
             rows[-1]["evenflow_over_static_geomean"] = paired = geomean(by_round)
+            # The busy process's share of its core differs from run to run, and so does what a perfect
+            # split could gain: per round the static run's own ideal, and evenflow's run against a
+            # perfect split of its own steps (the same contention it met).
+            own = [r["summary"]["samples_per_second"] / ideal_rate(r) for r in got["evenflow"]]
+            ideal_by_round = [ideal_rate(r) / r["summary"]["samples_per_second"] for r in got["static"]]
+            rows[-1]["ideal_over_static_by_round"] = ideal_by_round
+            rows[-1]["evenflow_over_own_ideal_by_round"] = own
             lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
                          f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "
                          f"{step['static'] / step['evenflow']:>20.3f}x {','.join(map(str, replans)):>9}")
             lines.append(f"{case}: evenflow/static by round (static first in rounds 1, 3, ...) "
                          f"{', '.join(f'{x:.3f}' for x in by_round)}; geometric mean {paired:.3f}")
+            lines.append(f"{case}: by round, a perfect split over static "
+                         f"{', '.join(f'{x:.3f}' for x in ideal_by_round)}; evenflow over a perfect split of its "
+                         f"own steps {', '.join(f'{x:.3f}' for x in own)}")
             if case == "half":
                 # Per round: the static run's slowdown over evenflow's (1: evenflow's steps slowed as much).
                 slow = {m: [slowdown(t) for t in rows[-1]["step_seconds_by_tenth"][m]] for m in MODES}
                 rows[-1]["slowdown"] = slow
                 rows[-1]["slowdown_static_over_evenflow"] = [a / b for a, b in zip(slow["static"], slow["evenflow"])]
+                first = {m: [split_share(r["steps"]) for r in got[m]] for m in MODES}
+                rows[-1]["first_half_over_perfect_split"] = first
+                lines.append(f"half: tenths 1-4 (nobody slow yet) over a perfect split of their own steps, by round: "
+                             f"static {', '.join(f'{x:.3f}' for x in first['static'])}; evenflow "
+                             f"{', '.join(f'{x:.3f}' for x in first['evenflow'])}")
                 lines.append(f"half: steps after the middle / before, by round: static "
                              f"{', '.join(f'{x:.2f}' for x in slow['static'])}; evenflow "
                              f"{', '.join(f'{x:.2f}' for x in slow['evenflow'])}")
     result = {"benchmark": "contention", "framework": args.framework, "samples": args.samples, "epochs": args.epochs,
               "global_batch_size": args.global_batch_size, "repeats": args.repeats, "rows": rows,
-              "machine": machine()}
+              "machine": machine(), **({"from_runs": str(args.from_runs)} if args.from_runs else {})}
     return write_result(result, "\n".join(lines), Path(args.json_out))
 
 

@@ -201,3 +201,40 @@ def test_cost_split_ab_compares_a_revision_with_the_checkout_and_stops_where_the
     assert 0 <= cell["gap_before_mean"] < cell["gap_now_mean"] and cell["gap_before_p99"] <= cell["gap_now_p99"]
     with pytest.raises(SystemExit, match="--base"):
         bench.main(["--base", "no-such-revision", "--cells", "2e3:4:8", "--json-out", str(tmp_path / "y.json")])
+
+
+def _kept_run(path, rate, compute, steps=10):
+    path.mkdir(parents=True)
+    rows = [{"kind": "run"}] + [{"kind": "step", "global_step": g, "samples": [50, 50], "compute": compute,
+                                 "step_seconds": max(compute) + 0.01} for g in range(steps)]
+    (path / "telemetry.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seconds = steps * (max(compute) + 0.01) + 1.0
+    (path / "summary.json").write_text(json.dumps({"samples_per_second": rate, "train_seconds": seconds,
+                                                   "telemetry": {"rebalances": [], "weights": [1.0, 1.0]}}))
+
+
+def test_contention_results_come_again_from_kept_runs_and_a_missing_run_is_named(tmp_path):
+    bench = _load("contention")
+    runs = tmp_path / "runs"
+    for rnd in range(2):
+        _kept_run(runs / f"start-static-{rnd}", 1000.0, [0.1, 0.2])   # worker 1 twice as slow
+        _kept_run(runs / f"start-evenflow-{rnd}", 1300.0, [0.15, 0.15])  # already balanced
+    out = tmp_path / "c.json"
+    bench.main(bench.parse_args(["--cases", "start", "--repeats", "2", "--from-runs", str(runs),
+                                 "--json-out", str(out)]))
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["evenflow_over_static_by_round"] == pytest.approx([1.3, 1.3])
+    # A perfect split of the static steps (the first, the trace, as measured): 0.1 s and 0.2 s for 50
+    # samples each -> 100 in 0.1333 s plus 0.01 s outside; 1 s outside the steps. 3.1 s -> 2.5 s.
+    assert row["ideal_over_static_by_round"] == pytest.approx([3.1 / 2.5, 3.1 / 2.5])
+    assert row["evenflow_over_own_ideal_by_round"] == pytest.approx([1.0, 1.0])  # nothing left to balance
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--cases", "start,half", "--repeats", "2", "--from-runs", str(runs)])
+    for rnd in range(2):
+        _kept_run(runs / f"half-static-{rnd}", 1000.0, [0.1, 0.2], steps=20)
+        _kept_run(runs / f"half-evenflow-{rnd}", 1300.0, [0.15, 0.15], steps=20)
+    bench.main(bench.parse_args(["--cases", "half", "--repeats", "2", "--from-runs", str(runs),
+                                 "--json-out", str(out)]))
+    first = json.loads(out.read_text())["rows"][0]["first_half_over_perfect_split"]
+    assert first["evenflow"] == pytest.approx([1.0, 1.0])
+    assert first["static"] == pytest.approx([(0.01 + 0.1 / 0.75) / 0.21] * 2)  # 0.143 s of 0.21

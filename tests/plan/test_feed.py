@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -131,3 +132,94 @@ def test_a_block_across_plans_of_different_widths_is_padded_with_minus_one():
     assert np.all(ids[:2, old.slots:] == -1)
     assert np.array_equal(ids[:2, :old.slots], old.epoch(0).ids[:2, 0])
     assert np.array_equal(ids[2:], new.epoch(0, ef.Cursor(0, 2)).ids[:2, 0])
+
+
+class _Clock:
+    """A stand-in for time.monotonic: the feed's pace comes from its consumer's reports."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _paced(monkeypatch, per_step: float, steps: int = 3, **kw):
+    """A feed of replica 0 whose consumer reported steps 0..steps-1, ``per_step`` seconds apart."""
+    import evenflow.plan.feed as feed_module
+    clock = _Clock()
+    monkeypatch.setattr(feed_module, "time", SimpleNamespace(monotonic=clock))
+    feed = PlanFeed(_plan(), ef.Cursor(0, 0), end_epoch=2, **kw)
+    for g in range(steps):
+        feed.advance(g)
+        clock.now += per_step
+    return feed, clock
+
+
+def test_a_consumer_of_long_steps_bounds_the_read_ahead_to_its_lead(monkeypatch):
+    feed, clock = _paced(monkeypatch, 0.1, block=False)
+    assert feed.lead == 3  # ceil(0.25 s / 0.1 s per step)
+    ids, _, _ = feed.rows_block(0, 4, 0)
+    assert len(ids) == 4
+    ids, _, _ = feed.rows_block(4, 4, 0)  # the consumer is at step 2: up to step 5, two of the four
+    assert len(ids) == 2
+    assert np.array_equal(ids[1], feed.rows(5, 0)[0])
+    with pytest.raises(RuntimeError, match="call advance"):  # asked from the consumer's own thread
+        feed.rows_block(6, 4, 0)
+    feed.advance(3)
+    assert len(feed.rows_block(6, 4, 0)[0]) == 1
+    assert feed.freeze() == 7  # a switch decided now lands 4 steps after the consumer's step
+    feed.thaw()
+
+
+def test_a_held_request_is_served_when_the_consumer_moves_on(monkeypatch):
+    feed, clock = _paced(monkeypatch, 0.3, block=True)
+    assert feed.lead == 2  # MIN_LEAD: ceil(0.25 / 0.3) is 1
+    feed.rows_block(0, 4, 0)  # steps 0-3: the consumer is at 2, its lead 2
+    got = []
+    t = threading.Thread(target=lambda: got.append(feed.rows_block(5, 4, 0)))
+    t.start()
+    time.sleep(0.2)
+    assert t.is_alive() and not got  # step 5 is 3 past the consumer
+    feed.advance(3)
+    t.join(5)
+    assert not t.is_alive() and len(got[0][0]) == 1
+
+
+def test_short_steps_are_not_bounded_and_the_end_of_the_feed_is_an_empty_block(monkeypatch):
+    feed, _ = _paced(monkeypatch, 0.01, block=False)
+    assert feed.lead is None  # under BOUND_STEP_SECONDS: as deep as the pipelines read
+    assert len(feed.rows_block(0, 8, 0)[0]) == 8
+    ids, counts, epochs = feed.rows_block(feed.end, 4, range(0, 2))
+    assert ids.shape == (0, 2, 0) and counts.shape == (0, 2) and epochs.shape == (0, 2)
+    assert feed.rows_block(feed.end, 4, 1)[0].shape == (0, 0)
+    with pytest.raises(IndexError, match="outside"):
+        feed.rows_block(feed.end + 1, 4, 1)
+
+
+def test_a_step_that_waited_for_its_input_doubles_the_lead_for_good(monkeypatch):
+    feed, clock = _paced(monkeypatch, 0.1, block=False)
+    feed.waited(0.005)  # under a tenth of a step: noise
+    assert feed.lead == 3
+    feed.waited(0.02)
+    assert feed.lead == 6
+    feed.advance(3)  # the pace alone would give 3 again
+    clock.now += 0.1
+    feed.advance(4)
+    assert feed.lead == 6
+    assert len(feed.rows_block(0, 16, 0)[0]) == 11  # up to step 4 + 6
+
+
+def test_a_feed_whose_consumer_never_reports_serves_whole_blocks():
+    feed = PlanFeed(_plan(), ef.Cursor(0, 0), end_epoch=2, block=False)
+    feed.waited(1.0)  # no pace, no bound: nothing to relax
+    assert feed.lead is None and len(feed.rows_block(0, 4, 0)[0]) == 4
+
+
+def test_a_paced_feed_bounds_the_read_ahead_before_the_consumers_first_report():
+    feed = PlanFeed(_plan(), ef.Cursor(0, 3), end_epoch=2, block=False, paced=True)
+    assert feed.lead == 2
+    ids, _, _ = feed.rows_block(3, 4, 0)  # the consumer is before step 3: steps 3 and 4
+    assert len(ids) == 2
+    assert feed.freeze() == 5  # a re-plan decided at the first step lands 2 steps in
+    feed.thaw()

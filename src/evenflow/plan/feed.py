@@ -12,8 +12,16 @@ their pipelines has read. :meth:`PlanFeed.freeze` holds new requests (a pipeline
 wait, ``block=True``; a request from the consumer's own thread would never be answered, so
 with ``block=False`` it is an error) and returns the first step this process has not read;
 the processes agree on the largest (an all-gather), :meth:`PlanFeed.switch` there, and
-:meth:`PlanFeed.thaw` lets the pipelines go on. Between switches the pipelines read ahead
-freely, as far as their own buffers let them.
+:meth:`PlanFeed.thaw` lets the pipelines go on.
+
+How far the pipelines read ahead is how many steps a switch lands after its decision. Left
+alone they read as far as their buffers let them (8-10 steps for a ``tf.data`` pipeline with a
+prefetch of 4 and blocks of 4 steps): 2-3 s of steps of 0.25 s, run under the old weights after
+a device slowed down. A consumer that says where it is (:meth:`PlanFeed.advance`, before each
+update) bounds that: for steps of :data:`BOUND_STEP_SECONDS` or more the feed serves steps up
+to :data:`LEAD_SECONDS` of training past the consumer's step, at least :data:`MIN_LEAD` steps,
+so steps of 0.25 s are read 2 ahead; shorter steps are read as deep as the buffers go. A
+consumer that waited for its input (:meth:`PlanFeed.waited`) loosens the bound.
 
 Whatever the weights, a global step holds the same samples (world-size invariance): a
 switch only moves samples between replicas within a step, so every sample of an epoch is
@@ -23,8 +31,10 @@ Global step ``g`` is ``epoch * plan.num_steps + step``.
 """
 from __future__ import annotations
 
+import math
 import threading
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from typing import Callable
 
 import numpy as np
@@ -32,12 +42,24 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import EpochPlan, Plan
 
-__all__ = ["PlanFeed", "FeedClosed"]
+__all__ = ["PlanFeed", "FeedClosed", "LEAD_SECONDS", "MIN_LEAD", "BOUND_STEP_SECONDS", "WAIT_SHARE"]
 
 # Epoch plans kept per feed: the one being read, the next, and one of an older plan after a switch.
 _KEEP = 4
 # How often a held request re-checks whether the feed or the process is closing, seconds.
 _POLL = 0.05
+# Training time the pipelines may read ahead of a consumer that reports its step, and the fewest
+# steps: a row needs a step's time to be loaded while the step before it trains, and one more
+# covers a load that takes longer once. The bound holds only for steps of BOUND_STEP_SECONDS or
+# more: under it a pipeline asks for one step per call (0.2 ms of the GIL each, measured), which
+# shorter steps would feel.
+LEAD_SECONDS = 0.25
+MIN_LEAD = 2
+BOUND_STEP_SECONDS = 0.05
+# A step that waited this share of a step's time for its input doubles the bound (see waited).
+WAIT_SHARE = 0.1
+# Intervals between the consumer's reports whose median gives its seconds per step.
+_PACE = 8
 
 
 class FeedClosed(RuntimeError):
@@ -54,10 +76,14 @@ class PlanFeed:
         block: whether a request while frozen waits (a pipeline's threads) or raises.
         closing: optional ``fn() -> bool``: True once the process is exiting (a waiting request
             then raises :class:`FeedClosed`).
+        paced: the consumer will report its steps (:meth:`advance`): until its pace is known the
+            pipelines are served :data:`MIN_LEAD` steps past its step (before its first report,
+            past the step before the first), so a re-plan decided in the first steps lands as
+            soon as one decided later.
     """
 
     def __init__(self, plan: Plan, start: Cursor, end_epoch: int, block: bool = True,
-                 closing: Callable[[], bool] | None = None):
+                 closing: Callable[[], bool] | None = None, paced: bool = False):
         self.steps = plan.num_steps
         self.first = start.epoch * self.steps + start.step
         self.end = int(end_epoch) * self.steps
@@ -70,6 +96,10 @@ class PlanFeed:
         self._planning = threading.Lock()
         self._closed = False
         self._closing = closing
+        self._reached = self.first - 1   # the last step the consumer reads now (advance)
+        self._marks: deque = deque(maxlen=_PACE + 1)  # (clock, step) of its last reports
+        self._lead: int | None = MIN_LEAD if paced else None   # steps served past it; None: no bound
+        self._floor = 0                  # the least lead, raised when the consumer waited for input
 
     # -- the consumer's side ------------------------------------------------------------------
     def freeze(self) -> int:
@@ -97,6 +127,47 @@ class PlanFeed:
                                    f"under the old plan; please report this as a bug")
             self._segments = [s for s in self._segments if s[0] < at] + [(int(at), plan)]
 
+    def advance(self, g: int) -> None:
+        """The consumer reads steps up to global step ``g`` now (call it before each update).
+
+        From its pace (the median seconds per step over its last reports) the feed bounds the
+        read-ahead for steps of :data:`BOUND_STEP_SECONDS` or more: a step is served once it is
+        at most ``max(MIN_LEAD, ceil(LEAD_SECONDS / pace))`` steps past ``g``. A step that waited
+        for its input (:meth:`waited`) doubles that bound for the rest of the feed, so an
+        input-bound pipeline is not held back. A feed never told serves as far as its pipelines ask.
+        """
+        g, now = int(g), time.monotonic()
+        with self._cond:
+            self._marks.append((now, g))
+            self._reached = max(self._reached, g)
+            per_step = self._per_step()
+            if per_step == per_step:  # known
+                self._lead = None if per_step < BOUND_STEP_SECONDS else \
+                    max(MIN_LEAD, math.ceil(LEAD_SECONDS / per_step), self._floor)
+            self._cond.notify_all()
+
+    def waited(self, seconds: float) -> None:
+        """The consumer's last update waited ``seconds`` for its input: a wait over
+        :data:`WAIT_SHARE` of a step (and 2 ms) doubles the bound on the read-ahead."""
+        with self._cond:
+            per_step = self._per_step()
+            if self._lead is not None and seconds > max(WAIT_SHARE * per_step, 0.002):
+                self._floor = self._lead = min(2 * self._lead, self.end)
+                self._cond.notify_all()
+
+    def _per_step(self) -> float:
+        """The consumer's median seconds per step over its last reports, NaN before two intervals
+        (the lock held)."""
+        marks = list(self._marks)
+        pace = sorted((t1 - t0) / (g1 - g0) for (t0, g0), (t1, g1) in zip(marks, marks[1:]) if g1 > g0)
+        return pace[len(pace) // 2] if len(pace) >= 2 else float("nan")
+
+    @property
+    def lead(self) -> int | None:
+        """Steps served past the consumer's step; None: no bound (steps under
+        :data:`BOUND_STEP_SECONDS`, or a feed not ``paced`` whose consumer's pace is not known)."""
+        return self._lead
+
     def close(self) -> None:
         """Release every waiting request (they raise :class:`FeedClosed`); later requests raise too."""
         with self._cond:
@@ -110,14 +181,21 @@ class PlanFeed:
         One request for ``k`` steps: they are served together (a switch falls before or after
         them), and a pipeline pays one call into Python per block instead of one per step.
         Rows of different widths (a block across plans of different slots) are padded with -1.
+        A consumer's lead (:meth:`advance`) serves fewer: the steps up to ``lead`` past its step
+        (at least ``g``, once the consumer is close enough). At the feed's end (``g == end``)
+        the block is empty.
         """
         g, k = int(g), int(k)
         if k < 1:
             raise ValueError(f"a block needs k >= 1 steps, got {k}")
-        last = min(g + k, self.end) - 1
+        if g == self.end:
+            return self._empty(replicas)
         self._check_step(g)
         with self._cond:
-            self._wait_for(last)
+            self._wait_for(g)
+            # Frozen: only steps already served (a switch may start right after them).
+            bound = self._high if self._frozen else max(self._limit(), self._high)
+            last = max(g, min(g + k - 1, self.end - 1, bound))
             self._high = max(self._high, last)
             segments = [(h, *self._segment(h)) for h in range(g, last + 1)]
         whole = replicas is None
@@ -147,6 +225,16 @@ class PlanFeed:
             begin, plan = self._segment(g)
         return self._row(g, begin, plan, replicas)
 
+    def _limit(self) -> int:
+        """The last step served now (the lock held)."""
+        return self.end if self._lead is None else self._reached + self._lead
+
+    def _empty(self, replicas):
+        if replicas is None or isinstance(replicas, int):
+            return np.zeros((0, 0), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        n = len(replicas)
+        return np.zeros((0, n, 0), np.int64), np.zeros((0, n), np.int64), np.zeros((0, n), np.int64)
+
     def _check_step(self, g: int) -> None:
         if not self.first <= g < self.end:
             raise IndexError(f"global step {g} is outside this feed's steps [{self.first}, {self.end})")
@@ -169,9 +257,12 @@ class PlanFeed:
         while True:
             if self._closed or (self._closing is not None and self._closing()):
                 raise FeedClosed("this plan feed is closed")
-            if not self._frozen or g <= self._high:
+            if g <= self._high or (not self._frozen and g <= self._limit()):
                 return
             if not self.block:
+                if not self._frozen:
+                    raise RuntimeError(f"global step {g} was asked for {g - self._reached} steps past the "
+                                       f"consumer's, from the consumer's own thread; call advance() first")
                 raise RuntimeError(f"global step {g} was asked for while the feed was frozen for a switch, from "
                                    f"the thread that switches it; please report this as a bug")
             self._cond.wait(_POLL)

@@ -51,6 +51,7 @@ class TFEngine:
         self.lag = 0 if on_cpu(strategy) else LAG
         self.timing, self.skip_nonfinite = step.timing, step.skip_nonfinite
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
+        self._feed = None  # the feed of the stream last updated from (told each update's step and input wait)
         # autograph=False: the steps branch with tf.cond only (never `if tensor:`), and skipping
         # AutoGraph's source conversion makes the first call (the trace) 35-70% faster, paid by every
         # process. reduce_retracing: batches passed in from Python carry their concrete shapes, and
@@ -68,12 +69,15 @@ class TFEngine:
     def open(self, reader, plan, start: Cursor, epochs: int, switchable: bool = False):
         # A switchable stream's pipelines read their rows from a feed (see evenflow.plan.feed); a
         # request held while the loop switches plans waits in the pipeline's own thread.
-        feed = PlanFeed(plan, start, start.epoch + epochs, block=True, closing=pipelines_closing) \
+        feed = PlanFeed(plan, start, start.epoch + epochs, block=True, closing=pipelines_closing, paced=True) \
             if switchable else None
         return Stream(iter(reader.distribute(self.strategy, plan, start=start, epochs=epochs, feed=feed)), feed)
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
         tf = _tf()
+        self._feed = stream.feed
+        if stream.feed is not None:  # bounds how far its pipelines read ahead of this update
+            stream.feed.advance(global_step + count - 1)
         stream = stream.iterator
         if not keep_batches:
             at = tf.constant(global_step, tf.int64) if self.timing else None
@@ -82,7 +86,10 @@ class TFEngine:
         return list(self._train_batches(*batches)), batches
 
     def read(self, out, with_ids: bool) -> dict:
-        return {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums", "flags", "timing")}
+        row = {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums", "flags", "timing")}
+        if self._feed is not None and "timing" in row:  # began, ready, ...: the update's input wait
+            self._feed.waited(float(np.max(row["timing"][:, 1] - row["timing"][:, 0])))
+        return row
 
     def sums(self, outs: list):
         return outs[0]["sums"] if len(outs) == 1 else sum(o["sums"] for o in outs)

@@ -51,6 +51,7 @@ from evenflow.run.validate import check_bool
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.chain_fns import check_batch_fn
 from evenflow.tf.epoch_rows import EpochRows, check_epochs
+from evenflow.tf.feed_rows import feed_rows
 from evenflow.tf.pipeline import MapFn, load_batches
 from evenflow.tf.pyfunc import numpy_function
 from evenflow.tf.source_adapter import reader_source
@@ -59,11 +60,6 @@ from evenflow.tf.sources import RESERVED_KEYS, ArraySource, TensorSource
 from evenflow.tf.strategy import check_strategy, on_cpu
 
 __all__ = ["TensorSource", "ArraySource", "PlanReader", "RESERVED_KEYS"]
-
-
-# Steps per call into a plan feed: each call costs ~0.2 ms of CPU and the GIL (measured with 4
-# replica pipelines of 16-sample rows); a switch then lands at most this many steps later.
-FEED_BLOCK = 4
 
 
 class PlanReader:
@@ -232,23 +228,15 @@ class PlanReader:
     def feed_dataset(self, feed: PlanFeed, replicas: int | range):
         """The dataset of one replica (an int) or one worker's replicas (a range) reading ``feed``.
 
-        The rows come from the feed in blocks of :data:`FEED_BLOCK` steps (one Python call
-        per block), so the feed can switch the plan's weights mid-stream without rebuilding
-        the pipeline; the batches' leading axis is dynamic. Elements are ordered as in
-        :meth:`replica_dataset` and :meth:`worker_dataset`.
+        The rows come from the feed in blocks of up to :data:`~evenflow.tf.feed_rows.FEED_BLOCK`
+        steps (one Python call per block), so the feed can switch the plan's weights mid-stream
+        without rebuilding the pipeline; the batches' leading axis is dynamic. A consumer that
+        tells the feed its step (:meth:`~evenflow.plan.feed.PlanFeed.advance`) bounds how far the
+        pipeline reads ahead, and so how many steps a switch lands after its decision. Elements
+        are ordered as in :meth:`replica_dataset` and :meth:`worker_dataset`.
         """
-        tf = _tf()
         n = 1 if isinstance(replicas, int) else len(replicas)
-
-        def block_rows(g):
-            ids, counts, epoch = numpy_function(lambda x: feed.rows_block(int(x), FEED_BLOCK, replicas), [g],
-                                                [tf.int64, tf.int64, tf.int64], stateful=True)
-            shape = [None, None] if isinstance(replicas, int) else [None, n, None]
-            return tf.data.Dataset.from_tensor_slices({
-                "id": tf.ensure_shape(ids, shape), "global_real_count": tf.ensure_shape(counts, shape[:-1]),
-                "epoch": tf.ensure_shape(epoch, shape[:-1])})
-
-        rows_ds = tf.data.Dataset.range(feed.first, feed.end, FEED_BLOCK).flat_map(block_rows)
+        rows_ds = feed_rows(feed, replicas)
         if not isinstance(replicas, int):
             rows_ds = rows_ds.unbatch()
         return self._load(rows_ds, prefetch=self.prefetch * n)
