@@ -128,6 +128,12 @@ def test_missing_dir_file_and_steps(tmp_path):
         load_telemetry(tmp_path / "empty")
     with pytest.raises(ValueError, match="has no step lines"):
         load_telemetry(_write(tmp_path / "nosteps", []))
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "telemetry.jsonl").write_text("this is not json\n")
+    with pytest.raises(ValueError, match="no run line: line 1, its last, is not a JSON object; this is not a "
+                                         "telemetry file of evenflow train"):
+        load_telemetry(garbage)
 
 
 def test_downsample_averages_buckets():

@@ -6,6 +6,8 @@ and a transform that breaks the batch are refused with one line naming them.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -165,3 +167,17 @@ def test_a_loss_of_several_values_per_sample_is_told_to_reduce_each_sample_not_r
                                          r"shape \(8, 1\); return one value per sample, shape \[slots\] \(reduce "
                                          r"each sample's own positions first\)$"):
         Trainer(model, torch.optim.SGD(model.parameters(), 0.1), loss_fn=per_token).fit(SOURCE, PLAN, 1)
+
+
+def test_evaluation_over_a_plan_that_drops_the_remainder_says_how_many_samples_it_counts():
+    model = torch.nn.Linear(4, 2)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), 0.1))
+    dropping = ef.Plan(SOURCE.index(), ef.Topology(1), 16, seed=0, drop_remainder=True)  # 40 = 2 x 16 + 8
+    with pytest.warns(UserWarning, match=r"evaluation counts 32 of the 40 samples of its plan: the plan drops the 8 "
+                                         r"past the last full global batch of 16 \(drop_remainder=True\)"):
+        result = trainer.evaluate(SOURCE, dropping)
+    assert result.count == 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a plan of every sample, or one whose batches divide it: no warning
+        assert trainer.evaluate(SOURCE, ef.Plan(SOURCE.index(), ef.Topology(1), 16, seed=0)).count == 40
+        trainer.evaluate(SOURCE, ef.Plan(SOURCE.index(), ef.Topology(1), 8, seed=0, drop_remainder=True))

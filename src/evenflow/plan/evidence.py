@@ -93,7 +93,9 @@ class GainEvidence:
         """True when the last :meth:`window` updates (at most ``after_change`` since a confirmed
         change) agree that a re-plan gains more than the threshold: 3 in 4 of them each show it,
         the newest one too (a slowdown that just ended is no reason to move)."""
-        need = min(self.window(), after_change) if self.since_change else self.window()
+        need = self.window()
+        if self.since_change:
+            need = min(need, after_change)
         if len(self._gains) < need:
             return False
         last = np.asarray(self._gains)[-need:]

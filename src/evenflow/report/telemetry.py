@@ -121,6 +121,10 @@ def load_telemetry(run_dir) -> Telemetry:
     if not path.is_file():
         raise ValueError(f"{path} not found: it is written by evenflow train with telemetry; run training first")
     run, rows, rebalances, truncated, held, earlier = read_telemetry_lines(path)
+    if not rows["epoch"] and truncated is not None and not run:
+        raise ValueError(f"{path} has no step lines and no run line: line {truncated}, its last, is not a JSON "
+                         f"object; this is not a telemetry file of evenflow train (or one cut short in its first "
+                         f"line) — pass the --output-dir of a run that trained at least one step")
     if not rows["epoch"]:
         raise ValueError(f"{path} has no step lines; the run stopped before its first update — "
                          f"train at least one step")

@@ -30,6 +30,7 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.engine import Engine
 from evenflow.run.hooks import Hooks as _Hooks
+from evenflow.run.partial_eval import warn_if_partial
 from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
 from evenflow.run.same_plan import check_same_plan
@@ -279,10 +280,11 @@ class TrainLoop:
     def evaluate(self, reader, plan: Plan, epoch: int = 0) -> EvalResult:
         """Exact loss and accuracy over epoch ``epoch`` of ``plan`` (a plan of the whole test set).
 
-        Every sample the plan reads (the whole index, but for a remainder ``drop_remainder`` drops)
-        is counted exactly once, whatever the replicas.
+        Every sample the plan reads is counted exactly once, whatever the replicas: the whole index,
+        but for the remainder a ``drop_remainder`` plan drops (with a warning).
         """
         check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes)
+        warn_if_partial(plan)
         local = self.engine.evaluate(reader, plan, epoch)
         return EvalResult.from_sums(self.all_gather(local).sum(axis=0))
 
