@@ -223,3 +223,32 @@ def test_a_paced_feed_bounds_the_read_ahead_before_the_consumers_first_report():
     assert len(ids) == 2
     assert feed.freeze() == 5  # a re-plan decided at the first step lands 2 steps in
     feed.thaw()
+
+
+def test_a_consumer_that_stops_reading_lifts_the_bound_until_its_next_report(monkeypatch):
+    import evenflow.plan.feed as feed_module
+    monkeypatch.setattr(feed_module, "LEAD_PATIENCE", 0.3)  # an evaluation, or a stream dropped on an error
+    feed, clock = _paced(monkeypatch, 0.3, block=True)
+    feed.rows_block(0, 4, 0)  # up to step 2 + 2
+    got = []
+    t = threading.Thread(target=lambda: got.append(feed.rows_block(5, 4, 0)))
+    t.start()
+    t.join(5)
+    assert not t.is_alive() and len(got[0][0]) == 4  # served after the patience, and unbounded since
+    assert len(feed.rows_block(9, 8, 0)[0]) == 8
+    feed.advance(3)  # the consumer is back: so is the bound
+    done = []
+
+    def ask():
+        try:
+            done.append(feed.rows_block(17, 4, 0))
+        except FeedClosed as e:
+            done.append(e)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    time.sleep(0.1)
+    assert t.is_alive() and not done
+    feed.close()
+    t.join(5)
+    assert not t.is_alive() and isinstance(done[0], FeedClosed)

@@ -21,7 +21,8 @@ a device slowed down. A consumer that says where it is (:meth:`PlanFeed.advance`
 update) bounds that: for steps of :data:`BOUND_STEP_SECONDS` or more the feed serves steps up
 to :data:`LEAD_SECONDS` of training past the consumer's step, at least :data:`MIN_LEAD` steps,
 so steps of 0.25 s are read 2 ahead; shorter steps are read as deep as the buffers go. A
-consumer that waited for its input (:meth:`PlanFeed.waited`) loosens the bound.
+consumer that waited for its input (:meth:`PlanFeed.waited`) loosens the bound, and one that
+stops reading for :data:`LEAD_PATIENCE` seconds lifts it until its next report.
 
 Whatever the weights, a global step holds the same samples (world-size invariance): a
 switch only moves samples between replicas within a step, so every sample of an epoch is
@@ -35,6 +36,7 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
+from time import perf_counter as _wall  # how long a request waited (the consumer's pace uses time.monotonic)
 from typing import Callable
 
 import numpy as np
@@ -42,7 +44,8 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import EpochPlan, Plan
 
-__all__ = ["PlanFeed", "FeedClosed", "LEAD_SECONDS", "MIN_LEAD", "BOUND_STEP_SECONDS", "WAIT_SHARE"]
+__all__ = ["PlanFeed", "FeedClosed", "LEAD_SECONDS", "MIN_LEAD", "BOUND_STEP_SECONDS", "WAIT_SHARE",
+           "LEAD_PATIENCE"]
 
 # Epoch plans kept per feed: the one being read, the next, and one of an older plan after a switch.
 _KEEP = 4
@@ -60,6 +63,10 @@ BOUND_STEP_SECONDS = 0.05
 WAIT_SHARE = 0.1
 # Intervals between the consumer's reports whose median gives its seconds per step.
 _PACE = 8
+# A request held by the bound this long (seconds) means the consumer stopped reading for a while (an
+# evaluation, a checkpoint, or a stream dropped on an error): the bound lifts until its next report,
+# so the pipelines fill their buffers and wait there, in TensorFlow, instead of polling here.
+LEAD_PATIENCE = 5.0
 
 
 class FeedClosed(RuntimeError):
@@ -100,6 +107,7 @@ class PlanFeed:
         self._marks: deque = deque(maxlen=_PACE + 1)  # (clock, step) of its last reports
         self._lead: int | None = MIN_LEAD if paced else None   # steps served past it; None: no bound
         self._floor = 0                  # the least lead, raised when the consumer waited for input
+        self._paused = False             # no bound until the consumer's next report (LEAD_PATIENCE)
 
     # -- the consumer's side ------------------------------------------------------------------
     def freeze(self) -> int:
@@ -139,7 +147,7 @@ class PlanFeed:
         g, now = int(g), time.monotonic()
         with self._cond:
             self._marks.append((now, g))
-            self._reached = max(self._reached, g)
+            self._reached, self._paused = max(self._reached, g), False
             per_step = self._per_step()
             if per_step == per_step:  # known
                 self._lead = None if per_step < BOUND_STEP_SECONDS else \
@@ -227,7 +235,7 @@ class PlanFeed:
 
     def _limit(self) -> int:
         """The last step served now (the lock held)."""
-        return self.end if self._lead is None else self._reached + self._lead
+        return self.end if self._lead is None or self._paused else self._reached + self._lead
 
     def _empty(self, replicas):
         if replicas is None or isinstance(replicas, int):
@@ -254,6 +262,7 @@ class PlanFeed:
 
     def _wait_for(self, g: int) -> None:
         # Called with the lock held.
+        held = None
         while True:
             if self._closed or (self._closing is not None and self._closing()):
                 raise FeedClosed("this plan feed is closed")
@@ -265,6 +274,11 @@ class PlanFeed:
                                        f"consumer's, from the consumer's own thread; call advance() first")
                 raise RuntimeError(f"global step {g} was asked for while the feed was frozen for a switch, from "
                                    f"the thread that switches it; please report this as a bug")
+            if not self._frozen:  # held by the bound
+                held = _wall() if held is None else held
+                if _wall() - held > LEAD_PATIENCE:
+                    self._paused = True
+                    continue
             self._cond.wait(_POLL)
 
     def _segment(self, g: int) -> tuple[int, Plan]:
