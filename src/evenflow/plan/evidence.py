@@ -82,21 +82,26 @@ class GainEvidence:
         self._gains.clear()
         self._changed, self._added = bool(changed), 0
 
-    def window(self) -> int:
-        """Updates that must agree now: fewer the larger the median gain (see ``need``)."""
-        margin = float(np.median(self._gains)) - 1 if self._gains else 0.0
-        if margin <= self.threshold - 1:
-            return self.need
-        return min(self.need, max(MIN_UPDATES, math.ceil(self.need * (self.threshold - 1) / margin)))
+    def window(self, threshold: float | None = None) -> int:
+        """Updates that must agree now: fewer the larger the median gain (see ``need``).
 
-    def backs(self, after_change: int) -> bool:
+        ``threshold``: the gain to show, when not the one given at construction (a refining move's).
+        """
+        bar = self.threshold if threshold is None else float(threshold)
+        margin = float(np.median(self._gains)) - 1 if self._gains else 0.0
+        if margin <= bar - 1:
+            return self.need
+        return min(self.need, max(MIN_UPDATES, math.ceil(self.need * (bar - 1) / margin)))
+
+    def backs(self, after_change: int, threshold: float | None = None) -> bool:
         """True when the last :meth:`window` updates (at most ``after_change`` since a confirmed
         change) agree that a re-plan gains more than the threshold: 3 in 4 of them each show it,
         the newest one too (a slowdown that just ended is no reason to move)."""
-        need = self.window()
+        bar = self.threshold if threshold is None else float(threshold)
+        need = self.window(bar)
         if self.since_change:
             need = min(need, after_change)
         if len(self._gains) < need:
             return False
         last = np.asarray(self._gains)[-need:]
-        return float(np.mean(last > self.threshold)) >= AGREE and bool(last[-1] > self.threshold)
+        return float(np.mean(last > bar)) >= AGREE and bool(last[-1] > bar)

@@ -48,6 +48,14 @@ class RebalanceOptions:
             3; see :mod:`evenflow.plan.evidence`), so a few slow updates, a process starting on
             a core, do not move the plan. After a device's confirmed change of speed the
             updates since the change suffice, >= 1.
+        refine: after a re-plan that made steps faster (or that had too few steps before it to
+            be reviewed), with every replica's line measured, a further move re-plans at a gain
+            above ``1 + refine * (threshold - 1)`` (1.05 by default) instead of ``threshold``,
+            under the same evidence, patience and review. The lines measured at two loads predict
+            a small move better than one load predicts the first; a move that then measures
+            slower is corrected or undone, and a move measured within timing noise of the steps
+            before it ends the refining until the next re-plan at ``threshold``. In (0, 1]
+            (1: every move needs ``threshold``).
     """
 
     enabled: bool = True
@@ -63,6 +71,7 @@ class RebalanceOptions:
     review: int = 16
     corrections: int = 2
     evidence: int = 8
+    refine: float = 0.5
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
@@ -85,5 +94,13 @@ class RebalanceOptions:
             raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
         if not (_number(self.jump, finite=False) and self.jump > 0):
             raise ValueError(f"jump must be a number > 0 (0.3 = a 30% change), got {self.jump!r}")
+        if not (_number(self.refine) and 0 < self.refine <= 1):
+            raise ValueError(f"refine must be in (0, 1] (0.5 = a further move needs half the threshold's margin), "
+                             f"got {self.refine!r}")
         if not (_number(self.resolution) and 0 < self.resolution <= 0.5):
             raise ValueError(f"resolution must be in (0, 0.5], got {self.resolution!r}")
+
+    @property
+    def refine_threshold(self) -> float:
+        """The gain a further move needs once a re-plan made steps faster (see ``refine``)."""
+        return 1 + self.refine * (self.threshold - 1)

@@ -34,7 +34,8 @@ than before, one that gains load at most its predicted time, so the slowest afte
 is one that lost load, faster than before. A re-plan that made steps slower
 (:class:`~evenflow.plan.step_model.ReplanReview`) is re-aimed from the lines its own steps
 measured (``corrections`` times at most), else undone, and no re-plan follows for ``review``
-checks (twice as many after each undo in a row) unless a device's speed changes.
+checks (twice as many after each undo in a row) unless a device's speed changes. After a re-plan
+that made steps faster, with every line measured, smaller moves re-plan (``refine``).
 """
 from __future__ import annotations
 
@@ -140,6 +141,7 @@ class Rebalancer:
         self._blocked = 0      # checks left without re-plans after one was undone (or until a speed change)
         self._undos = 0        # undos since a re-plan last made steps faster (or a speed change)
         self._corrections = 0  # re-plans corrected from measured lines since the last one judged
+        self._refining = False  # the last re-plan made steps faster, or was too early to review
 
     @property
     def shares(self) -> np.ndarray:
@@ -223,6 +225,7 @@ class Rebalancer:
             return None
         fit = self._fit = self.model.fit()
         known = bool(fit[2].all()) or not len(self.model)  # no per-update rows: nothing to learn by waiting
+        bar = self.options.refine_threshold if self._refining and fit[2].all() else self.options.threshold
         a, b, total = self._lines(fit)
         # While a replica's fixed part is unknown its time is taken as proportional to load: the
         # predicted gain is too high where fixed parts dominate, but the split is never slower than
@@ -236,7 +239,7 @@ class Rebalancer:
         before, after = step_imbalance(self.shares * total * b + a, 1), step_imbalance(shares * total * b + a, 1)
         speeds = tuple(float(x) for x in self.estimator.speeds())
         decision = lambda w, why: Decision(w, speeds, g, before, after, why)  # noqa: E731
-        self._streak = self._streak + 1 if g > self.options.threshold else 0
+        self._streak = self._streak + 1 if g > bar else 0
         judged = self._judge(known, target, g)
         if judged is not None:
             return decision(*judged)
@@ -250,8 +253,8 @@ class Rebalancer:
             return decision(None, "")
         # Under `urgent`, the updates themselves must agree (see evenflow.plan.evidence); after a
         # device's confirmed change of speed, the updates since it are patience enough.
-        backed = not self._observed or self.evidence.backs(self.change.confirm)
-        patient = g > self.options.urgent or (backed and g > self.options.threshold and (
+        backed = not self._observed or self.evidence.backs(self.change.confirm, bar)
+        patient = g > self.options.urgent or (backed and g > bar and (
             self._streak >= self.options.patience or self.evidence.since_change))
         if not self.options.enabled or not patient or target == self.weights:
             return decision(None, "")
@@ -260,7 +263,7 @@ class Rebalancer:
             self.held_back += 1
             return replace(decision(None, "payback"), saving=float(steps_left * (now - then)))
         self.review.replanned(self.weights)
-        self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+        self.weights, self._streak, self._cooldown, self._refining = target, 0, self.options.cooldown, True
         self.evidence.clear()
         return decision(target, "replan")
 
@@ -271,6 +274,8 @@ class Rebalancer:
             self._corrections, self._undos = 0, 0
         elif verdict == "even":
             self._corrections = 0
+        if verdict in ("even", "undo"):  # a move the steps did not show: the next needs the full threshold
+            self._refining = False
         if verdict != "undo" or not self.options.enabled:
             return None
         if known and self._corrections < self.options.corrections and target not in (self.weights, back) \
@@ -279,7 +284,7 @@ class Rebalancer:
             # them, still judged against the steps before the first re-plan.
             self.review.retry()
             self._corrections += 1
-            self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+            self.weights, self._streak, self._cooldown, self._refining = target, 0, self.options.cooldown, True
             self.evidence.clear()
             return target, "correct"
         # Back to the weights before, and none for a while, twice as long after each undo in a row
@@ -297,5 +302,5 @@ class Rebalancer:
         """A device changed speed: its old lines and step times are stale, and a re-plan that did
         not pay before may pay now."""
         self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
-        self._blocked, self._corrections, self._undos, self._fit = 0, 0, 0, None
+        self._blocked, self._corrections, self._undos, self._fit, self._refining = 0, 0, 0, None, False
         self.evidence.clear(changed=True)
