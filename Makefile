@@ -32,10 +32,11 @@ demo: $(DEMO_STAMP)
 	$(BIN)/evenflow demo
 
 # Two passes (see tests/conftest.py): the tests that may share the cores on two workers, then
-# the serial ones (several cooperating processes under deadlines, or measured speeds) alone.
+# the serial ones (several cooperating processes under deadlines, or measured speeds) alone. Each
+# pass ends with its 15 slowest tests.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not serial" -n 2 --dist loadfile
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not serial" -n 2 --dist loadfile --durations 15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial --durations 15
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -84,10 +84,9 @@ def test_a_device_that_slows_later_is_replanned_all_the_way_from_the_updates_aft
     # Per-update rows (two per check) at 0.5 s steps; replica 3 slows from update 20, the first
     # update of check 10. Off its line by 200%, two updates show the change (the check right after
     # it); by 80%, three (the next check). Either way the estimate restarts from the updates after
-    # the change only, so the re-plan goes all the way, not to a blend of old and new speeds. Its
-    # steps measure the lines at a second load, and the slow replica's fixed part (3x too) makes a
-    # little less than 1 / slow its best share: a refining move (RebalanceOptions.refine) may follow,
-    # only towards the true lines' best split and only when it makes the step faster.
+    # the change only, so the one re-plan goes all the way, not to a blend of old and new speeds.
+    # Made right after a change, with too few steps before it to be reviewed, it is not refined
+    # (RebalanceOptions.refine), although the lines its steps measure would give replica 3 a little less.
     reb = Rebalancer(4, RebalanceOptions(review=16, payback=0), global_batch_size=512)
     moves = []
     for k in range(30):
@@ -98,12 +97,8 @@ def test_a_device_that_slows_later_is_replanned_all_the_way_from_the_updates_aft
         d = reb.check(loads.sum(axis=0), seconds.sum(axis=0), steps_left=1000)
         if d is not None and d.weights is not None:
             moves.append((k, d.weights))
-    assert moves[0][0] == first_check and moves[0][1][3] == pytest.approx(1 / slow, abs=0.02), moves
-    factor = [1, 1, 1, slow]
-    best = best_shares(512, 0.01 * np.asarray(factor), 1e-3 * np.asarray(factor))
-    step = [_times(np.asarray(w) / np.sum(w), 512, [0.01] * 4, [1e-3] * 4, factor)[1].max() for _, w in moves]
-    assert all(later < earlier for earlier, later in zip(step, step[1:])) and len(moves) <= 2, (moves, step)
-    assert reb.shares[3] == pytest.approx(best[3], abs=0.01) and reb.undone == 0, (moves, best)
+    assert len(moves) == 1 and moves[0][0] == first_check, moves
+    assert moves[0][1][3] == pytest.approx(1 / slow, abs=0.02), moves
 
 
 def test_rebalancing_off_measures_but_never_changes_weights():
@@ -388,3 +383,29 @@ def test_refine_is_a_fraction_of_the_thresholds_margin():
     for bad in (0, 1.5, float("nan"), True, "0.5"):
         with pytest.raises(ValueError, match="refine must be in"):
             RebalanceOptions(refine=bad)
+
+
+def test_a_refining_move_that_measured_slower_is_undone_without_holding_back_the_next_replan():
+    # Replica 3 is 3x slow: the first re-plan (0.34, after 5 checks: enough steps before it to be
+    # reviewed) pays, the lines then refine it to 0.3. Its steps are made to measure 20% slower, so
+    # it is undone. Replica 3 then slows to 3.9x (30%: no change of speed by the detector's
+    # measure), a gain over the threshold once its lines catch up: a re-plan follows. An undone
+    # re-plan made at the threshold holds further ones back for `review` (16) checks; a refining
+    # move predicted less than the threshold, so its undo does not.
+    reb = Rebalancer(4, RebalanceOptions(review=16, payback=0, urgent=10, patience=5), global_batch_size=512)
+    a, b, factor, moves = [0.01] * 4, [1e-3] * 4, [1, 1, 1, 3], []
+    for k in range(80):
+        load, secs = _times(reb.shares, 512, a, b, factor)
+        loads, seconds = np.tile(load, (2, 1)), np.tile(secs, (2, 1))
+        slower = 1.2 if [m[1] for m in moves] == ["replan", "replan"] else 1.0
+        reb.observe(loads, seconds, (seconds.max(axis=1) + 0.002) * slower)
+        d = reb.check(loads.sum(axis=0), seconds.sum(axis=0), steps_left=1000)
+        if d is not None and d.weights is not None:
+            moves.append((k, d.reason, d.weights))
+            if d.reason == "undo":
+                factor = [1, 1, 1, 3.9]
+                assert reb._blocked == 0  # the checks that follow may re-plan at the threshold
+    reasons = [m[1] for m in moves]
+    assert reasons[:4] == ["replan", "replan", "undo", "replan"], moves
+    assert moves[1][2][3] < moves[0][2][3], moves
+    assert moves[3][2][3] < moves[0][2][3] and reb.undone == 1, moves

@@ -48,14 +48,15 @@ class RebalanceOptions:
             3; see :mod:`evenflow.plan.evidence`), so a few slow updates, a process starting on
             a core, do not move the plan. After a device's confirmed change of speed the
             updates since the change suffice, >= 1.
-        refine: after a re-plan that made steps faster (or that had too few steps before it to
-            be reviewed), with every replica's line measured, a further move re-plans at a gain
-            above ``1 + refine * (threshold - 1)`` (1.05 by default) instead of ``threshold``,
-            under the same evidence, patience and review. The lines measured at two loads predict
-            a small move better than one load predicts the first; a move that then measures
-            slower is corrected or undone, and a move measured within timing noise of the steps
-            before it ends the refining until the next re-plan at ``threshold``. In (0, 1]
-            (1: every move needs ``threshold``).
+        refine: after a re-plan that its review measured as faster (by more than timing noise),
+            with every replica's line measured, a further move re-plans at a gain above
+            ``1 + refine * (threshold - 1)`` (1.05 by default) instead of ``threshold``, under the
+            same evidence, patience and review. The lines measured at two loads predict a small
+            move better than one load predicts the first. A re-plan too early to review (right
+            after the start or a change of speed) is not refined. A further move that measures
+            slower is undone, without holding the next re-plan at ``threshold`` back; one that
+            measures within timing noise ends the refining. In (0, 1] (1: every move needs
+            ``threshold``).
     """
 
     enabled: bool = True

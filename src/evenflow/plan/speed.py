@@ -141,7 +141,8 @@ class Rebalancer:
         self._blocked = 0      # checks left without re-plans after one was undone (or until a speed change)
         self._undos = 0        # undos since a re-plan last made steps faster (or a speed change)
         self._corrections = 0  # re-plans corrected from measured lines since the last one judged
-        self._refining = False  # the last re-plan made steps faster, or was too early to review
+        self._refining = False  # the last re-plan measured faster steps: smaller moves may follow
+        self._tried = False     # the last re-plan was such a smaller move (its gain under the threshold)
 
     @property
     def shares(self) -> np.ndarray:
@@ -263,7 +264,8 @@ class Rebalancer:
             self.held_back += 1
             return replace(decision(None, "payback"), saving=float(steps_left * (now - then)))
         self.review.replanned(self.weights)
-        self.weights, self._streak, self._cooldown, self._refining = target, 0, self.options.cooldown, True
+        self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
+        self._tried = g <= self.options.threshold
         self.evidence.clear()
         return decision(target, "replan")
 
@@ -274,8 +276,8 @@ class Rebalancer:
             self._corrections, self._undos = 0, 0
         elif verdict == "even":
             self._corrections = 0
-        if verdict in ("even", "undo"):  # a move the steps did not show: the next needs the full threshold
-            self._refining = False
+        if verdict != "wait":  # only a move the steps showed is refined: else the next needs the threshold
+            self._refining = verdict == "kept"
         if verdict != "undo" or not self.options.enabled:
             return None
         if known and self._corrections < self.options.corrections and target not in (self.weights, back) \
@@ -284,16 +286,18 @@ class Rebalancer:
             # them, still judged against the steps before the first re-plan.
             self.review.retry()
             self._corrections += 1
-            self.weights, self._streak, self._cooldown, self._refining = target, 0, self.options.cooldown, True
+            self.weights, self._streak, self._cooldown, self._tried = target, 0, self.options.cooldown, False
             self.evidence.clear()
             return target, "correct"
         # Back to the weights before, and none for a while, twice as long after each undo in a row
         # (a model that keeps predicting a gain the steps do not show would otherwise be tried
-        # again and again).
+        # again and again). A refining move predicted less than the threshold: after its undo the
+        # threshold alone holds the next one back.
         self.weights, self._streak, self._cooldown = back, 0, self.options.cooldown
         self.evidence.clear()
-        self._blocked = self.options.review * 2 ** min(self._undos, 10)
-        self._undos += 1
+        if not self._tried:
+            self._blocked = self.options.review * 2 ** min(self._undos, 10)
+            self._undos += 1
         self.undone += 1
         self._corrections = 0
         return back, "undo"
