@@ -108,6 +108,7 @@ class PlanFeed:
         self._lead: int | None = MIN_LEAD if paced else None   # steps served past it; None: no bound
         self._floor = 0                  # the least lead, raised when the consumer waited for input
         self._paused = False             # no bound until the consumer's next report (LEAD_PATIENCE)
+        self._pace = float("nan")        # its median seconds per step at its last report (NaN: unknown)
 
     # -- the consumer's side ------------------------------------------------------------------
     def freeze(self) -> int:
@@ -148,7 +149,7 @@ class PlanFeed:
         with self._cond:
             self._marks.append((now, g))
             self._reached, self._paused = max(self._reached, g), False
-            per_step = self._per_step()
+            per_step = self._pace = self._per_step()
             if per_step == per_step:  # known
                 self._lead = None if per_step < BOUND_STEP_SECONDS else \
                     max(MIN_LEAD, math.ceil(LEAD_SECONDS / per_step), self._floor)
@@ -157,9 +158,8 @@ class PlanFeed:
     def waited(self, seconds: float) -> None:
         """The consumer's last update waited ``seconds`` for its input: a wait over
         :data:`WAIT_SHARE` of a step (and 2 ms) doubles the bound on the read-ahead."""
-        with self._cond:
-            per_step = self._per_step()
-            if self._lead is not None and seconds > max(WAIT_SHARE * per_step, 0.002):
+        with self._cond:  # the pace of the last report: only advance() adds to it
+            if self._lead is not None and seconds > max(WAIT_SHARE * self._pace, 0.002):
                 self._floor = self._lead = min(2 * self._lead, self.end)
                 self._cond.notify_all()
 
@@ -275,8 +275,9 @@ class PlanFeed:
                 raise RuntimeError(f"global step {g} was asked for while the feed was frozen for a switch, from "
                                    f"the thread that switches it; please report this as a bug")
             if not self._frozen:  # held by the bound
-                held = _wall() if held is None else held
-                if _wall() - held > LEAD_PATIENCE:
+                now = _wall()
+                held = now if held is None else held
+                if now - held > LEAD_PATIENCE:
                     self._paused = True
                     continue
             self._cond.wait(_POLL)
