@@ -21,7 +21,10 @@ outside the slowest worker's compute as measured, its compute as if split in pro
 workers' measured speeds. The busy process's share of its core differs from run to run, and
 with it what a perfect split can gain, so each round also gets the static run's own ideal and
 evenflow's throughput over a perfect split of its own steps (``ideal`` computed from evenflow's
-run: the contention it met, the steps before its re-plan landed included).
+run: the contention it met, the steps before its re-plan landed included). A perfect split
+knows each step's noise in advance, which no plan does: where evenflow's weights settled, its
+steps after its last re-plan are also compared with the best fixed split of those same steps,
+known in hindsight (:func:`settled_split`; 1.000: no fixed weights would have been faster).
 ``step static/evenflow`` is the ratio of the runs' median step times: the speed-up of the steps
 themselves, without the start-up and the loop's own time between steps that both modes spend
 alike. For ``half``, each run's slowdown (its median step after the
@@ -210,6 +213,29 @@ def split_share(steps: list[dict]) -> float:
     return ideal / measured
 
 
+def settled_split(steps: list[dict]) -> tuple[float, float]:
+    """Where a run's weights settled, from its steps after their last change (from the second step
+    under them, and past the run's first tenth): ``(fixed, perfect)``, those steps' time under one
+    split in proportion to the speeds they measured (the best fixed split, known in hindsight) and
+    under a perfect split of each step (as in :func:`ideal_rate`), each over their measured time.
+    ``fixed`` near 1: no fixed split of those steps would have been faster; ``perfect`` under it:
+    step-to-step noise, which no plan knows in advance."""
+    import numpy as np
+
+    last = max((i for i in range(1, len(steps)) if steps[i].get("weights") != steps[i - 1].get("weights")),
+               default=0)
+    part = steps[max(last + 1, len(steps) // 10):]
+    s = np.array([row["samples"] for row in part], float)
+    c = np.maximum(np.array([row["compute"] for row in part], float), 1e-9)
+    took = np.array([row["step_seconds"] for row in part], float)
+    outside = took - c.max(axis=1)
+    rate = c.sum(axis=0) / np.maximum(s.sum(axis=0), 1e-9)  # seconds per sample, per replica
+    shares = (1 / rate) / np.sum(1 / rate)
+    fixed = np.max(s.sum(axis=1, keepdims=True) * shares * c / np.maximum(s, 1e-9), axis=1)
+    perfect = s.sum(axis=1) / np.sum(s / c, axis=1)
+    return float((outside + fixed).sum() / took.sum()), float((outside + perfect).sum() / took.sum())
+
+
 def geomean(values: list[float]) -> float:
     """The geometric mean of ratios (one per round)."""
     import numpy as np
@@ -301,6 +327,9 @@ def main(args) -> dict:
             ideal_by_round = [ideal_rate(r) / r["summary"]["samples_per_second"] for r in got["static"]]
             rows[-1]["ideal_over_static_by_round"] = ideal_by_round
             rows[-1]["evenflow_over_own_ideal_by_round"] = own
+            settled = [settled_split(r["steps"]) for r in got["evenflow"]]
+            rows[-1]["evenflow_settled_fixed_split_by_round"] = [x[0] for x in settled]
+            rows[-1]["evenflow_settled_perfect_split_by_round"] = [x[1] for x in settled]
             lines.append(f"{case:<6} {rate['static']:>9.0f} {rate['evenflow']:>11.0f} {ideal:>8.0f} "
                          f"{rate['evenflow'] / rate['static']:>15.3f}x {ideal / rate['static']:>12.3f}x "
                          f"{step['static'] / step['evenflow']:>20.3f}x {','.join(map(str, replans)):>9}")
@@ -309,6 +338,9 @@ def main(args) -> dict:
             lines.append(f"{case}: by round, a perfect split over static "
                          f"{', '.join(f'{x:.3f}' for x in ideal_by_round)}; evenflow over a perfect split of its "
                          f"own steps {', '.join(f'{x:.3f}' for x in own)}")
+            lines.append(f"{case}: evenflow's steps after its last re-plan, by round: under the best fixed split "
+                         f"of them (in proportion to the speeds they measured) {', '.join(f'{x[0]:.3f}' for x in settled)}"
+                         f"; under a perfect split of each {', '.join(f'{x[1]:.3f}' for x in settled)} (of their time)")
             if case == "half":
                 # Per round: the static run's slowdown over evenflow's (1: evenflow's steps slowed as much).
                 slow = {m: [slowdown(t) for t in rows[-1]["step_seconds_by_tenth"][m]] for m in MODES}

@@ -228,6 +228,8 @@ def test_contention_results_come_again_from_kept_runs_and_a_missing_run_is_named
     # samples each -> 100 in 0.1333 s plus 0.01 s outside; 1 s outside the steps. 3.1 s -> 2.5 s.
     assert row["ideal_over_static_by_round"] == pytest.approx([3.1 / 2.5, 3.1 / 2.5])
     assert row["evenflow_over_own_ideal_by_round"] == pytest.approx([1.0, 1.0])  # nothing left to balance
+    assert row["evenflow_settled_fixed_split_by_round"] == pytest.approx([1.0, 1.0])
+    assert row["evenflow_settled_perfect_split_by_round"] == pytest.approx([1.0, 1.0])
     with pytest.raises(SystemExit):
         bench.parse_args(["--cases", "start,half", "--repeats", "2", "--from-runs", str(runs)])
     for rnd in range(2):
@@ -238,3 +240,24 @@ def test_contention_results_come_again_from_kept_runs_and_a_missing_run_is_named
     first = json.loads(out.read_text())["rows"][0]["first_half_over_perfect_split"]
     assert first["evenflow"] == pytest.approx([1.0, 1.0])
     assert first["static"] == pytest.approx([(0.01 + 0.1 / 0.75) / 0.21] * 2)  # 0.143 s of 0.21
+
+
+def test_contention_settled_split_compares_the_weights_a_run_settled_on_with_the_best_fixed_split():
+    bench = _load("contention")
+
+    def step(weights, samples, compute):
+        return {"weights": weights, "samples": samples, "compute": compute, "step_seconds": max(compute) + 0.01}
+
+    # Equal weights on a worker twice as slow: 2/3 of the samples to the fast one would take 0.133 s.
+    steps = [step([1.0, 1.0], [50, 50], [0.1, 0.2])] * 20
+    fixed, perfect = bench.settled_split(steps)
+    assert fixed == pytest.approx((0.01 + 0.4 / 3) / 0.21) and perfect == pytest.approx(fixed)
+    # Settled on the speeds after a re-plan: nothing a fixed split could gain; the steps before it
+    # (and the first one under the new weights) do not count.
+    steps = steps[:5] + [step([1.0, 0.5], [67, 33], [0.5, 0.5])] + [step([1.0, 0.5], [67, 33], [0.134, 0.132])] * 14
+    fixed, perfect = bench.settled_split(steps)
+    assert fixed == pytest.approx(1.0, abs=0.01) and perfect <= fixed + 1e-12
+    # Step-to-step noise: the best fixed split of alternating speeds stays under a perfect split of each.
+    steps = [step([1.0, 1.0], [50, 50], [0.1, 0.2] if i % 2 else [0.2, 0.1]) for i in range(20)]
+    fixed, perfect = bench.settled_split(steps)
+    assert fixed == pytest.approx(1.0) and perfect == pytest.approx((0.01 + 0.4 / 3) / 0.21)

@@ -65,6 +65,11 @@ class GainEvidence:
         return len(self._gains)
 
     @property
+    def added(self) -> int:
+        """Updates added since the last :meth:`clear` (new weights, or a device's new speed)."""
+        return self._added
+
+    @property
     def since_change(self) -> bool:
         """True within ``need`` updates of a device's confirmed change of speed (the change detector
         already asked several updates in a row): the updates since it then suffice."""

@@ -52,8 +52,10 @@ class RebalanceOptions:
             with every replica's line measured, a further move re-plans at a gain above
             ``1 + refine * (threshold - 1)`` (1.05 by default) instead of ``threshold``, under the
             same evidence, patience and review. The lines measured at two loads predict a small
-            move better than one load predicts the first. A re-plan too early to review (right
-            after the start or a change of speed) is not refined. A further move that measures
+            move better than one load predicts the first. A re-plan too early to review is
+            refined when it came right after a device's confirmed change of speed (it was made on
+            the few updates since), once ``review`` updates ran under it; one in a run's first
+            updates is not (a start-up hiccup looks the same). A further move that measures
             slower is undone, without holding the next re-plan at ``threshold`` back; one that
             measures within timing noise ends the refining. In (0, 1] (1: every move needs
             ``threshold``).

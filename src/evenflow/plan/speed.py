@@ -33,9 +33,9 @@ fixed parts are >= 0, a replica that loses load takes at least its predicted tim
 than before, one that gains load at most its predicted time, so the slowest after the move
 is one that lost load, faster than before. A re-plan that made steps slower
 (:class:`~evenflow.plan.step_model.ReplanReview`) is re-aimed from the lines its own steps
-measured (``corrections`` times at most), else undone, and no re-plan follows for ``review``
-checks (twice as many after each undo in a row) unless a device's speed changes. After a re-plan
-that made steps faster, with every line measured, smaller moves re-plan (``refine``).
+measured (``corrections`` times at most), else undone, and no re-plan follows for ``review`` checks
+(twice as many after each undo in a row) unless a device's speed changes. After a re-plan that made
+steps faster, or one right after a device's confirmed change of speed, smaller moves follow (``refine``).
 """
 from __future__ import annotations
 
@@ -46,40 +46,12 @@ import numpy as np
 
 from evenflow.plan.evidence import GainEvidence
 from evenflow.plan.rebalance_options import RebalanceOptions
+from evenflow.plan.shares import feasible_weights, gain, step_imbalance
 from evenflow.plan.speed_estimate import SpeedEstimator
 from evenflow.plan.step_model import ReplanReview, SpeedChange, StepModel, best_shares, step_time
 
 __all__ = ["RebalanceOptions", "SpeedEstimator", "Rebalancer", "Decision", "gain", "step_imbalance",
            "feasible_weights"]
-
-
-def gain(shares: np.ndarray, seconds_per_unit: np.ndarray) -> float:
-    """How many times faster a step would be under the best shares than under ``shares``."""
-    u = np.asarray(seconds_per_unit, np.float64)
-    return float(np.max(np.asarray(shares, np.float64) * u) * np.sum(1.0 / u))
-
-
-def step_imbalance(shares: np.ndarray, seconds_per_unit: np.ndarray) -> float:
-    """Predicted max over replicas of their step time / the mean step time."""
-    t = np.asarray(shares, np.float64) * np.asarray(seconds_per_unit, np.float64)
-    return float(t.max() / t.mean())
-
-
-def feasible_weights(weights: np.ndarray, global_batch_size: int) -> np.ndarray:
-    """Raise the smallest weights so that every replica's share of a full step is >= 1.5 samples.
-
-    A plan refuses weights that leave a replica without samples in a full step; a
-    replica measured as very slow still gets a little work (and so keeps being measured).
-    """
-    w = np.asarray(weights, np.float64).copy()
-    floor = min(1.5 / global_batch_size, 1.0 / len(w))
-    for _ in range(8):  # raising one weight lowers the others' shares a little: converges in a few rounds
-        share = w / w.sum()
-        low = share < floor
-        if not low.any():
-            break
-        w[low] = floor * w[~low].sum() / (1 - floor * low.sum()) if (~low).any() else w[low]
-    return w
 
 
 @dataclass(frozen=True)
@@ -131,17 +103,16 @@ class Rebalancer:
         self._observed = False  # per-update rows were fed (the evidence then gates re-plans)
         self._fit = None  # StepModel.fit() of the last check (None after a speed change)
         self.weights = tuple(float(x) for x in (np.ones(replicas) if weights is None else weights))
-        self._streak = 0
-        self._cooldown = 0
+        self._streak = self._cooldown = 0
         self._overhead: deque = deque(maxlen=32)   # step seconds outside the slowest replica's compute
         self._total: deque = deque(maxlen=32)      # load of a step, summed over replicas
         self._costs: list[float] = []
-        self.undone = 0
-        self.held_back = 0
+        self.undone = self.held_back = 0
         self._blocked = 0      # checks left without re-plans after one was undone (or until a speed change)
         self._undos = 0        # undos since a re-plan last made steps faster (or a speed change)
         self._corrections = 0  # re-plans corrected from measured lines since the last one judged
         self._refining = False  # the last re-plan measured faster steps: smaller moves may follow
+        self._after_change = False  # the last re-plan, unreviewed, came right after a device's change of speed
         self._tried = False     # the last re-plan was such a smaller move (its gain under the threshold)
 
     @property
@@ -226,7 +197,10 @@ class Rebalancer:
             return None
         fit = self._fit = self.model.fit()
         known = bool(fit[2].all()) or not len(self.model)  # no per-update rows: nothing to learn by waiting
-        bar = self.options.refine_threshold if self._refining and fit[2].all() else self.options.threshold
+        # A re-plan made on the few updates since a device's change of speed is refined once its own
+        # steps fill a review window (a few noisy updates under it would move the lines as far).
+        refine = self._refining or (self._after_change and self.evidence.added >= self.options.review)
+        bar = self.options.refine_threshold if refine and fit[2].all() else self.options.threshold
         a, b, total = self._lines(fit)
         # While a replica's fixed part is unknown its time is taken as proportional to load: the
         # predicted gain is too high where fixed parts dominate, but the split is never slower than
@@ -264,6 +238,8 @@ class Rebalancer:
             self.held_back += 1
             return replace(decision(None, "payback"), saving=float(steps_left * (now - then)))
         self.review.replanned(self.weights)
+        # Unreviewed, it is refined after a device's confirmed change of speed, not at a run's start.
+        self._after_change = self.evidence.since_change and not self.review.reviewing
         self.weights, self._streak, self._cooldown = target, 0, self.options.cooldown
         self._tried = g <= self.options.threshold
         self.evidence.clear()
@@ -277,7 +253,7 @@ class Rebalancer:
         elif verdict == "even":
             self._corrections = 0
         if verdict != "wait":  # only a move the steps showed is refined: else the next needs the threshold
-            self._refining = verdict == "kept"
+            self._refining, self._after_change = verdict == "kept", False
         if verdict != "undo" or not self.options.enabled:
             return None
         if known and self._corrections < self.options.corrections and target not in (self.weights, back) \
@@ -306,5 +282,6 @@ class Rebalancer:
         """A device changed speed: its old lines and step times are stale, and a re-plan that did
         not pay before may pay now."""
         self.model, self.review = StepModel(self.model.replicas), ReplanReview(self.options.review)
-        self._blocked, self._corrections, self._undos, self._fit, self._refining = 0, 0, 0, None, False
+        self._blocked, self._corrections, self._undos, self._fit = 0, 0, 0, None
+        self._refining = self._after_change = False
         self.evidence.clear(changed=True)
