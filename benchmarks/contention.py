@@ -338,9 +338,10 @@ def main(args) -> dict:
             lines.append(f"{case}: by round, a perfect split over static "
                          f"{', '.join(f'{x:.3f}' for x in ideal_by_round)}; evenflow over a perfect split of its "
                          f"own steps {', '.join(f'{x:.3f}' for x in own)}")
+            fixed, perfect = (', '.join(f'{x[i]:.3f}' for x in settled) for i in (0, 1))
             lines.append(f"{case}: evenflow's steps after its last re-plan, by round: under the best fixed split "
-                         f"of them (in proportion to the speeds they measured) {', '.join(f'{x[0]:.3f}' for x in settled)}"
-                         f"; under a perfect split of each {', '.join(f'{x[1]:.3f}' for x in settled)} (of their time)")
+                         f"of them (in proportion to the speeds they measured) {fixed}; under a perfect split of "
+                         f"each {perfect} (of their time)")
             if case == "half":
                 # Per round: the static run's slowdown over evenflow's (1: evenflow's steps slowed as much).
                 slow = {m: [slowdown(t) for t in rows[-1]["step_seconds_by_tenth"][m]] for m in MODES}

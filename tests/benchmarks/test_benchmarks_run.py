@@ -261,3 +261,60 @@ def test_contention_settled_split_compares_the_weights_a_run_settled_on_with_the
     steps = [step([1.0, 1.0], [50, 50], [0.1, 0.2] if i % 2 else [0.2, 0.1]) for i in range(20)]
     fixed, perfect = bench.settled_split(steps)
     assert fixed == pytest.approx(1.0) and perfect == pytest.approx((0.01 + 0.4 / 3) / 0.21)
+
+
+def _kept(tmp_path, archive: str, run: str) -> Path:
+    """One run's telemetry (and summary) out of a batch kept in benchmarks/results/kept_runs."""
+    import tarfile
+
+    with tarfile.open(BENCH / "results" / "kept_runs" / archive) as tar:
+        for name in ("telemetry.jsonl", "summary.json"):
+            member = tar.getmember(f"./{run}/{name}")
+            (tmp_path / name).write_bytes(tar.extractfile(member).read())
+    return tmp_path / "telemetry.jsonl"
+
+
+def test_replaying_real_contention_runs_gives_their_own_decisions(tmp_path, capsys):
+    # Round 2 of a TensorFlow batch with a busy process on worker 1's core from the start: a re-plan
+    # at update 3, one at 149, and a refining move at 217 back to 1 : 0.48. The replay, through the
+    # monitor training uses, decides the same at the same updates (one update before each switch).
+    bench = _load("replay_decisions")
+    got = bench.main([str(_kept(tmp_path, "contention_tf_none_start4_refine.tar.xz", "start-evenflow-1"))])
+    assert got["run"] == [(3, (1.0, 0.48)), (149, (1.0, 0.38)), (217, (1.0, 0.48))]
+    assert [(u, w) for u, w, _ in got["decided"]] == [(2, (1.0, 0.48)), (148, (1.0, 0.38)), (216, (1.0, 0.48))]
+    assert got["differs"] is None and "the same decisions as the run" in capsys.readouterr().out
+    # Without refining, the third move (a gain under the threshold) is not made: the replay parts there.
+    got = bench.main([str(tmp_path / "telemetry.jsonl"), "--set", "refine=1"])
+    assert len(got["decided"]) == 2 and got["differs"] == 217
+
+
+def test_a_replan_made_on_a_short_slowdown_is_refined_once_a_review_window_ran_under_it(tmp_path):
+    # Round 3 of the same batch: at updates 145-147 worker 1 ran 50% slower for three updates, a
+    # confirmed change of speed; the re-plan made on them (1 : 0.32, too early to be reviewed) left
+    # worker 0 the slower one by ~8% for the rest of the run, under the 1.10 threshold. Refined once
+    # 16 updates ran under it, the split moves back toward the 1 : 0.48 the steps measure.
+    bench = _load("replay_decisions")
+    got = bench.main([str(_kept(tmp_path, "contention_tf_none_start4_refine.tar.xz", "start-evenflow-2"))])
+    assert got["run"] == [(5, (1.0, 0.52)), (149, (1.0, 0.32))]
+    (first, _, _), (change, _, _), (refined, weights, reason) = got["decided"]
+    assert (first, change) == (4, 148) and reason == "replan" and 0.4 <= weights[1] <= 0.5
+    assert 148 + 16 <= refined == got["differs"] < 180
+
+
+def test_replay_decisions_refuses_what_it_cannot_replay(tmp_path):
+    bench = _load("replay_decisions")
+    with pytest.raises(SystemExit):
+        bench.parse_args([str(tmp_path / "missing.jsonl")])
+    telemetry = _kept(tmp_path, "contention_tf_none_start4_refine.tar.xz", "none-evenflow-0")
+    with pytest.raises(SystemExit):
+        bench.parse_args([str(telemetry), "--set", "no_such_option=1"])
+    with pytest.raises(SystemExit):
+        bench.parse_args([str(telemetry), "--set", "refine=2"])  # outside (0, 1]: the options' own check
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(telemetry.read_text()[:-40])
+    with pytest.raises(SystemExit, match="broken.jsonl:"):
+        bench.replay(broken, bench.run_options(broken, {}))
+    cost = tmp_path / "cost.jsonl"
+    cost.write_text(json.dumps({"kind": "run", "load_unit": "cost"}) + "\n" + telemetry.read_text().split("\n", 1)[1])
+    with pytest.raises(SystemExit, match="samples"):
+        bench.replay(cost, bench.run_options(cost, {}))
