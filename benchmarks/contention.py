@@ -186,13 +186,8 @@ def ideal_rate(run: dict) -> float:
     the workers' measured speeds in that step (``n / sum_r(samples_r / compute_r)``)."""
     import numpy as np
 
-    steps, summary = run["steps"], run["summary"]
-    measured = ideal = 0.0
-    for row in steps[1:]:  # the first step traces the model: as measured
-        s, c = np.array(row["samples"], float), np.array(row["compute"], float)
-        balanced = s.sum() / np.sum(s / np.maximum(c, 1e-9))
-        measured += row["step_seconds"]
-        ideal += row["step_seconds"] - c.max() + balanced
+    summary = run["summary"]
+    measured, ideal = _perfect_seconds(run["steps"][1:])  # the first step traces the model: as measured
     total = summary["train_seconds"]
     return summary["samples_per_second"] * total / (total - measured + ideal)
 
@@ -202,29 +197,40 @@ def split_share(steps: list[dict]) -> float:
     of each step's compute (as in :func:`ideal_rate`) over their measured time. For the steps of
     tenths 1-4 of a run (where nobody is slow yet in case ``half``): step-to-step noise that no plan
     can know in advance keeps this under 1."""
-    import numpy as np
-
-    part = steps[len(steps) // 10:len(steps) // 2]
-    measured = ideal = 0.0
-    for row in part:
-        s, c = np.array(row["samples"], float), np.array(row["compute"], float)
-        measured += row["step_seconds"]
-        ideal += row["step_seconds"] - c.max() + s.sum() / np.sum(s / np.maximum(c, 1e-9))
+    measured, ideal = _perfect_seconds(steps[len(steps) // 10:len(steps) // 2])
     return ideal / measured
 
 
-def settled_split(steps: list[dict]) -> tuple[float, float]:
-    """Where a run's weights settled, from its steps after their last change (from the second step
-    under them, and past the run's first tenth): ``(fixed, perfect)``, those steps' time under one
-    split in proportion to the speeds they measured (the best fixed split, known in hindsight) and
-    under a perfect split of each step (as in :func:`ideal_rate`), each over their measured time.
-    ``fixed`` near 1: no fixed split of those steps would have been faster; ``perfect`` under it:
-    step-to-step noise, which no plan knows in advance."""
+def _perfect_seconds(steps: list[dict]) -> tuple[float, float]:
+    """``(measured, perfect)``: the steps' summed time, and the same with each step's compute split in
+    proportion to the workers' speeds in that step (``n / sum_r(samples_r / compute_r)``), the time
+    outside the slowest worker's compute as measured."""
     import numpy as np
 
-    last = max((i for i in range(1, len(steps)) if steps[i].get("weights") != steps[i - 1].get("weights")),
+    s = np.array([row["samples"] for row in steps], float)
+    c = np.maximum(np.array([row["compute"] for row in steps], float), 1e-9)
+    took = np.array([row["step_seconds"] for row in steps], float)
+    perfect = took - c.max(axis=1) + s.sum(axis=1) / np.sum(s / c, axis=1)
+    return float(took.sum()), float(perfect.sum())
+
+
+def settled_split(steps: list[dict]) -> tuple[float, float]:
+    """Where a run's weights settled: ``(fixed, perfect)``, the time of its steps after their last
+    change under one split in proportion to the speeds they measured (the best fixed split, known
+    in hindsight) and under a perfect split of each step (as in :func:`ideal_rate`), each over their
+    measured time. ``fixed`` near 1: no fixed split of those steps would have been faster;
+    ``perfect`` under it: step-to-step noise, which no plan knows in advance.
+
+    The steps count from the third after the line whose weights last changed (a step line carries
+    the weights of the check that logged it; a TensorFlow run's switch lands up to 2 steps later),
+    past the run's first tenth. A change in the run's last tenth leaves too few steps to measure:
+    its steps count with those before it."""
+    import numpy as np
+
+    tenth = len(steps) // 10
+    last = max((i for i in range(1, len(steps) - tenth) if steps[i].get("weights") != steps[i - 1].get("weights")),
                default=0)
-    part = steps[max(last + 1, len(steps) // 10):]
+    part = steps[max(last + 3, tenth) if last else tenth:]
     s = np.array([row["samples"] for row in part], float)
     c = np.maximum(np.array([row["compute"] for row in part], float), 1e-9)
     took = np.array([row["step_seconds"] for row in part], float)
@@ -232,8 +238,8 @@ def settled_split(steps: list[dict]) -> tuple[float, float]:
     rate = c.sum(axis=0) / np.maximum(s.sum(axis=0), 1e-9)  # seconds per sample, per replica
     shares = (1 / rate) / np.sum(1 / rate)
     fixed = np.max(s.sum(axis=1, keepdims=True) * shares * c / np.maximum(s, 1e-9), axis=1)
-    perfect = s.sum(axis=1) / np.sum(s / c, axis=1)
-    return float((outside + fixed).sum() / took.sum()), float((outside + perfect).sum() / took.sum())
+    measured, perfect = _perfect_seconds(part)
+    return float((outside + fixed).sum() / measured), perfect / measured
 
 
 def geomean(values: list[float]) -> float:
