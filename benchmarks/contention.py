@@ -24,7 +24,9 @@ evenflow's throughput over a perfect split of its own steps (``ideal`` computed 
 run: the contention it met, the steps before its re-plan landed included). A perfect split
 knows each step's noise in advance, which no plan does: where evenflow's weights settled, its
 steps after its last re-plan are also compared with the best fixed split of those same steps,
-known in hindsight (:func:`settled_split`; 1.000: no fixed weights would have been faster).
+known in hindsight (:func:`settled_split`; 1.000: no fixed weights would have been faster). The
+static run's own steps under their best fixed split, known in hindsight (:func:`fixed_rate`; for
+``half`` one split for each half), give the most that any split planned ahead could gain there.
 ``step static/evenflow`` is the ratio of the runs' median step times: the speed-up of the steps
 themselves, without the start-up and the loop's own time between steps that both modes spend
 alike. For ``half``, each run's slowdown (its median step after the
@@ -231,15 +233,36 @@ def settled_split(steps: list[dict]) -> tuple[float, float]:
     last = max((i for i in range(1, len(steps) - tenth) if steps[i].get("weights") != steps[i - 1].get("weights")),
                default=0)
     part = steps[max(last + 3, tenth) if last else tenth:]
-    s = np.array([row["samples"] for row in part], float)
-    c = np.maximum(np.array([row["compute"] for row in part], float), 1e-9)
-    took = np.array([row["step_seconds"] for row in part], float)
-    outside = took - c.max(axis=1)
+    measured, perfect = _perfect_seconds(part)
+    return _fixed_seconds(part) / measured, perfect / measured
+
+
+def _fixed_seconds(steps: list[dict]) -> float:
+    """The steps' summed time under one split in proportion to the workers' speeds over all of them
+    (seconds per sample: summed compute over summed samples), each step's time outside its slowest
+    worker's compute as measured."""
+    import numpy as np
+
+    s = np.array([row["samples"] for row in steps], float)
+    c = np.maximum(np.array([row["compute"] for row in steps], float), 1e-9)
+    took = np.array([row["step_seconds"] for row in steps], float)
     rate = c.sum(axis=0) / np.maximum(s.sum(axis=0), 1e-9)  # seconds per sample, per replica
     shares = (1 / rate) / np.sum(1 / rate)
     fixed = np.max(s.sum(axis=1, keepdims=True) * shares * c / np.maximum(s, 1e-9), axis=1)
-    measured, perfect = _perfect_seconds(part)
-    return float((outside + fixed).sum() / measured), perfect / measured
+    return float((took - c.max(axis=1) + fixed).sum())
+
+
+def fixed_rate(run: dict, parts: int = 1) -> float:
+    """Samples/s of the best fixed split of a (static) run's own steps, known in hindsight: what any
+    split planned ahead could reach at best on the contention this run met, where :func:`ideal_rate`
+    also knows each step's noise. ``parts`` 2: one split for each half of the steps (case ``half``,
+    whose busy process starts at the middle). The time outside the steps as in :func:`ideal_rate`."""
+    summary, steps = run["summary"], run["steps"][1:]  # the first step traces the model: as measured
+    measured = sum(row["step_seconds"] for row in steps)
+    ends = [len(steps) * k // parts for k in range(parts + 1)]
+    fixed = sum(_fixed_seconds(steps[a:b]) for a, b in zip(ends, ends[1:]))
+    total = summary["train_seconds"]
+    return summary["samples_per_second"] * total / (total - measured + fixed)
 
 
 def geomean(values: list[float]) -> float:
@@ -332,6 +355,9 @@ def main(args) -> dict:
             own = [r["summary"]["samples_per_second"] / ideal_rate(r) for r in got["evenflow"]]
             ideal_by_round = [ideal_rate(r) / r["summary"]["samples_per_second"] for r in got["static"]]
             rows[-1]["ideal_over_static_by_round"] = ideal_by_round
+            fixed_by_round = [fixed_rate(r, 2 if case == "half" else 1) / r["summary"]["samples_per_second"]
+                              for r in got["static"]]
+            rows[-1]["fixed_split_over_static_by_round"] = fixed_by_round
             rows[-1]["evenflow_over_own_ideal_by_round"] = own
             settled = [settled_split(r["steps"]) for r in got["evenflow"]]
             rows[-1]["evenflow_settled_fixed_split_by_round"] = [x[0] for x in settled]
@@ -344,6 +370,9 @@ def main(args) -> dict:
             lines.append(f"{case}: by round, a perfect split over static "
                          f"{', '.join(f'{x:.3f}' for x in ideal_by_round)}; evenflow over a perfect split of its "
                          f"own steps {', '.join(f'{x:.3f}' for x in own)}")
+            lines.append(f"{case}: by round, the best fixed split of the static run's steps over static (known in "
+                         f"hindsight: the most a split planned ahead gains{'; one for each half' if case == 'half' else ''}"
+                         f") {', '.join(f'{x:.3f}' for x in fixed_by_round)}")
             fixed, perfect = (', '.join(f'{x[i]:.3f}' for x in settled) for i in (0, 1))
             lines.append(f"{case}: evenflow's steps after its last re-plan, by round: under the best fixed split "
                          f"of them (in proportion to the speeds they measured) {fixed}; under a perfect split of "

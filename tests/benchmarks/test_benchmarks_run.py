@@ -228,6 +228,7 @@ def test_contention_results_come_again_from_kept_runs_and_a_missing_run_is_named
     # samples each -> 100 in 0.1333 s plus 0.01 s outside; 1 s outside the steps. 3.1 s -> 2.5 s.
     assert row["ideal_over_static_by_round"] == pytest.approx([3.1 / 2.5, 3.1 / 2.5])
     assert row["evenflow_over_own_ideal_by_round"] == pytest.approx([1.0, 1.0])  # nothing left to balance
+    assert row["fixed_split_over_static_by_round"] == pytest.approx([3.1 / 2.5, 3.1 / 2.5])  # no noise to follow
     assert row["evenflow_settled_fixed_split_by_round"] == pytest.approx([1.0, 1.0])
     assert row["evenflow_settled_perfect_split_by_round"] == pytest.approx([1.0, 1.0])
     with pytest.raises(SystemExit):
@@ -261,6 +262,32 @@ def test_contention_settled_split_compares_the_weights_a_run_settled_on_with_the
     steps = [step([1.0, 1.0], [50, 50], [0.1, 0.2] if i % 2 else [0.2, 0.1]) for i in range(20)]
     fixed, perfect = bench.settled_split(steps)
     assert fixed == pytest.approx(1.0) and perfect == pytest.approx((0.01 + 0.4 / 3) / 0.21)
+
+
+def test_contention_fixed_split_is_the_most_a_split_planned_ahead_gains():
+    bench = _load("contention")
+
+    def run(computes):
+        steps = [{"samples": [50, 50], "compute": c, "step_seconds": max(c) + 0.01} for c in computes]
+        seconds = sum(row["step_seconds"] for row in steps) + 1.0  # 1 s outside the steps
+        return {"summary": {"samples_per_second": 100 * len(steps) / seconds, "train_seconds": seconds},
+                "steps": steps}
+
+    # Worker 1 twice as slow throughout: the best fixed split (2/3 to worker 0) is a perfect one.
+    slow = run([[0.1, 0.2]] * 21)
+    assert bench.fixed_rate(slow) == pytest.approx(bench.ideal_rate(slow))
+    # Speeds that swap at every step: no fixed split follows them, a perfect split of each step does.
+    noisy = run([[0.1, 0.2] if i % 2 else [0.2, 0.1] for i in range(21)])
+    assert bench.fixed_rate(noisy) == pytest.approx(noisy["summary"]["samples_per_second"])
+    assert bench.ideal_rate(noisy) > 1.3 * bench.fixed_rate(noisy)
+    # Slow from the middle (the first step, the trace, as measured): one split for each half gives
+    # the 10 last steps 0.01 + 0.4/3 s and leaves the first as they were; one split for the whole
+    # run (0.6 : 0.4, from summed speeds) costs the first half 0.13 s a step and the second 0.17 s.
+    half = run([[0.1, 0.1]] * 11 + [[0.1, 0.2]] * 10)
+    rate, seconds = half["summary"]["samples_per_second"], half["summary"]["train_seconds"]
+    assert seconds == pytest.approx(4.31)
+    assert bench.fixed_rate(half, 2) == pytest.approx(rate * 4.31 / (1.0 + 11 * 0.11 + 10 * (0.01 + 0.4 / 3)))
+    assert bench.fixed_rate(half, 1) == pytest.approx(rate * 4.31 / (1.0 + 0.11 + 10 * 0.13 + 10 * 0.17))
 
 
 def _kept(tmp_path, archive: str, run: str) -> Path:

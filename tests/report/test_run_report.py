@@ -351,3 +351,16 @@ def test_a_damaged_summary_is_named_not_ignored(tmp_path, capsys):
     assert main(["report", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert f"note: {run_dir / 'summary.json'} cannot be read" in out
+
+
+def test_the_command_reads_the_summary_once_for_the_page_and_its_notes(tmp_path, capsys, monkeypatch):
+    from evenflow.report import run_report
+
+    run_dir = _write(tmp_path / "run", _straggling(10))
+    (run_dir / "summary.json").write_text(json.dumps({"dataset": "shapes-7f3a: 160 samples"}))
+    reads = []
+    real = run_report.read_summary
+    monkeypatch.setattr(run_report, "read_summary", lambda d: reads.append(d) or real(d))
+    assert main(["report", str(run_dir)]) == 0
+    assert len(reads) == 1 and "note:" not in capsys.readouterr().out
+    assert "shapes-7f3a: 160 samples" in (run_dir / "report.html").read_text()

@@ -35,14 +35,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from evenflow.report.run_report import replica_rows, summary_problem, write_report
+    from evenflow.report.run_report import read_summary, replica_rows, write_report
     from evenflow.report.table import format_table
     from evenflow.report.telemetry import diagnose_phases, load_telemetry
 
     tel = load_telemetry(args.run_dir)
     phases = diagnose_phases(tel)
     # The page first: a reader that stops early (`evenflow report RUN | head`) still gets it written.
-    path, _ = write_report(args.run_dir, args.output, tel=tel)
+    summary, problem = read_summary(args.run_dir)  # read once: for the page, and a note if it is unreadable
+    path, _ = write_report(args.run_dir, args.output, tel=tel, summary=summary)
     rows = [[r["replica"], r["samples"], f"{r['cost']:.1f}", f"{r['compute_s']:.2f}", f"{r['s_per_sample']:.4g}",
              f"{r['final_weight']:.4g}", f"{r['waited_for_s']:.2f}"] for r in replica_rows(tel, phases["whole run"])]
     print(format_table(["replica", "samples", "cost", "compute s", "s/sample", "final weight", "others waited s"],
@@ -52,7 +53,7 @@ def run(args) -> int:
     if tel.earlier_updates:
         print(f"note: the run resumed on {tel.replicas} replicas after {tel.earlier_updates} updates on another "
               f"count; the report covers the updates since")
-    if problem := summary_problem(args.run_dir):
+    if problem:
         print(f"note: {problem}")
     for name, d in phases.items():
         print(f"\n{name} (updates {d.start}..{d.stop - 1}): " + " ".join(d.lines))

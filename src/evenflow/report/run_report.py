@@ -19,7 +19,7 @@ from evenflow.report.svg_chart import svg_line_chart
 from evenflow.report.telemetry import Diagnosis, Telemetry, diagnose_phases, load_telemetry
 from evenflow.util.files import write_atomic
 
-__all__ = ["write_report", "render_report", "replica_rows", "svg_line_chart"]
+__all__ = ["write_report", "render_report", "read_summary", "replica_rows", "svg_line_chart"]
 
 MAX_POINTS = 600
 _MAX_LINES = 16  # more replicas than this: plot min / mean / max over replicas instead
@@ -222,7 +222,7 @@ def _weights(w) -> str:
     return ", ".join(f"{float(v):.3g}" for v in w) if isinstance(w, list) else str(w)
 
 
-def _read_summary(run_dir) -> tuple[dict, str | None]:
+def read_summary(run_dir) -> tuple[dict, str | None]:
     """``<run_dir>/summary.json`` (empty when missing or unreadable) and why it adds nothing, if it exists."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
@@ -236,22 +236,16 @@ def _read_summary(run_dir) -> tuple[dict, str | None]:
     return obj, None
 
 
-def _summary(run_dir: Path) -> dict:
-    return _read_summary(run_dir)[0]  # optional: the header just shows less
-
-
-def summary_problem(run_dir) -> str | None:
-    """Why ``<run_dir>/summary.json`` adds nothing to the report, if it exists but cannot be read."""
-    return _read_summary(run_dir)[1]
-
-
-def write_report(run_dir, output=None, *, tel: Telemetry | None = None) -> tuple[Path, Diagnosis]:
+def write_report(run_dir, output=None, *, tel: Telemetry | None = None,
+                 summary: dict | None = None) -> tuple[Path, Diagnosis]:
     """Write the HTML report of a run; returns its path and the whole-run diagnosis.
 
     Args:
         run_dir: the run's directory, holding telemetry.jsonl (and maybe summary.json).
         output: the HTML file to write (default ``<run_dir>/report.html``); written atomically.
         tel: the already loaded telemetry of ``run_dir``, to skip reading it again.
+        summary: the already read ``summary.json`` of ``run_dir`` (:func:`read_summary`), likewise;
+            without it the summary is read here (optional: without one the header shows less).
 
     Raises:
         ValueError: bad or missing telemetry (see :func:`load_telemetry`), or the output's folder
@@ -267,7 +261,7 @@ def write_report(run_dir, output=None, *, tel: Telemetry | None = None) -> tuple
     if out.suffix.lower() not in (".html", ".htm") or (out.exists() and not out.is_file()):
         raise ValueError(f"--output {out} is not an .html file; the report replaces the file it is given, so "
                          f"it writes only .html files: pass e.g. {out.with_suffix('.html').name}")
-    page, phases = render_report(tel, _summary(run_dir))
+    page, phases = render_report(tel, summary if summary is not None else read_summary(run_dir)[0])
     try:
         write_atomic(out, page)
     except OSError as e:
