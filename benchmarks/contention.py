@@ -203,15 +203,23 @@ def split_share(steps: list[dict]) -> float:
     return ideal / measured
 
 
+def _columns(steps: list[dict]):
+    """Step lines as float arrays: samples and compute ``[steps, replicas]`` (compute at least
+    1 ns), step seconds ``[steps]``."""
+    import numpy as np
+
+    s = np.array([row["samples"] for row in steps], float)
+    c = np.maximum(np.array([row["compute"] for row in steps], float), 1e-9)
+    return s, c, np.array([row["step_seconds"] for row in steps], float)
+
+
 def _perfect_seconds(steps: list[dict]) -> tuple[float, float]:
     """``(measured, perfect)``: the steps' summed time, and the same with each step's compute split in
     proportion to the workers' speeds in that step (``n / sum_r(samples_r / compute_r)``), the time
     outside the slowest worker's compute as measured."""
     import numpy as np
 
-    s = np.array([row["samples"] for row in steps], float)
-    c = np.maximum(np.array([row["compute"] for row in steps], float), 1e-9)
-    took = np.array([row["step_seconds"] for row in steps], float)
+    s, c, took = _columns(steps)
     perfect = took - c.max(axis=1) + s.sum(axis=1) / np.sum(s / c, axis=1)
     return float(took.sum()), float(perfect.sum())
 
@@ -243,9 +251,7 @@ def _fixed_seconds(steps: list[dict]) -> float:
     worker's compute as measured."""
     import numpy as np
 
-    s = np.array([row["samples"] for row in steps], float)
-    c = np.maximum(np.array([row["compute"] for row in steps], float), 1e-9)
-    took = np.array([row["step_seconds"] for row in steps], float)
+    s, c, took = _columns(steps)
     rate = c.sum(axis=0) / np.maximum(s.sum(axis=0), 1e-9)  # seconds per sample, per replica
     shares = (1 / rate) / np.sum(1 / rate)
     fixed = np.max(s.sum(axis=1, keepdims=True) * shares * c / np.maximum(s, 1e-9), axis=1)
