@@ -345,3 +345,24 @@ def test_replay_decisions_refuses_what_it_cannot_replay(tmp_path):
     cost.write_text(json.dumps({"kind": "run", "load_unit": "cost"}) + "\n" + telemetry.read_text().split("\n", 1)[1])
     with pytest.raises(SystemExit, match="samples"):
         bench.replay(cost, bench.run_options(cost, {}))
+
+
+def test_iterator_close_stock_arm_runs_tensorflows_own_per_device_datasets(tmp_path):
+    """The benchmark's ``stock`` arm really is TensorFlow's own (install a no-op, however it was imported),
+    and its evenflow arm has them without the autotuner."""
+    import os
+    import subprocess
+    import sys
+
+    bench = _load("iterator_close")
+    (tmp_path / "sitecustomize.py").write_text(bench.STOCK)
+    probe = ("from evenflow.tf.reader import autotune_off_on_devices\nimport evenflow.tf.device_iterators as d\n"
+             "print(autotune_off_on_devices(), d.install(), d.installed())")
+    src = str(BENCH.parent / "src")
+    got = {}
+    for arm, path in (("stock", [src, str(tmp_path)]), ("evenflow", [src])):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), TF_CPP_MIN_LOG_LEVEL="3")
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got[arm] = out.stdout.split()[-3:]
+    assert got == {"stock": ["False", "False", "False"], "evenflow": ["True", "True", "True"]}

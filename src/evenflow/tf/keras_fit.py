@@ -38,6 +38,7 @@ from evenflow.run.lock import RunDirectory
 from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.device_iterators import install as autotune_off_on_devices
 from evenflow.tf.keras_compiled import check_compiled
 from evenflow.tf.keras_data import keras_dataset
 from evenflow.tf.keras_inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
@@ -125,6 +126,7 @@ def _strategy(model):
                              tf.distribute.experimental.MultiWorkerMirroredStrategy)):
         raise ValueError("Keras's model.fit does not run under MultiWorkerMirroredStrategy (keras-team/keras#20585);"
                          " use evenflow.tf.Trainer or `evenflow train` across workers")
+    autotune_off_on_devices()  # Keras's per-device iterators: deleting one must not wait up to a minute
     return strategy
 
 

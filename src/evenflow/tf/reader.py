@@ -50,6 +50,7 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.run.validate import check_bool
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.chain_fns import check_batch_fn
+from evenflow.tf.device_iterators import install as autotune_off_on_devices
 from evenflow.tf.epoch_rows import EpochRows, check_epochs
 from evenflow.tf.feed_rows import feed_rows
 from evenflow.tf.pipeline import MapFn, load_batches
@@ -289,6 +290,7 @@ class PlanReader:
         if multi_worker and epochs is None:
             raise ValueError("epochs must be an int for a multi-worker strategy (endless streams plan in Python "
                              "inside the pipeline; see replica_dataset); pass the number of epochs to read")
+        autotune_off_on_devices()  # deleting a multi-device iterator must not wait up to a minute
         mode = tf.distribute.InputReplicationMode
         options = tf.distribute.InputOptions(
             experimental_replication_mode=mode.PER_WORKER if multi_worker else mode.PER_REPLICA,
