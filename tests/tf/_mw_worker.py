@@ -13,6 +13,7 @@ says otherwise), n, classes, batch, epochs, seed, lr, features. Results go to OU
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -52,6 +53,7 @@ def run_train(spec, out):
         seen.append(np.stack([t.numpy() for t in strategy.experimental_local_results(batch["id"])]))
 
     init = [v.numpy() for v in model.trainable_variables]
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else -1
     results = trainer.fit(PlanReader(source), plan, spec["epochs"], on_batch=on_batch)
     xe, ye = synthetic(spec["eval_n"], spec["classes"], spec["features"], 8)
     test = ArraySource(xe, ye)
@@ -62,7 +64,9 @@ def run_train(spec, out):
              "epoch_samples": np.array([r.samples for r in results]),
              "replica_samples": np.array([r.replica_samples for r in results]),
              "losses": np.array([r.loss for r in results]),
-             "eval": np.array([evaluated.count, evaluated.loss, evaluated.accuracy])}
+             "eval": np.array([evaluated.count, evaluated.loss, evaluated.accuracy]),
+             # OS threads of this process before training and after it and the evaluation (Linux).
+             "threads": np.array([threads, len(os.listdir("/proc/self/task")) if threads >= 0 else -1])}
     for i, v in enumerate(model.trainable_variables):
         found[f"w{i}"], found[f"init{i}"] = v.numpy(), init[i]
     np.savez(out.replace("{worker}", str(cluster.index)), **found)

@@ -112,6 +112,10 @@ def test_two_workers_train_like_one_worker_and_each_replica_reads_its_row(tmp_pa
         assert found["replica_samples"].sum(axis=1).tolist() == [203, 203]
         assert found["eval"][0] == 37  # every test sample counted once, over both workers
     np.testing.assert_array_equal(workers[0]["replica_samples"], workers[1]["replica_samples"])
+    # No thread per collective (TensorFlow's own timeout starts one per op: +190 threads on this run).
+    for found in workers:
+        before, after = found["threads"].tolist()
+        assert before < 0 or after - before < 40, (before, after)
     # Both workers hold bitwise the same weights (the all-reduce hands every replica the same sum) ...
     for a, b in zip(_weights(workers[0]), _weights(workers[1])):
         np.testing.assert_array_equal(a, b)
@@ -208,6 +212,26 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
                            capture_output=True, text=True, timeout=120)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "exactly once" in audit.stdout, audit.stdout
+
+
+def test_a_peer_that_stays_alive_but_stops_taking_part_ends_the_run_after_the_collective_timeout(tmp_path):
+    # Worker 1's replica is emulated 100x slow from step 3 (a 16 s step, alive and heartbeating), so
+    # worker 0's update waits in its collectives: past --collective-timeout the watchdog aborts them and
+    # worker 0 stops with the one-line error. Threads stay few: no thread per collective.
+    timeout = 8
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", "builtin:digits", "--epochs", "2",
+           "--replicas", "1", "--rebalance", "off", "--simulate-slow", "1:100@3", "--simulate-sample-ms", "5",
+           "--collective-timeout", str(timeout), "--output-dir", str(tmp_path / "run")]
+    procs = [subprocess.Popen(["timeout", "-k", "5", "150", *cmd], env=dict(ENV, TF_CONFIG=tf_config(addresses, i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    errs = [_wait(p, 170, f"worker {i}")[1] for i, p in enumerate(procs)]
+    assert procs[0].returncode == 1, errs[0][-3000:]
+    assert "Traceback" not in errs[0]
+    last = errs[0].strip().splitlines()[-1]
+    assert last.startswith("evenflow train: error: worker 0 of 2 lost the other workers (DeadlineExceededError: "
+                           f"Collective has timed out during execution: a call waited more than {timeout} s"), last
+    assert procs[1].returncode == 1, errs[1][-3000:]
 
 
 def test_accumulated_and_fp16_updates_equal_one_update_on_the_union(tmp_path):

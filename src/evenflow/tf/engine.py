@@ -24,7 +24,7 @@ from evenflow.run.engine import Stream
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.clock import now
 from evenflow.tf.pyfunc import closing as pipelines_closing
-from evenflow.tf.strategy import num_workers, on_cpu
+from evenflow.tf.strategy import collective_watch, num_workers, on_cpu
 
 __all__ = ["TFEngine", "LAG", "TIMING_SWITCH_SECONDS"]
 
@@ -49,6 +49,8 @@ class TFEngine:
         self.local_replicas = len(strategy.extended.worker_devices)
         self.num_processes = num_workers(strategy)
         self.lag = 0 if on_cpu(strategy) else LAG
+        # Every call below that may wait for the other workers runs under the collective timeout.
+        self._watch = collective_watch(strategy)
         self.timing, self.skip_nonfinite = step.timing, step.skip_nonfinite
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
         self._feed = None  # the feed of the stream last updated from (told each update's step and input wait)
@@ -79,14 +81,16 @@ class TFEngine:
         if stream.feed is not None:  # bounds how far its pipelines read ahead of this update
             stream.feed.advance(global_step + count - 1)
         stream = stream.iterator
-        if not keep_batches:
-            at = tf.constant(global_step, tf.int64) if self.timing else None
-            return list(self._train_next(stream, count, at)), None
-        batches = [next(stream) for _ in range(count)]
-        return list(self._train_batches(*batches)), batches
+        with self._watch.waiting():
+            if not keep_batches:
+                at = tf.constant(global_step, tf.int64) if self.timing else None
+                return list(self._train_next(stream, count, at)), None
+            batches = [next(stream) for _ in range(count)]
+            return list(self._train_batches(*batches)), batches
 
     def read(self, out, with_ids: bool) -> dict:
-        row = {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums", "flags", "timing")}
+        with self._watch.waiting():
+            row = {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums", "flags", "timing")}
         if self._feed is not None and "timing" in row:  # began, ready, ...: the update's input wait
             self._feed.waited(float(np.max(row["timing"][:, 1] - row["timing"][:, 0])))
         return row
@@ -107,7 +111,8 @@ class TFEngine:
         stream = iter(reader.distribute(self.strategy, plan, start=Cursor(epoch, 0), epochs=1))
         totals = np.zeros((self.local_replicas, 3))
         for _ in range(plan.num_steps):
-            totals += self._eval_next(stream).numpy()
+            with self._watch.waiting():
+                totals += self._eval_next(stream).numpy()
         _drain(stream)
         return totals
 
@@ -119,7 +124,8 @@ class TFEngine:
         rows = np.asarray(rows, dtype=np.float64)
         values = self.strategy.experimental_distribute_values_from_function(
             lambda ctx: tf.constant(rows[ctx.replica_id_in_sync_group % self.local_replicas][None]))
-        return self._all_gather(values).numpy()
+        with self._watch.waiting():
+            return self._all_gather(values).numpy()
 
     @contextlib.contextmanager
     def running(self):

@@ -118,11 +118,13 @@ def _facts(strategy, model, trainer, comp) -> dict:
              "gradient_dtype": "float16" if trainer.compression == "fp16" else "float32",
              "accumulate_steps": trainer.loop.accumulate_steps,
              "optimizer": type(getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)).__name__}
+    from evenflow.tf.strategy import collective_watch
+
     options = getattr(strategy.extended, "_communication_options", None)
     if options is not None and num_workers_of(strategy) > 1:
         facts["communication"] = {"implementation": str(options.implementation).split(".")[-1].lower(),
                                   "bytes_per_pack": int(options.bytes_per_pack),
-                                  "timeout_seconds": options.timeout_seconds}
+                                  "timeout_seconds": collective_watch(strategy).timeout}
     return facts
 
 

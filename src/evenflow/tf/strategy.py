@@ -17,12 +17,14 @@ stock strategy:
   uses every GPU of a worker, or exactly one CPU device. Here a worker runs R
   replicas: its first R GPUs, or R logical CPU devices (as for MirroredStrategy),
   so that "2 workers x 2 replicas" can be tested on one CPU machine.
-* **A timeout on every collective.** A collective waits for all workers; if one
-  died or stopped taking part, the others would wait forever. With
-  :class:`Communication`'s ``timeout_seconds`` (default 300 s) they raise
-  ``DeadlineExceededError`` instead, and a crashed peer is usually reported
-  sooner, by TensorFlow's coordination-service heartbeats (~10 s).
-  :func:`collective_failure` turns either into a one-line error.
+* **A timeout on every wait for the others.** A collective waits for all workers; if
+  one died or stopped taking part, the others would wait forever. With
+  :class:`Communication`'s ``timeout_seconds`` (default 300 s) a call that waits
+  longer raises ``DeadlineExceededError`` instead, and a crashed peer is usually
+  reported sooner, by TensorFlow's coordination-service heartbeats (~10 s).
+  :func:`collective_failure` turns either into a one-line error. The timeout is
+  kept by one watchdog thread per process (:mod:`evenflow.tf.collective_watch`),
+  not by TensorFlow's own per-collective timer, which starts a thread per collective.
 
 The plan's :class:`~evenflow.plan.topology.Topology` comes from the strategy
 (:func:`topology_of`), never the other way round, so plan and strategy cannot
@@ -30,6 +32,7 @@ disagree about the number of replicas.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -37,10 +40,11 @@ from evenflow.plan import Topology
 from evenflow.run.options import COMMUNICATIONS, DEFAULT_COLLECTIVE_TIMEOUT
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.cluster import Cluster, cluster_from_env
+from evenflow.tf.collective_watch import CollectiveWatch
 from evenflow.tf.devices import replica_devices
 
 __all__ = ["Communication", "IMPLEMENTATIONS", "DEFAULT_TIMEOUT_SECONDS", "make_strategy", "mirrored_strategy",
-           "multi_worker_strategy", "topology_of", "num_workers", "is_chief", "CollectiveFailure",
+           "multi_worker_strategy", "collective_watch", "topology_of", "num_workers", "is_chief", "CollectiveFailure",
            "collective_failure"]
 
 IMPLEMENTATIONS: tuple[str, ...] = COMMUNICATIONS
@@ -57,9 +61,11 @@ class Communication:
         bytes_per_pack: split the gradients into all-reduce packs of about this many
             bytes (several smaller collectives can overlap with the backward pass);
             0 lets TensorFlow decide.
-        timeout_seconds: a collective that has not completed after this long raises
+        timeout_seconds: a call that has waited this long for the other workers raises
             ``DeadlineExceededError`` instead of waiting for a dead or stuck peer
-            forever; None waits forever (TensorFlow's default).
+            forever; None waits forever (TensorFlow's default). :func:`options` hands it
+            to TensorFlow; :func:`multi_worker_strategy` keeps it with a
+            :class:`~evenflow.tf.collective_watch.CollectiveWatch` instead.
     """
 
     implementation: str = "auto"
@@ -172,7 +178,15 @@ def multi_worker_strategy(cluster: Cluster, replicas: int, communication: Commun
     task_type, task_index = cluster.task
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster.cluster_spec()), task_type=task_type, task_id=task_index, rpc_layer="grpc")
-    return _multi_worker_class()(resolver, communication.options(), kind, len(local))
+    # The timeout by evenflow's watchdog, not TensorFlow's timer (a thread per collective op).
+    untimed = dataclasses.replace(communication, timeout_seconds=None).options()
+    return _multi_worker_class()(resolver, untimed, kind, len(local), CollectiveWatch(communication.timeout_seconds))
+
+
+def collective_watch(strategy) -> CollectiveWatch:
+    """The :class:`~evenflow.tf.collective_watch.CollectiveWatch` of a strategy from
+    :func:`multi_worker_strategy`; one that never fires for any other strategy."""
+    return getattr(strategy, "collective_watch", None) or CollectiveWatch(None)
 
 
 _CLASS = []
@@ -206,10 +220,11 @@ def _multi_worker_class():
     class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         """``tf.distribute.MultiWorkerMirroredStrategy`` with a chosen number of local replicas."""
 
-        def __init__(self, cluster_resolver, communication_options, kind: str, count: int):
+        def __init__(self, cluster_resolver, communication_options, kind: str, count: int, watch: CollectiveWatch):
             # Strategy.__init__ directly: the parent's __init__ builds the stock extended object.
             distribute_lib.Strategy.__init__(
                 self, _Extended(self, cluster_resolver, communication_options, kind, count))
+            self.collective_watch = watch
 
     _CLASS.append(MultiWorkerMirroredStrategy)
     return MultiWorkerMirroredStrategy
