@@ -347,22 +347,28 @@ def test_replay_decisions_refuses_what_it_cannot_replay(tmp_path):
         bench.replay(cost, bench.run_options(cost, {}))
 
 
-def test_iterator_close_stock_arm_runs_tensorflows_own_per_device_datasets(tmp_path):
-    """The benchmark's ``stock`` arm really is TensorFlow's own (install a no-op, however it was imported),
-    and its evenflow arm has them without the autotuner."""
+def test_tf_multiworker_runtime_stock_arms_put_tensorflows_own_behaviour_back(tmp_path):
+    """Each ``stock`` arm really is TensorFlow's own (however evenflow imported what it patches): per-device
+    datasets that autotune, and the collective timeout handed to TensorFlow; the evenflow arm neither."""
     import os
     import subprocess
     import sys
 
-    bench = _load("iterator_close")
-    (tmp_path / "sitecustomize.py").write_text(bench.STOCK)
+    bench = _load("tf_multiworker_runtime")
     probe = ("from evenflow.tf.reader import autotune_off_on_devices\nimport evenflow.tf.device_iterators as d\n"
-             "print(autotune_off_on_devices(), d.install(), d.installed())")
+             "from evenflow.tf.strategy import Communication, multi_worker_strategy\nimport evenflow.tf.strategy as s\n"
+             "print(autotune_off_on_devices(), d.installed(), s._untimed(Communication(timeout_seconds=7)).timeout_seconds)")
     src = str(BENCH.parent / "src")
     got = {}
-    for arm, path in (("stock", [src, str(tmp_path)]), ("evenflow", [src])):
+    for arm in ("evenflow", *bench.STOCK):
+        path = [src]
+        if arm != "evenflow":
+            (tmp_path / arm).mkdir()
+            (tmp_path / arm / "sitecustomize.py").write_text(bench.STOCK[arm])
+            path.append(str(tmp_path / arm))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), TF_CPP_MIN_LOG_LEVEL="3")
         out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         got[arm] = out.stdout.split()[-3:]
-    assert got == {"stock": ["False", "False", "False"], "evenflow": ["True", "True", "True"]}
+    assert got == {"evenflow": ["True", "True", "None"], "iterators": ["False", "False", "None"],
+                   "timeout": ["True", "True", "7"]}

@@ -7,9 +7,9 @@ builds one small dataset per device (a prefetch over the worker's pipeline) with
 ``tf.data`` options, so each gets an autotuner model thread, which sleeps on a timer
 that doubles up to a minute. Deleting the iterator (the end of training, a re-plan that
 reopens the stream, a rewind, an evaluation pass) waits for that sleep to end: TensorFlow
-2.21 does not wake the thread. Measured with 2 MultiWorkerMirroredStrategy workers
-(``benchmarks/contention.py``'s run, 12 epochs of 20 steps): 38 s of an 88 s run went to
-deleting the training iterator after its last step; with the autotuner off, 0.05 s.
+2.21 does not wake the thread. Measured with 2 MultiWorkerMirroredStrategy workers, 12 epochs
+of 20 steps (``benchmarks/tf_multiworker_runtime.py``): with the autotuner on, the runs took
+1.66x the wall time, 31-34 s of it spent deleting the training iterator after the last step.
 
 evenflow's pipelines already turn the autotuner off (see :func:`evenflow.tf.pipeline.finish`);
 :func:`install` does the same for the per-device datasets, so nothing tunes itself on a

@@ -178,9 +178,14 @@ def multi_worker_strategy(cluster: Cluster, replicas: int, communication: Commun
     task_type, task_index = cluster.task
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster.cluster_spec()), task_type=task_type, task_id=task_index, rpc_layer="grpc")
-    # The timeout by evenflow's watchdog, not TensorFlow's timer (a thread per collective op).
-    untimed = dataclasses.replace(communication, timeout_seconds=None).options()
-    return _multi_worker_class()(resolver, untimed, kind, len(local), CollectiveWatch(communication.timeout_seconds))
+    return _multi_worker_class()(resolver, _untimed(communication), kind, len(local),
+                                 CollectiveWatch(communication.timeout_seconds))
+
+
+def _untimed(communication: Communication):
+    """TensorFlow's options for ``communication`` without its timeout: evenflow's watchdog keeps that,
+    not TensorFlow's timer (a thread per collective op; see :mod:`evenflow.tf.collective_watch`)."""
+    return dataclasses.replace(communication, timeout_seconds=None).options()
 
 
 def collective_watch(strategy) -> CollectiveWatch:
