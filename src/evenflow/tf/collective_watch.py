@@ -15,8 +15,9 @@ checks, a few times a second, how long the current call has waited; past the tim
 process's collectives (TensorFlow's ``abort_collective_ops``, the call its own health checks use)
 with ``DeadlineExceededError: Collective has timed out ...``. The waiting call raises it, and
 :func:`~evenflow.tf.strategy.collective_failure` turns it into the usual one-line error. A call
-is a step or less, so this bounds the same waits as a per-op timeout, and to within the check's
-interval (at most 1 s).
+is one update or less, so this bounds the same waits as a per-op timeout, to within the check's
+interval (at most 1 s); the first update's call also holds the step's tracing, which TensorFlow's
+timer did not count (seconds, against a default timeout of 300 s).
 """
 from __future__ import annotations
 
