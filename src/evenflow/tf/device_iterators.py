@@ -9,7 +9,7 @@ that doubles up to a minute. Deleting the iterator (the end of training, a re-pl
 reopens the stream, a rewind, an evaluation pass) waits for that sleep to end: TensorFlow
 2.21 does not wake the thread. Measured with 2 MultiWorkerMirroredStrategy workers, 12 epochs
 of 20 steps (``benchmarks/tf_multiworker_runtime.py``): with the autotuner on, the runs took
-1.66x the wall time, 31-34 s of it spent deleting the training iterator after the last step.
+1.66x the wall time, 31-35 s of it spent deleting the training iterator after the last step.
 
 evenflow's pipelines already turn the autotuner off (see :func:`evenflow.tf.pipeline.finish`);
 :func:`install` does the same for the per-device datasets, so nothing tunes itself on a
