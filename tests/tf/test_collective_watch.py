@@ -37,4 +37,3 @@ def test_without_a_timeout_it_starts_nothing():
     with watch.waiting():
         pass
     assert threading.active_count() == before and not watch.fired
-

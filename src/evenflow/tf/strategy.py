@@ -32,9 +32,8 @@ disagree about the number of replicas.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evenflow.plan import Topology
 from evenflow.run.options import COMMUNICATIONS, DEFAULT_COLLECTIVE_TIMEOUT
@@ -185,7 +184,7 @@ def multi_worker_strategy(cluster: Cluster, replicas: int, communication: Commun
 def _untimed(communication: Communication):
     """TensorFlow's options for ``communication`` without its timeout: evenflow's watchdog keeps that,
     not TensorFlow's timer (a thread per collective op; see :mod:`evenflow.tf.collective_watch`)."""
-    return dataclasses.replace(communication, timeout_seconds=None).options()
+    return replace(communication, timeout_seconds=None).options()
 
 
 def collective_watch(strategy) -> CollectiveWatch:
