@@ -24,6 +24,7 @@ batch); the chief is the only process that runs the training loop.
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 
@@ -69,6 +70,29 @@ def _tensors(x, y, mask) -> tuple:
     """A step's closure arguments: its inputs (an array, or tokens and lengths), labels and mask as tensors."""
     tf = _tf()
     return tf.nest.map_structure(tf.constant, x), tf.constant(y), tf.constant(mask)
+
+
+#: How many times the chief tries to copy a finished step's outputs from its worker.
+FETCH_TRIES = 3
+
+
+def fetch(remote, what: str):
+    """``remote.fetch()``, tried again when the copy of a finished closure's outputs to the chief fails.
+
+    The outputs stay on the worker until they are copied, so a copy that failed in transit (gRPC
+    ``Unable to parse request``, a cancelled receive) can be made again; the closure is not re-run.
+    An error of the closure itself is raised at once, as is the last copy's error.
+    """
+    tf = _tf()
+    for attempt in range(1, FETCH_TRIES + 1):
+        try:
+            return remote.fetch()
+        except (tf.errors.InternalError, tf.errors.UnavailableError, tf.errors.CancelledError) as e:
+            if attempt == FETCH_TRIES or getattr(remote, "_error", None) is not None:
+                raise
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            warnings.warn(f"copying {what} from its worker failed ({type(e).__name__}: {first}); "
+                          f"trying again ({attempt} of {FETCH_TRIES - 1})", RuntimeWarning, stacklevel=2)
 
 
 class PSEngine:
@@ -147,7 +171,8 @@ class PSEngine:
         return [out], [{"features": x, "label": y, "id": ids, "mask": mask}] if keep_batches else None
 
     def read(self, out, with_ids: bool) -> dict:
-        sums, flags, suspect = out["remote"].fetch()  # waits for this step's closure (run once, or re-run)
+        # Waits for this step's closure (run once, or re-run on another worker if its worker died).
+        sums, flags, suspect = fetch(out["remote"], "a training step's outputs")
         row = {"sums": np.asarray(sums, np.float64)[None, :], "flags": np.asarray(flags, np.float64)[None, :]}
         if with_ids:
             row.update(ids=out["ids"][None, :].astype(np.int64), nonfinite=np.asarray(suspect, bool)[None, :],
@@ -164,7 +189,8 @@ class PSEngine:
     def evaluate(self, reader: PSReader, plan, epoch: int) -> np.ndarray:
         remotes = [self.coordinator.schedule(self._eval, args=_tensors(x, y, m))
                    for _, x, y, m in _rows(reader.source, plan, Cursor(epoch, 0), epoch + 1)]
-        return np.sum([np.asarray(r.fetch(), np.float64) for r in remotes], axis=0)[None, :]
+        return np.sum([np.asarray(fetch(r, "an evaluation step's sums"), np.float64) for r in remotes],
+                      axis=0)[None, :]
 
     def all_gather(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(rows, np.float64)
