@@ -172,6 +172,22 @@ def test_cli_prints_table_diagnosis_and_writes(tmp_path, capsys):
     assert re.search(r"^\s*2\s+80\s+80\.0\s+20\.00\s", out, re.M)  # replica 2: 80 samples, cost 80, 20 s compute
 
 
+def test_cli_diagnoses_the_run_once_for_the_table_and_the_page(tmp_path, capsys, monkeypatch):
+    import evenflow.report.run_report as run_report
+    import evenflow.report.telemetry as telemetry
+
+    calls = []
+
+    def counted(tel):
+        calls.append(tel)
+        return diagnose_phases(tel)
+
+    monkeypatch.setattr(telemetry, "diagnose_phases", counted)
+    monkeypatch.setattr(run_report, "diagnose_phases", counted)
+    assert main(["report", str(_write(tmp_path / "run", _straggling(10)))]) == 0
+    assert len(calls) == 1 and "straggler" in capsys.readouterr().out
+
+
 def test_cli_without_telemetry_exits_2_with_one_line(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     assert main(["report", str(tmp_path / "run")]) == 2

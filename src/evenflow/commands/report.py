@@ -43,7 +43,7 @@ def run(args) -> int:
     phases = diagnose_phases(tel)
     # The page first: a reader that stops early (`evenflow report RUN | head`) still gets it written.
     summary, problem = read_summary(args.run_dir)  # read once: for the page, and a note if it is unreadable
-    path, _ = write_report(args.run_dir, args.output, tel=tel, summary=summary)
+    path, _ = write_report(args.run_dir, args.output, tel=tel, summary=summary, phases=phases)
     rows = [[r["replica"], r["samples"], f"{r['cost']:.1f}", f"{r['compute_s']:.2f}", f"{r['s_per_sample']:.4g}",
              f"{r['final_weight']:.4g}", f"{r['waited_for_s']:.2f}"] for r in replica_rows(tel, phases["whole run"])]
     print(format_table(["replica", "samples", "cost", "compute s", "s/sample", "final weight", "others waited s"],

@@ -80,9 +80,10 @@ line.rebalance{stroke:#d62728;stroke-dasharray:5 4;stroke-width:1.5}line.resume{
 figcaption{color:#555;margin:2px 0 18px 64px}.note{color:#a05000}"""
 
 
-def render_report(tel: Telemetry, summary: dict | None = None) -> tuple[str, dict[str, Diagnosis]]:
-    """The HTML page for a run and its diagnoses (``diagnose_phases``); no file is written."""
-    phases = diagnose_phases(tel)
+def render_report(tel: Telemetry, summary: dict | None = None,
+                  phases: dict[str, Diagnosis] | None = None) -> tuple[str, dict[str, Diagnosis]]:
+    """The HTML page for a run and its diagnoses (``diagnose_phases``, unless given); no file is written."""
+    phases = phases if phases is not None else diagnose_phases(tel)
     whole = phases["whole run"]
     p = _header(tel, summary or {})
     p += _diagnosis_section(phases)
@@ -237,7 +238,7 @@ def read_summary(run_dir) -> tuple[dict, str | None]:
 
 
 def write_report(run_dir, output=None, *, tel: Telemetry | None = None,
-                 summary: dict | None = None) -> tuple[Path, Diagnosis]:
+                 summary: dict | None = None, phases: dict[str, Diagnosis] | None = None) -> tuple[Path, Diagnosis]:
     """Write the HTML report of a run; returns its path and the whole-run diagnosis.
 
     Args:
@@ -246,6 +247,7 @@ def write_report(run_dir, output=None, *, tel: Telemetry | None = None,
         tel: the already loaded telemetry of ``run_dir``, to skip reading it again.
         summary: the already read ``summary.json`` of ``run_dir`` (:func:`read_summary`), likewise;
             without it the summary is read here (optional: without one the header shows less).
+        phases: the already computed ``diagnose_phases(tel)``, likewise.
 
     Raises:
         ValueError: bad or missing telemetry (see :func:`load_telemetry`), or the output's folder
@@ -261,7 +263,7 @@ def write_report(run_dir, output=None, *, tel: Telemetry | None = None,
     if out.suffix.lower() not in (".html", ".htm") or (out.exists() and not out.is_file()):
         raise ValueError(f"--output {out} is not an .html file; the report replaces the file it is given, so "
                          f"it writes only .html files: pass e.g. {out.with_suffix('.html').name}")
-    page, phases = render_report(tel, summary if summary is not None else read_summary(run_dir)[0])
+    page, phases = render_report(tel, summary if summary is not None else read_summary(run_dir)[0], phases)
     try:
         write_atomic(out, page)
     except OSError as e:
