@@ -71,7 +71,7 @@ def test_input_wait_rules(tmp_path, wait, kind):
     assert d.kind == kind and len(d.lines) == 1 and d.lines[0].startswith(kind + ": ")
     assert d.input_wait_fraction == pytest.approx(wait)
     assert f"input wait {wait:.1%} of step time" in d.lines[0]
-    assert ("evenflow convert" in d.lines[0] and "--augment" in d.lines[0]) == (kind != "balanced")
+    assert ("evenflow convert" in d.lines[0] and "augmentation costs CPU" in d.lines[0]) == (kind != "balanced")
 
 
 def test_input_bound_and_straggler_larger_problem_wins_and_both_are_said(tmp_path):

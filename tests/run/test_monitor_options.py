@@ -43,3 +43,27 @@ def test_what_decides_a_replan_is_refused_when_rebalancing_is_off(capsys, name, 
     assert main(["train", "--dataset", "builtin:digits", "--rebalance", "off", flag, f"{value:g}"]) == 2
     out, err = capsys.readouterr()
     assert err.startswith(f"evenflow train: error: {flag}: {name} {value:g} decides when to re-plan") and out == ""
+
+
+def test_auto_keeps_the_plan_of_one_replica():
+    assert not MonitorOptions().rebalance_options(single=True).enabled
+    assert MonitorOptions(rebalance="on").rebalance_options(single=True).enabled  # forced: nothing to re-plan
+    assert MonitorOptions().rebalance_options(single=False).enabled
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, line", [
+    ([], "rebalancing off (auto): one replica, so there is no split to balance; telemetry is still written"),
+    (["--rebalance", "on"], "rebalancing on: one replica, so there is no split to balance; telemetry is still written"),
+])
+def test_a_one_replica_run_says_there_is_nothing_to_balance(tmp_path, flags, line):
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    run = subprocess.run(["timeout", "-k", "5", "180", sys.executable, "-m", "evenflow", "train", "--framework",
+                          "torch", "--dataset", "builtin:digits", "--epochs", "1", "--output-dir", str(tmp_path / "r"),
+                          *flags], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert line in run.stdout and "re-plan when" not in run.stdout, run.stdout
+    assert (tmp_path / "r" / "telemetry.jsonl").is_file()

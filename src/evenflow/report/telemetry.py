@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.report.feed_advice import feed_advice
 from evenflow.report.load_fit import cost_advice
 from evenflow.report.rebalance_advice import rebalance_advice, seconds as _seconds
 from evenflow.report.telemetry_jsonl import read_telemetry_lines
@@ -228,9 +229,7 @@ def _pct(x: float) -> str:
 
 RULES = (f"input-bound from {INPUT_BOUND:.0%} input wait (moderately from {INPUT_MODERATE:.0%}), "
          f"a straggler from {STRAGGLER:.0%}")
-_FEED = ("feed faster: more parallel reads and decoding, cache the decoded dataset, a deeper prefetch; convert "
-         "images or arrays to indexed records with `evenflow convert`; `--augment` costs CPU per sample (try a run "
-         "without it)")
+
 
 
 def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -> str:
@@ -250,7 +249,7 @@ def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) ->
     todo = []
     if d.kind in ("input-bound", "moderately input-bound") or d.kind == "straggler" and \
             shown_fraction(d.input_wait_fraction) >= INPUT_BOUND:
-        todo.append(_FEED)
+        todo.append(feed_advice(tel.run))
     if d.straggler is not None and shown_fraction(d.straggler_fraction) >= STRAGGLER:
         at = 0 if d.kind == "straggler" else 1
         todo.insert(at, rebalance_advice(tel, d.start, d.stop, d.straggler))

@@ -66,6 +66,8 @@ class ReplicaMonitor:
         shared_devices: the replicas are logical devices sharing one CPU's cores (not
             emulated): written to the run line, so the diagnosis does not blame a replica
             for being scheduled last.
+        input_facts: what the run's input is (``framework``, ``augment``, ``loader_workers``),
+            written to the run line for the diagnosis's advice (:mod:`evenflow.report.feed_advice`).
         log_every: updates averaged into one point of the TensorBoard scalars, >= 1. Each
             point is 4R + 3 eager summary writes on the training thread, which holds the
             GIL meanwhile and so also delays the replicas' clock callbacks: writing them every
@@ -75,7 +77,7 @@ class ReplicaMonitor:
     def __init__(self, replicas: int, global_batch_size: int, steps_per_epoch: int, costs: np.ndarray | None = None,
                  rebalance: RebalanceOptions = RebalanceOptions(), check_every: int = 2,
                  telemetry: str | Path | None = None, log=None, workers: int = 1, append: bool = False,
-                 log_every: int = 25, shared_devices: bool = False):
+                 log_every: int = 25, shared_devices: bool = False, input_facts: dict | None = None):
         for name, value in (("check_every", check_every), ("log_every", log_every)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -115,7 +117,8 @@ class ReplicaMonitor:
             self._write({"kind": "run", "replicas": self.replicas, "workers": int(workers),
                          "global_batch_size": int(global_batch_size), "steps_per_epoch": self.steps_per_epoch,
                          "load_unit": "samples" if self.costs is None else "cost",
-                         "rebalance": bool(rebalance.enabled), "shared_devices": bool(shared_devices)})
+                         "rebalance": bool(rebalance.enabled), "shared_devices": bool(shared_devices),
+                         **({"input": dict(input_facts)} if input_facts else {})})
 
     @property
     def needs_ids(self) -> bool:

@@ -214,8 +214,8 @@ class MonitorOptions:
     rebalance: str = field(default="auto", metadata=_help(
         "re-plan the rest of an epoch with weights proportional to each replica's measured speed when one is "
         "persistently slower: on, off, or auto (on, except for logical devices sharing one CPU's cores, which "
-        "have no speed of their own unless --simulate-sample-ms emulates devices, and except with "
-        "--deterministic: re-plans follow timings, which no two runs share)"))
+        "have no speed of their own unless --simulate-sample-ms emulates devices, except for a single replica, "
+        "and except with --deterministic: re-plans follow timings, which no two runs share)"))
     rebalance_threshold: float = field(default=1.10, metadata=_help(
         "re-plan when the measured speeds predict steps at least this many times faster at 2 checks in a row, "
         "> 1 (a gain of 1.5, or of this when higher, re-plans at the first check)"))
@@ -268,7 +268,8 @@ class MonitorOptions:
         """True when every replica gets an emulated device time of its own (``simulate_sample_ms`` > 0)."""
         return self.simulate_sample_ms > 0
 
-    def rebalance_options(self, shared_cpu: bool = False, deterministic: bool = False, sharded: bool = False):
+    def rebalance_options(self, shared_cpu: bool = False, deterministic: bool = False, sharded: bool = False,
+                          single: bool = False):
         """The :class:`~evenflow.plan.speed.RebalanceOptions` these options describe.
 
         ``shared_cpu``: the replicas are logical devices of one CPU (``auto`` is then off,
@@ -277,11 +278,12 @@ class MonitorOptions:
         own). ``deterministic``: a bitwise reproducible run (``auto`` is then off: a re-plan
         happens where the measured timings say, which differs between runs). ``sharded``: the
         model's parameters are sharded across the ranks, whose every layer waits for all of
-        them, so a rank has no compute time of its own (``auto`` is then off).
+        them, so a rank has no compute time of its own (``auto`` is then off). ``single``: the plan
+        has one replica, so there is no split to balance (``auto`` is then off).
         """
         from evenflow.plan.speed import RebalanceOptions
 
-        auto = (self.emulates_devices or not shared_cpu) and not deterministic and not sharded
+        auto = (self.emulates_devices or not shared_cpu) and not deterministic and not sharded and not single
         enabled = self.rebalance == "on" or (self.rebalance == "auto" and auto)
         # A gain of 1.5 re-plans at once, or of the threshold when that is higher (a user's threshold
         # must not clash with an option the command line does not show).

@@ -40,11 +40,20 @@ def make_monitor(p, session, log, resumed: bool) -> ReplicaMonitor | None:
     costs = plan.index.costs if plan.options.balance == "cost" else None
     return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
                           rebalance=cfg.monitor.rebalance_options(session.shared_cpu, cfg.checkpoint.deterministic,
-                                                                  _sharded(p, session)),
+                                                                  _sharded(p, session),
+                                                                  single=plan.topology.replicas == 1),
                           log=log if procs.is_chief else None,
                           telemetry=p.run_dir / TELEMETRY_FILE if procs.is_chief else None,
                           workers=procs.count, append=resumed,
-                          shared_devices=session.shared_cpu and not cfg.monitor.simulation().active)
+                          shared_devices=session.shared_cpu and not cfg.monitor.simulation().active,
+                          input_facts=_input_facts(cfg))
+
+
+def _input_facts(cfg) -> dict:
+    """What the run's input is, for the diagnosis's advice when the run waited for it."""
+    comp = cfg.compute
+    return {"framework": comp.framework, "augment": cfg.data.augment != "none",
+            **({"loader_workers": comp.loader_workers} if comp.framework == "torch" else {})}
 
 
 def _sharded(p, session) -> bool:
@@ -55,7 +64,11 @@ def _sharded(p, session) -> bool:
 def _say_monitor(p, session, monitor, out) -> None:
     mon, comp = p.config.monitor, p.config.compute
     if monitor is not None:
-        if monitor.rebalancer.options.enabled:
+        if monitor.replicas == 1 and mon.rebalance != "off":
+            why = "" if mon.rebalance == "on" else " (auto)"
+            print(f"rebalancing {'on' if why == '' else 'off'}{why}: one replica, so there is no split to "
+                  f"balance; telemetry is still written", file=out)
+        elif monitor.rebalancer.options.enabled:
             why = "" if mon.rebalance == "on" else " (auto)"
             pays = f" that repay the re-plan {mon.rebalance_payback:g}x over the steps left" \
                 if mon.rebalance_payback > 0 else ""
