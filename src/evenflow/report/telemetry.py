@@ -231,7 +231,6 @@ RULES = (f"input-bound from {INPUT_BOUND:.0%} input wait (moderately from {INPUT
          f"a straggler from {STRAGGLER:.0%}")
 
 
-
 def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -> str:
     """The diagnosis in one line: the verdict, the two figures it was decided on, the rule, what to do."""
     steps = d.stop - d.start

@@ -213,9 +213,9 @@ class MonitorOptions:
 
     rebalance: str = field(default="auto", metadata=_help(
         "re-plan the rest of an epoch with weights proportional to each replica's measured speed when one is "
-        "persistently slower: on, off, or auto (on, except for logical devices sharing one CPU's cores, which "
-        "have no speed of their own unless --simulate-sample-ms emulates devices, except for a single replica, "
-        "and except with --deterministic: re-plans follow timings, which no two runs share)"))
+        "persistently slower: on, off, or auto (on, except for a single replica, for logical devices sharing one "
+        "CPU's cores, which have no speed of their own unless --simulate-sample-ms emulates devices, and with "
+        "--deterministic: re-plans follow timings, which no two runs share)"))
     rebalance_threshold: float = field(default=1.10, metadata=_help(
         "re-plan when the measured speeds predict steps at least this many times faster at 2 checks in a row, "
         "> 1 (a gain of 1.5, or of this when higher, re-plans at the first check)"))

@@ -65,9 +65,9 @@ def _say_monitor(p, session, monitor, out) -> None:
     mon, comp = p.config.monitor, p.config.compute
     if monitor is not None:
         if monitor.replicas == 1 and mon.rebalance != "off":
-            why = "" if mon.rebalance == "on" else " (auto)"
-            print(f"rebalancing {'on' if why == '' else 'off'}{why}: one replica, so there is no split to "
-                  f"balance; telemetry is still written", file=out)
+            state = "on" if mon.rebalance == "on" else "off (auto)"
+            print(f"rebalancing {state}: one replica, so there is no split to balance; telemetry is still written",
+                  file=out)
         elif monitor.rebalancer.options.enabled:
             why = "" if mon.rebalance == "on" else " (auto)"
             pays = f" that repay the re-plan {mon.rebalance_payback:g}x over the steps left" \
