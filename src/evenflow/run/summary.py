@@ -132,10 +132,13 @@ def print_results(p, session, trained, summary: dict, log, out) -> None:
         of = "of the evaluation dataset" if p.data.evaluation is not None else "test samples"
         print(f"\ntest accuracy {test.accuracy:.4f}, test loss {test.loss:.4f} "
               f"({test.count}/{p.data.test.num_samples} {of}, each counted once)", file=out)
-    wrote = (f"wrote {p.run_dir / 'summary.json'} and TensorBoard events in {log.dir}" if procs.is_chief else
-             f"process {procs.index}: the chief (process 0) writes the run's outputs")
     samples = sum(h["samples"] for h in summary["history"])
-    print(f"trained {samples:,} samples at {summary['samples_per_second']:,.0f} samples/s; {wrote}", file=out)
+    if procs.is_chief:
+        print(f"trained {samples:,} samples at {summary['samples_per_second']:,.0f} samples/s; wrote "
+              f"{p.run_dir / 'summary.json'} and TensorBoard events in {log.dir}", file=out)
+    else:  # each clock leaves out its own work between epochs but holds its waits for the others': one speed
+        print(f"trained {samples:,} samples; process {procs.index}: the chief (process 0) writes the run's outputs "
+              f"and its samples per second", file=out)
     if trained.monitor is not None:
         for cursor, weights in session.loop.replans:
             print(f"rebalanced at epoch {cursor.epoch} step {cursor.step}: weights "
