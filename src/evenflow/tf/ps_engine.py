@@ -90,7 +90,7 @@ def fetch(remote, what: str):
         except (tf.errors.InternalError, tf.errors.UnavailableError, tf.errors.CancelledError) as e:
             if attempt == FETCH_TRIES or getattr(remote, "_error", None) is not None:
                 raise
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            first = (str(e).strip().splitlines() or [""])[0]
             warnings.warn(f"copying {what} from its worker failed ({type(e).__name__}: {first}); "
                           f"trying again ({attempt} of {FETCH_TRIES - 1})", RuntimeWarning, stacklevel=2)
 
