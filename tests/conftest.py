@@ -18,7 +18,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 # Generous deadlines, no kills to notice and no timings in the assertions: in the parallel pass.
-NOT_SERIAL = ("faults/test_checkpoint_faults.py", "torch/test_own_loop_ddp.py",
+NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.py", "faults/test_records_trust.py",
+              "faults/test_input_refusals.py", "faults/test_loader_worker_death.py",
+              "faults/test_readback_digests.py", "torch/test_own_loop_ddp.py",
               "examples/test_torch_ddp_own_dataset.py")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_fault_tolerance.py",
           "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py")
