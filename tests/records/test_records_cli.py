@@ -99,7 +99,7 @@ def test_index_verify_reports_bad_record(tmp_path, capsys):
     report = json.loads(out)
     assert report["num_bad"] == 2 and report["num_records"] == 4
     assert [(b["record"], b["offset"]) for b in report["files"][0]["bad"]] == [(2, 52), (4, 104)]
-    assert "skipped 2 corrupt records in 1 files" in err
+    assert "evenflow index: skipped 2 bad records (52 bytes) in 1 file(s); --json lists each one" in err
     ds = RecordDataset(path)
     assert ds.read_batch([0, 1, 2, 3]) == [bytes([i]) * 10 for i in (0, 1, 3, 5)]
 

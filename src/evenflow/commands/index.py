@@ -13,8 +13,13 @@ EPILOG = """examples:
 
 Length CRCs are always checked. Without --skip-corrupt the first bad record stops the
 command with one line naming the file, record number and byte offset (exit 2). With it,
-bad records are left out of the index and listed; the exit code is 0.
+bad records are left out of the index and listed; the exit code is 0. What a damaged file
+lost is counted as `evenflow train --skip-corrupt` counts it: every record its earlier
+index places in a damaged stretch, with its bytes (a file never indexed before counts each
+damaged stretch as one record). Without --label-key/--cost-key, the columns of the earlier
+sidecars are kept only when the records are the ones they were built for.
 """
+SHOWN = 20  # records listed one a line; --json lists every one
 
 
 def add_parser(sub) -> None:
@@ -30,6 +35,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from evenflow.data.images import skipped_note
     from evenflow.records.indexer import index_file
 
     reports = [index_file(f, verify=args.verify, skip_corrupt=args.skip_corrupt, label_key=args.label_key,
@@ -37,15 +43,20 @@ def run(args) -> int:
     bad = [b for r in reports for b in r.bad]
     if args.json:
         print(json.dumps({"files": [r.to_json() for r in reports], "num_records": sum(r.num_records for r in reports),
-                          "num_bad": len(bad)}, indent=1))
+                          "num_bad": len(bad), "bytes_lost": sum(r.bytes_lost for r in reports)}, indent=1))
     else:
         width = max(len(r.path) for r in reports)
         print(f"{'file':<{width}}  {'records':>9}  {'bytes':>12}  {'bad':>5}  {'seconds':>8}")
         for r in reports:
             print(f"{r.path:<{width}}  {r.num_records:>9}  {r.file_size:>12}  {len(r.bad):>5}  {r.seconds:>8.3f}")
-        for b in bad:
+        for b in bad[:SHOWN]:
             print(f"skipped: {b}")
-    if bad:
-        print(f"evenflow index: skipped {len(bad)} corrupt records in "
-              f"{len({b.path for b in bad})} files", file=sys.stderr)
+        if len(bad) > SHOWN:
+            print(f"skipped: ... {len(bad) - SHOWN:,} more (--json lists each one)")
+    for line in skipped_note([b.to_json() for b in bad], listed_in="--json"):
+        print(f"evenflow index: {line}", file=sys.stderr)
+    for r in reports:
+        if not r.counted_by_index and any(b.kind in ("length_crc", "truncated") for b in r.bad):
+            print(f"evenflow index: {r.path} had no earlier index that places its records, so each damaged stretch "
+                  f"counts as one record (with all its bytes)", file=sys.stderr)
     return 0

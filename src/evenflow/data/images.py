@@ -107,11 +107,12 @@ def skip_undecodable(ds, key: str, layout: tuple[int, int, int], skipped: list) 
     return keep
 
 
-def skipped_note(skipped: list) -> tuple[str, ...]:
-    """The note a training run prints about the records ``--skip-corrupt`` left out (none: ()).
+def skipped_note(skipped: list, listed_in: str = "summary.json") -> tuple[str, ...]:
+    """The note a training run (or ``evenflow index``) prints about the records ``--skip-corrupt`` left out
+    (none: ()).
 
     One line in all, then one line per file: how many records and bytes it lost, by kind, and
-    the first of them (``summary.json`` lists every one).
+    the first of them (``listed_in`` lists every one).
     """
     if not skipped:
         return ()
@@ -119,7 +120,7 @@ def skipped_note(skipped: list) -> tuple[str, ...]:
     for b in skipped:
         by_file.setdefault(b["path"], []).append(b)
     total = sum(b.get("length") or 0 for b in skipped)
-    lines = [f"skipped {len(skipped):,} bad records ({_bytes(total)}) in {len(by_file)} file(s); summary.json "
+    lines = [f"skipped {len(skipped):,} bad records ({_bytes(total)}) in {len(by_file)} file(s); {listed_in} "
              f"lists each one"]
     for path, bad in by_file.items():
         kinds: dict[str, int] = {}

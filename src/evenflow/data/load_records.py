@@ -42,6 +42,10 @@ a framework starts.
   text (:class:`~evenflow.data.sequences.PadSequences`, feature shape ``(None,)``); its
   lengths are the costs unless the sidecars hold a cost column. int64 ids are read as
   ``id + 1`` (0 = padding) with the vocabulary largest id + 2; a negative id is refused.
+* **Trust.** Every shard's sidecars are checked against the records before anything else:
+  the digest of every record's stored CRC must be the one they were built for
+  (:meth:`~evenflow.records.RecordDataset.check_content`), so the label and cost columns
+  describe these very records. Records an index left out as corrupt are named in a note.
 * **Bad records.** Without ``skip_corrupt``, a record that fails while training is
   named afterwards by :meth:`RecordSource.find_bad_record` (``LoadedData.diagnose``).
   With it, every CRC is checked and every image decoded (Pillow) before training;
@@ -167,6 +171,12 @@ def _decoder(ds, feature_key: str, options, skip: bool, skipped: list) -> _Featu
     return _Feature(None, tuple(int(d) for d in spec.shape), "", good)
 
 
+def _left_out_note(ds) -> tuple[str, ...]:
+    """One line per shard whose index left records out as corrupt (``evenflow index --skip-corrupt``)."""
+    return tuple(f"{s.path}: its index leaves {s.skipped:,} corrupt records out (evenflow index --skip-corrupt); "
+                 f"they are not trained" for s in ds.shards if s.skipped)
+
+
 def load_records(options) -> LoadedData:
     """Load the records ``options.dataset`` (see the module docstring).
 
@@ -182,6 +192,7 @@ def load_records(options) -> LoadedData:
     path = options.dataset
     skip = bool(getattr(options, "skip_corrupt", False))
     ds, plain, keys = open_for_training(path, options.feature_key, options.label_key, skip)
+    ds.check_content()  # the label and cost columns describe these records: every stored CRC, 4 bytes a record
     where = ds.manifest_path or path
     # No manifest: keys from the first record, labels from the sidecars or the records.
     feature_key, label_key = keys if plain else manifest_keys(ds, options, where)
@@ -220,6 +231,6 @@ def load_records(options) -> LoadedData:
                     f"{size / 1e6:.1f} MB, {reading}), "
                     f"{split_text(len(train), len(test))}, {num_classes} classes, feature "
                     f"{feature_key!r} {shape}{kind}",
-        notes=skipped_note(skipped), diagnose=diagnose, skipped=tuple(skipped), kind="records", records=source,
+        notes=skipped_note(skipped) + _left_out_note(ds), diagnose=diagnose, skipped=tuple(skipped), kind="records", records=source,
         split=split, identity=identity, keys=(feature_key, label_key), dataset_ids=ids[train],
         class_names=tuple(ds.class_names) if ds.class_names else None, vocab_size=vocab)

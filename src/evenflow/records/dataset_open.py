@@ -1,10 +1,14 @@
 """Opening a records dataset: which files it holds, and each shard's index checked against its file.
 
 A dataset is a directory written by ``evenflow convert`` (its ``dataset.json`` lists the
-shards) or a list of TFRecord files with ``.idx`` sidecars. Each shard's index is loaded
-and compared with the manifest's entry, then checked against the file as deeply as asked:
-the ends of the file (:func:`check_headers` with ``"ends"``), every record's length field
-(``"headers"``), or every CRC (:func:`check_crcs`, which can also leave corrupt records out).
+shards) or a list of TFRecord files with ``.idx`` sidecars. No file may be in it twice: the
+paths are resolved (:func:`resolve_paths`: another spelling, a link), and two shards with the
+same size and the same stored CRCs at the sampled records are one shard copied
+(:func:`refuse_copies`). Each shard's index is loaded and compared with the manifest's entry,
+then checked against the file as deeply as asked: the ends of the file (:func:`check_headers`
+with ``"ends"``), every record's length field (``"headers"``), or every CRC
+(:func:`check_crcs`, which can also leave corrupt records out); and the records' stored CRCs
+against those the sidecars were built for (:func:`check_content`: the sampled ones, or all).
 Then the records of all shards are numbered ``0..N-1`` in shard order (:func:`sample_columns`).
 """
 from __future__ import annotations
@@ -16,13 +20,15 @@ import numpy as np
 
 from evenflow.records.crc import masked_crc32c
 from evenflow.records.errors import BadRecord, RecordError
+from evenflow.records.fingerprint import crc_digest, footer_crcs, sample_positions
 from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
+from evenflow.records.frame_walk import check_data
 from evenflow.records.manifest import MANIFEST_NAME, Manifest, read_manifest
 from evenflow.records.scan import scan_file
-from evenflow.records.sidecar import ShardIndex, load_shard_index
+from evenflow.records.sidecar import ShardIndex, load_shard_index, meta_path
 
-__all__ = ["SampleColumns", "check_crcs", "check_headers", "check_length_crc", "open_shard", "resolve_paths",
-           "sample_columns"]
+__all__ = ["SampleColumns", "check_content", "check_crcs", "check_headers", "check_length_crc", "indexed_losses",
+           "open_shard", "refuse_copies", "resolve_paths", "sample_columns"]
 
 _CHUNK = 1 << 18  # records per vectorised header check: bounded temporaries for millions of records
 
@@ -38,22 +44,60 @@ def resolve_paths(path) -> tuple[list[str], Manifest | None, str | None]:
                                   f"pass the TFRecord files themselves (after `evenflow index FILES`)", kind="input")
             manifest = read_manifest(mpath)
             root = os.path.dirname(mpath)
-            return [os.path.join(root, s.file) for s in manifest.shards], manifest, mpath
+            files = [os.path.join(root, s.file) for s in manifest.shards]
+            _refuse_twice(files, [s.file for s in manifest.shards], mpath)
+            return files, manifest, mpath
         return [p], None, None
     files = [os.fspath(f) for f in path]
     if not files:
         raise ValueError("RecordDataset needs a dataset directory or at least one TFRecord file, got an empty list")
+    _refuse_twice(files, files, None)
     return files, None, None
 
 
+def _refuse_twice(files: list[str], names: list[str], manifest_path: str | None) -> None:
+    """No file twice: the same file (device and inode: another spelling of the path, a link) under two entries.
+
+    Raises:
+        RecordError: naming the manifest (or the file) and both entries.
+    """
+    seen: dict[tuple[int, int], int] = {}
+    for j, f in enumerate(files):
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue  # a missing file is named when its index is loaded
+        i = seen.setdefault((st.st_dev, st.st_ino), j)
+        if i == j:
+            continue
+        if manifest_path is not None:
+            raise RecordError(manifest_path, f"lists the shard {names[i]!r} twice: entries {i} ({names[i]!r}) and {j} "
+                              f"({names[j]!r}) are the same file, so its records would be read twice per epoch; "
+                              f"remove entry {j} from the manifest", kind="input")
+        raise RecordError(files[j], f"is the file {files[i]} again (files {i} and {j} of the list are the same file), "
+                          f"so its records would be read twice per epoch; pass each TFRecord file once", kind="input")
+
+
 def open_shard(i: int, path: str, manifest: Manifest | None, manifest_path: str | None) -> ShardIndex:
-    """Load the index of shard ``i`` and check it against the manifest's entry for that shard, if any."""
-    idx = load_shard_index(path)
+    """Load the index of shard ``i`` and check it against the manifest's entry for that shard, if any.
+
+    A manifest that names a label key needs the label column of every shard's metadata.
+    """
+    keys = (None, None)
+    if manifest is not None:  # the keys the rebuild command names: the manifest's (a cost key only if a feature)
+        keys = (manifest.label_key, manifest.cost_key if manifest.cost_key in manifest.features else None)
+    idx = load_shard_index(path, keys)
     if manifest is not None:
+        if manifest.label_key is not None and idx.labels is None:
+            mp = meta_path(path)
+            held = f"{mp} holds no label column" if os.path.exists(mp) else f"its index metadata {mp} is missing"
+            raise RecordError(path, f"{manifest_path} names the label key {manifest.label_key!r} but {held}; "
+                              f"rebuild it with {idx.rebuild}", kind="index")
         entry = manifest.shards[i]
-        if entry.num_records != idx.num_records:
+        if entry.num_records != idx.num_records + idx.skipped:  # records the index left out as corrupt count
+            left_out = f" (and leaves {idx.skipped} out as corrupt)" if idx.skipped else ""
             raise RecordError(path, f"{manifest_path} lists {entry.num_records} records for this shard but "
-                              f"its index has {idx.num_records}; the directory mixes two conversions, "
+                              f"its index has {idx.num_records}{left_out}; the directory mixes two conversions, "
                               f"convert again with --overwrite", kind="index")
         if entry.size != idx.file_size:
             raise RecordError(path, f"{manifest_path} says this shard has {entry.size} bytes but it has "
@@ -67,7 +111,8 @@ def check_headers(s: ShardIndex, data: np.ndarray, check: str) -> None:
     Args:
         s: the shard's index.
         data: the shard file's bytes, uint8 ``[file_size]`` (a view of its map).
-        check: ``"ends"`` checks the first and last records' length fields, ``"headers"``
+        check: ``"ends"`` checks the length fields of the first, the last and the sampled
+            records (:func:`~evenflow.records.fingerprint.sample_positions`), ``"headers"``
             every record's.
 
     Raises:
@@ -77,7 +122,7 @@ def check_headers(s: ShardIndex, data: np.ndarray, check: str) -> None:
     n = s.num_records
     if n == 0:
         return
-    which = np.arange(n) if check != "ends" else np.unique(np.array([0, n - 1]))
+    which = np.arange(n) if check != "ends" else sample_positions(n)
     for lo in range(0, which.size, _CHUNK):
         part = which[lo:lo + _CHUNK]
         heads = data[s.offsets[part][:, None] + np.arange(8)]
@@ -90,7 +135,7 @@ def check_headers(s: ShardIndex, data: np.ndarray, check: str) -> None:
             raise RecordError(s.path, f"index {s.path}.idx does not match the file: the index gives {framed} "
                               f"bytes ({framed - FRAME_BYTES} data + {FRAME_BYTES} framing) but the record header "
                               f"says {data_bytes} data bytes ({data_bytes + FRAME_BYTES} with framing); rebuild "
-                              f"it with `evenflow index {s.path}`", record=j, offset=s.offsets[j], kind="index")
+                              f"it with {s.rebuild or f'`evenflow index {s.path}`'}", record=j, offset=s.offsets[j], kind="index")
     for j in np.unique(np.array([0, n - 1])).tolist():  # length CRC of the two ends
         check_length_crc(s, data, j)
 
@@ -103,6 +148,73 @@ def check_length_crc(s: ShardIndex, data: np.ndarray, j: int) -> None:
     if masked_crc32c(head[:8]) != stored:
         raise RecordError(s.path, f"corrupted length: length CRC is 0x{stored:08x}, computed "
                           f"0x{masked_crc32c(head[:8]):08x}", record=j, offset=off, kind="length_crc")
+
+
+def check_content(s: ShardIndex, data: np.ndarray, *, full: bool, bad_offsets=()) -> None:
+    """Check the records' stored data CRCs against those the sidecars were built for.
+
+    The sampled records' CRCs always; the digest of every record's with ``full`` (one read of
+    4 bytes a record). Records at ``bad_offsets`` (found corrupt, left out) are not compared,
+    and when there are any the digest of all is not either. An index without metadata
+    recorded nothing to compare.
+
+    Raises:
+        RecordError: a record whose data no longer matches its own CRC (``kind="data_crc"``:
+            the file is damaged), or records rewritten since the sidecars were built
+            (``kind="index"``: stale sidecars, with the command that rebuilds them).
+    """
+    fp = s.content
+    if fp is None or s.num_records == 0:
+        return
+    now = footer_crcs(data, s.offsets, s.lengths, fp.sample_record)
+    differ = now != fp.sample_crc
+    if len(bad_offsets):
+        differ &= ~np.isin(s.offsets[fp.sample_record], np.asarray(list(bad_offsets), np.int64))
+    if differ.any():
+        k = int(np.flatnonzero(differ)[0])
+        j = int(fp.sample_record[k])
+        _refuse_rewritten(s, data, j, f"record {_number(s, j)}'s stored data CRC is 0x{int(now[k]):08x}, the "
+                                      f"sidecars were built when it was 0x{int(fp.sample_crc[k]):08x}")
+    if full and not len(bad_offsets) and crc_digest(data, s.offsets, s.lengths) != fp.crc_digest:
+        for j in range(s.num_records):  # a record damaged since is named as such
+            check_data(data, s.path, _number(s, j), int(s.offsets[j]), int(s.lengths[j]) - FRAME_BYTES)
+        _refuse_rewritten(s, data, None, "the stored data CRCs of its records are not the ones the sidecars were "
+                                         "built for")
+
+
+def _number(s: ShardIndex, j: int) -> int:
+    return j if s.numbers is None else int(s.numbers[j])
+
+
+def _refuse_rewritten(s: ShardIndex, data: np.ndarray, j: int | None, what: str):
+    """Raise for records that differ from the sidecars': corruption when record ``j`` fails its own CRC."""
+    if j is not None:
+        check_data(data, s.path, _number(s, j), int(s.offsets[j]), int(s.lengths[j]) - FRAME_BYTES)
+    where = {} if j is None else {"record": _number(s, j), "offset": int(s.offsets[j])}
+    raise RecordError(s.path, f"its sidecars {s.path}.idx and {meta_path(s.path)} describe other records: {what}: "
+                      f"the file was rewritten at the same size after they were built (labels and costs in them "
+                      f"would be wrong); rebuild them with {s.rebuild}", kind="index", **where)
+
+
+def refuse_copies(shards: list[ShardIndex], maps: list[np.ndarray], where: str) -> None:
+    """No shard twice under two names: two non-empty shards of the same size and record count whose
+    sampled records have the same stored data CRCs are copies of one another.
+
+    Raises:
+        RecordError: naming ``where`` (the manifest or the first file) and both shards.
+    """
+    seen: dict[tuple, int] = {}
+    for j, (s, data) in enumerate(zip(shards, maps)):
+        if s.num_records == 0:
+            continue
+        which = sample_positions(s.num_records)
+        key = (s.file_size, s.num_records, footer_crcs(data, s.offsets, s.lengths, which).tobytes())
+        i = seen.setdefault(key, j)
+        if i != j:
+            raise RecordError(where, f"shards {shards[i].path} and {s.path} hold the same records (the same size, "
+                              f"record count and stored data CRCs at {which.size} sampled records): one is a copy of "
+                              f"the other, so its records would be read twice per epoch; remove one of them",
+                              kind="input")
 
 
 def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadRecord]]:
@@ -135,17 +247,18 @@ def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadR
                           f"`evenflow index {s.path}`", record=k, offset=int(res.offsets[k]), kind="index")
     if keep.all():
         return s, []
-    lost = _indexed_losses(s, keep, res.bad)
+    lost = indexed_losses(s, keep, res.bad)
     if not skip_corrupt:
         raise RecordError(s.path, lost[0].reason, record=lost[0].record, offset=lost[0].offset, kind=lost[0].kind)
     return ShardIndex(s.path, s.offsets[keep], s.lengths[keep], s.file_size,
                       labels=None if s.labels is None else s.labels[keep],
                       costs=None if s.costs is None else s.costs[keep],
                       skipped=s.skipped + int((~keep).sum()),
-                      numbers=(np.arange(s.num_records) if s.numbers is None else s.numbers)[keep]), lost
+                      numbers=(np.arange(s.num_records) if s.numbers is None else s.numbers)[keep],
+                      rebuild=s.rebuild), lost
 
 
-def _indexed_losses(s: ShardIndex, keep: np.ndarray, found: list[BadRecord]) -> list[BadRecord]:
+def indexed_losses(s: ShardIndex, keep: np.ndarray, found: list[BadRecord]) -> list[BadRecord]:
     """Every record the index lists that the scan could not keep, numbered and sized by the index.
 
     The scan names the records whose CRC failed; after a bad header it skips to the next

@@ -2,9 +2,13 @@
 
 For a file written by ``tf.io.TFRecordWriter`` or any other tool, one pass finds every
 record (checking each length CRC, and each data CRC with ``verify``), then the ``.idx``
-and ``.meta.npz`` sidecars are written next to it. With a label or cost key, those
-columns are decoded from the records in bulk and stored in the metadata, so
-``evenflow.Index.from_records`` and the planner can stratify and cost-balance on them.
+and ``.meta.npz`` sidecars are written next to it, the metadata with what it describes
+(:mod:`evenflow.records.sidecar_meta`). With a label or cost key, those columns are decoded
+from the records in bulk and stored in the metadata, so ``evenflow.Index.from_records`` and
+the planner can stratify and cost-balance on them. Without one, the columns of the file's
+earlier sidecars are kept only when the records are the ones they were built for (the same
+offsets and the same stored CRCs). With ``skip_corrupt``, what a damaged file lost is counted
+as training counts it (:mod:`evenflow.records.losses`).
 """
 from __future__ import annotations
 
@@ -19,9 +23,11 @@ from evenflow.records.errors import BadRecord, RecordError
 from evenflow.records.example_decode import decode_examples, infer_specs
 from evenflow.records.feature_keys import requested_specs
 from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
+from evenflow.records.fingerprint import fingerprint
 from evenflow.records.frame_walk import open_mmap
+from evenflow.records.losses import earlier_losses
 from evenflow.records.scan import ScanResult, scan_file
-from evenflow.records.sidecar import kept_numbers, load_shard_index, write_sidecars
+from evenflow.records.sidecar import ShardIndex, kept_numbers, load_shard_index, write_sidecars
 from evenflow.records.spec import FeatureSpec
 
 __all__ = ["IndexReport", "index_file"]
@@ -31,7 +37,12 @@ _CHUNK = 4096  # records decoded per batch when extracting label/cost columns
 
 @dataclass
 class IndexReport:
-    """The outcome of indexing one file."""
+    """The outcome of indexing one file.
+
+    ``bad`` lists the records left out; ``counted_by_index`` says whether they were counted
+    against the file's earlier index (each record in a damaged stretch; what training counts)
+    or by the scan alone (each damaged stretch as one record, with all its bytes).
+    """
 
     path: str
     num_records: int
@@ -40,10 +51,16 @@ class IndexReport:
     bad: list[BadRecord] = field(default_factory=list)
     has_labels: bool = False
     has_costs: bool = False
+    counted_by_index: bool = False
+
+    @property
+    def bytes_lost(self) -> int:
+        return sum(b.length or 0 for b in self.bad)
 
     def to_json(self) -> dict:
         return {"path": self.path, "num_records": self.num_records, "file_size": self.file_size,
-                "seconds": round(self.seconds, 6), "num_bad": len(self.bad), "bad": [b.to_json() for b in self.bad],
+                "seconds": round(self.seconds, 6), "num_bad": len(self.bad), "bytes_lost": self.bytes_lost,
+                "counted_by_index": self.counted_by_index, "bad": [b.to_json() for b in self.bad],
                 "labels": self.has_labels, "costs": self.has_costs}
 
 
@@ -97,14 +114,19 @@ def _check_costs(res: ScanResult, cost_key: str, costs: np.ndarray) -> None:
                           record=record, offset=int(res.offsets[i]), kind="feature")
 
 
-def _previous_columns(path: str):
-    """The current valid sidecar index of ``path``, or None."""
+def _previous_columns(path: str, res: ScanResult, crcs: str) -> ShardIndex | None:
+    """The sidecar index ``path`` had, when it is whole and describes the records the scan found
+    (the same offsets, the same digest of their stored CRCs ``crcs``); else None."""
     if not os.path.exists(path + ".meta.npz"):
         return None
     try:
-        return load_shard_index(path)
+        previous = load_shard_index(path)
     except RecordError:
         return None
+    if previous.content is None or previous.content.crc_digest != crcs or \
+            not np.array_equal(previous.offsets, res.offsets):
+        return None
+    return previous
 
 
 def index_file(path, *, verify: bool = False, skip_corrupt: bool = False, label_key: str | None = None,
@@ -119,6 +141,9 @@ def index_file(path, *, verify: bool = False, skip_corrupt: bool = False, label_
         label_key: scalar int64 feature to store as the label column.
         cost_key: scalar numeric feature to store as the cost column.
 
+    Without a label (cost) key, the label (cost) column of the file's earlier sidecars is
+    kept when they describe these very records, and dropped otherwise.
+
     Raises:
         RecordError: a bad record (without ``skip_corrupt``), or a label/cost key that is
             not a scalar feature of the records. Everything is checked before the sidecars
@@ -131,8 +156,12 @@ def index_file(path, *, verify: bool = False, skip_corrupt: bool = False, label_
                           kind="input")
     if not os.path.isfile(path):
         raise RecordError(path, "no such file", kind="input")
-    previous = _previous_columns(path)
     res = scan_file(path, verify=verify, skip_corrupt=skip_corrupt)
+    lost = earlier_losses(res)  # what training counts, when the file's earlier index says where records were
+    if lost is not None:
+        res = ScanResult(res.path, res.offsets, res.lengths, res.file_size, lost)
+    content = fingerprint(np.frombuffer(open_mmap(path), dtype=np.uint8), res.offsets, res.lengths)
+    previous = _previous_columns(path, res, content.crc_digest)
     # Everything is checked before anything is written: on any error the old sidecars stay as they were.
     labels = costs = None
     if label_key is not None and res.offsets.size:
@@ -143,12 +172,15 @@ def index_file(path, *, verify: bool = False, skip_corrupt: bool = False, label_
     if cost_key is not None and res.offsets.size:
         costs = _column(res, cost_key, "cost").astype(np.float64)
         _check_costs(res, cost_key, costs)
-    if previous is not None and np.array_equal(previous.offsets, res.offsets):
-        # Re-indexing an unchanged file keeps the label/cost columns it already had.
-        labels = previous.labels if labels is None else labels
-        costs = previous.costs if costs is None else costs
+    if previous is not None:  # re-indexing unchanged records keeps the label/cost columns they had
+        if labels is None and previous.labels is not None:
+            labels, label_key = previous.labels, previous.label_key
+        if costs is None and previous.costs is not None:
+            costs, cost_key = previous.costs, previous.cost_key
     write_sidecars(path, res.offsets, res.lengths, file_size=res.file_size, labels=labels, costs=costs,
-                   skipped_records=[b.record for b in res.bad], skipped_offsets=[b.offset for b in res.bad])
+                   skipped_records=[b.record for b in res.bad], skipped_offsets=[b.offset for b in res.bad],
+                   label_key=label_key if labels is not None else None,
+                   cost_key=cost_key if costs is not None else None, content=content)
     load_shard_index(path)  # what we wrote must read back
     return IndexReport(path, int(res.offsets.size), res.file_size, time.perf_counter() - t0, res.bad,
-                       labels is not None, costs is not None)
+                       labels is not None, costs is not None, lost is not None)

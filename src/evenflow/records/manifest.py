@@ -83,7 +83,9 @@ def read_manifest(path) -> Manifest:
     """Read ``dataset.json`` (the file or its directory).
 
     Raises:
-        RecordError: not JSON, not an evenflow manifest, or a field of the wrong type.
+        RecordError: not JSON, not an evenflow manifest, a field of the wrong type, or no shards.
+        (A shard listed twice is refused where the files are resolved:
+        :func:`evenflow.records.dataset_open.resolve_paths`.)
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -104,6 +106,9 @@ def read_manifest(path) -> Manifest:
         shards = [ShardEntry(str(s["file"]), int(s["num_records"]), int(s["size"])) for s in obj["shards"]]
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise RecordError(path, f"malformed manifest: {e}", kind="input") from e
+    if not shards:
+        raise RecordError(path, "lists no shards, so the dataset holds no records; restore its \"shards\" entries, or "
+                          "convert the data again into an empty directory (`evenflow convert SOURCE DIR`)", kind="input")
     for s in shards:
         if os.path.isabs(s.file) or os.pardir in s.file.split("/"):
             raise RecordError(path, f"shard file {s.file!r} must be a plain name inside the dataset directory",

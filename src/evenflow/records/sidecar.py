@@ -1,4 +1,4 @@
-"""The sidecar index of a TFRecord shard: where each record is, and its label and cost.
+"""The sidecar index of a TFRecord shard: where each record is, its label and cost, and what file it describes.
 
 Two files sit next to each shard ``<shard>``:
 
@@ -9,13 +9,19 @@ Two files sit next to each shard ``<shard>``:
     ``readers.TFRecord(index_path=...)`` reads, so DALI can use our indexes and we can
     use DALI's.
 
-``<shard>.meta.npz`` (optional)
-    ``np.savez`` columns, no pickled objects: ``file_size`` and ``num_records``
-    (scalars, to detect a stale index), ``label`` (int64 ``[n]``) and ``cost`` (float64
-    ``[n]``) when known, and ``skipped_record`` / ``skipped_offset`` for records that
-    ``evenflow index --skip-corrupt`` left out.
+``<shard>.meta.npz`` (optional: a DALI-made index has none)
+    ``np.savez`` columns, no pickled objects (:mod:`evenflow.records.sidecar_meta`): the
+    label and cost columns, records left out as corrupt, and what the sidecars describe:
+    the shard's size and record count, the digest of the ``.idx`` text, the stored data
+    CRCs of sampled records and a digest of every record's
+    (:mod:`evenflow.records.fingerprint`), and a checksum of all of that.
 
-The ``.idx`` text itself is read and written by :mod:`evenflow.records.idx_text`.
+:func:`load_shard_index` checks both against the file: sizes, the records tiling the file,
+the index's digest and the metadata's checksum; the stored CRCs are compared with the
+file's where the file is read (:func:`evenflow.records.dataset_open.check_content`). Any
+difference is one line naming the shard, what differs and the ``evenflow index`` command
+that rebuilds the sidecars. The ``.idx`` text itself is read and written by
+:mod:`evenflow.records.idx_text`.
 """
 from __future__ import annotations
 
@@ -25,13 +31,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from evenflow.records.errors import RecordError
+from evenflow.records.fingerprint import Fingerprint, bytes_digest, fingerprint
 from evenflow.records.frame import FRAME_BYTES
+from evenflow.records.frame_walk import open_mmap
 from evenflow.records.idx_text import format_idx, parse_idx
-from evenflow.util.files import NPZ_READ_ERRORS, read_npz
+from evenflow.records.sidecar_meta import META_VERSION, meta_text, read_meta, rebuild_command, seal
 
 __all__ = ["ShardIndex", "idx_path", "kept_numbers", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
-
-META_VERSION = 1
 
 
 def idx_path(shard) -> str:
@@ -57,32 +63,45 @@ def _atomic_write(path: str, write) -> None:
 
 
 def write_sidecars(shard, offsets, lengths, *, file_size: int, labels=None, costs=None,
-                   skipped_records=None, skipped_offsets=None) -> None:
+                   skipped_records=None, skipped_offsets=None, label_key: str | None = None,
+                   cost_key: str | None = None, content: Fingerprint | None = None) -> None:
     """Write ``<shard>.idx`` and ``<shard>.meta.npz`` atomically.
 
     Args:
-        shard: path of the TFRecord file.
+        shard: path of the TFRecord file, already in place: the stored CRCs of its records
+            are read from it (unless ``content`` gives them).
         offsets: byte offset of each record, int ``[n]``.
         lengths: framed size of each record (data + 16), int ``[n]``.
         file_size: size of the shard in bytes.
         labels: optional int label per record ``[n]``.
         costs: optional float cost per record ``[n]``, >= 0.
         skipped_records, skipped_offsets: records left out as corrupt.
+        label_key, cost_key: the features the labels and costs were read from, when known
+            (named in the command that rebuilds stale sidecars).
+        content: the :class:`~evenflow.records.fingerprint.Fingerprint` of the records, when
+            the caller has it.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     n = offsets.shape[0]
+    if content is None:
+        content = fingerprint(np.frombuffer(open_mmap(os.fspath(shard)), dtype=np.uint8), offsets, lengths)
+    text = format_idx(offsets, lengths)
     cols = {"format_version": np.int64(META_VERSION), "file_size": np.int64(file_size), "num_records": np.int64(n),
             "skipped_record": np.asarray(skipped_records if skipped_records is not None else [], dtype=np.int64),
-            "skipped_offset": np.asarray(skipped_offsets if skipped_offsets is not None else [], dtype=np.int64)}
-    for name, values, dtype in (("label", labels, np.int64), ("cost", costs, np.float64)):
+            "skipped_offset": np.asarray(skipped_offsets if skipped_offsets is not None else [], dtype=np.int64),
+            "idx_digest": np.array(bytes_digest(text)), "sample_record": content.sample_record.astype(np.int64),
+            "sample_crc": content.sample_crc.astype(np.uint32), "crc_digest": np.array(content.crc_digest)}
+    for name, values, dtype, key in (("label", labels, np.int64, label_key), ("cost", costs, np.float64, cost_key)):
         if values is None:
             continue
         arr = np.asarray(values)
         if arr.shape != (n,):
             raise ValueError(f"{shard}: {name} must have one entry per record, {n}, got shape {arr.shape}")
         cols[name] = arr.astype(dtype)
-    text = format_idx(offsets, lengths)
+        if key:
+            cols[f"{name}_key"] = np.array(str(key))
+    cols = seal(cols)
     _atomic_write(idx_path(shard), lambda f: f.write(text))
     _atomic_write(meta_path(shard), lambda f: np.savez(f, **cols))
 
@@ -101,6 +120,11 @@ class ShardIndex:
         skipped: number of records the index leaves out as corrupt.
         numbers: each indexed record's number in the file, int64 ``[n]``, when the index or
             an open dataset left corrupt records out (else None: its position).
+        content: what the metadata recorded of the records' stored CRCs, to compare with the
+            file's; None for an index without metadata (DALI's).
+        rebuild: the ``evenflow index`` command (in backquotes) that rebuilds the sidecars.
+        label_key, cost_key: the features the label and cost columns were read from, when
+            the metadata names them.
     """
 
     path: str
@@ -111,6 +135,10 @@ class ShardIndex:
     costs: np.ndarray | None = None
     skipped: int = 0
     numbers: np.ndarray | None = None
+    content: Fingerprint | None = None
+    rebuild: str = ""
+    label_key: str | None = None
+    cost_key: str | None = None
 
     @property
     def num_records(self) -> int:
@@ -126,29 +154,27 @@ def kept_numbers(n: int, skipped) -> np.ndarray | None:
     return np.setdiff1d(np.arange(n + skipped.size, dtype=np.int64), skipped)[:n]
 
 
-def _load_meta(path: str) -> dict:
-    try:
-        return read_npz(path)
-    except NPZ_READ_ERRORS as e:
-        shard = path[:-len(".meta.npz")] if path.endswith(".meta.npz") else "<shard>"
-        raise RecordError(path, f"cannot read the index metadata ({type(e).__name__}: {e}); rebuild it with "
-                          f"`evenflow index {shard} --label-key KEY [--cost-key KEY]` (the keys of the label and cost "
-                          f"features, to store their columns again)", kind="index") from None
-
-
-def load_shard_index(shard) -> ShardIndex:
+def load_shard_index(shard, keys=(None, None)) -> ShardIndex:
     """Load and check the sidecars of one shard against the shard file.
 
     Checks that lengths are at least 16, records do not overlap, and the index covers
     the file: the last offset + length equals the file size and records are contiguous,
     unless the metadata lists skipped corrupt records (then the recorded file size must
-    match instead).
+    match instead). With metadata, also that it is whole (its checksum), that it was
+    written with this very ``.idx`` (its digest) for a file of this size and record count.
+    The records' stored CRCs are compared with the metadata's where the file is read
+    (:func:`evenflow.records.dataset_open.check_content`).
+
+    Args:
+        shard: the TFRecord file.
+        keys: ``(label_key, cost_key)`` to name in the rebuild command (a manifest's), or None each.
 
     Raises:
-        RecordError: missing index, unreadable index, or an index that does not match its
-            file; the message names the file and what differs.
+        RecordError: missing index, unreadable index, or sidecars that do not match the
+            file or each other; the message names the file, what differs and the command
+            that rebuilds them.
     """
-    found = _read_sidecars(os.fspath(shard))
+    found = _read_sidecars(os.fspath(shard), keys)
     if found.meta:
         _check_meta(found)
     skipped = int(found.meta["skipped_record"].shape[0]) if "skipped_record" in found.meta else 0
@@ -160,13 +186,16 @@ def load_shard_index(shard) -> ShardIndex:
             _check_no_overlap(found)
     elif skipped == 0 and found.file_size != 0:
         raise found.mismatch(f"the index lists no records but the file has {found.file_size} bytes")
+    content = _content(found) if found.meta else None
     labels = found.meta.get("label")
     costs = found.meta.get("cost")
     return ShardIndex(found.shard, found.offsets, found.lengths, found.file_size,
                       labels=None if labels is None else labels.astype(np.int64, copy=False),
                       costs=None if costs is None else costs.astype(np.float64, copy=False),
                       skipped=skipped,
-                      numbers=kept_numbers(found.offsets.shape[0], found.meta.get("skipped_record", [])))
+                      numbers=kept_numbers(found.offsets.shape[0], found.meta.get("skipped_record", [])),
+                      content=content, rebuild=found.rebuild, label_key=meta_text(found.meta.get("label_key")),
+                      cost_key=meta_text(found.meta.get("cost_key")))
 
 
 @dataclass
@@ -176,13 +205,15 @@ class _Sidecars:
     shard: str
     ipath: str
     file_size: int
+    text: bytes
     offsets: np.ndarray
     lengths: np.ndarray
     meta: dict
+    rebuild: str
 
     def mismatch(self, what: str, record=None, offset=None, kind="index") -> RecordError:
         return RecordError(self.shard, f"index {self.ipath} does not match the file: {what}; rebuild it with "
-                           f"`evenflow index {self.shard}`", record=record, offset=offset, kind=kind)
+                           f"{self.rebuild}", record=record, offset=offset, kind=kind)
 
     def cut_short(self, expected: int) -> RecordError:
         """The error for a file smaller than the ``expected`` bytes the index describes."""
@@ -194,7 +225,7 @@ class _Sidecars:
                              f"was truncated", record=i, offset=int(offsets[i]) if n else 0, kind="truncated")
 
 
-def _read_sidecars(shard: str) -> _Sidecars:
+def _read_sidecars(shard: str, keys) -> _Sidecars:
     """Read ``<shard>.idx`` and, when present, ``<shard>.meta.npz``; nothing is checked against the file yet."""
     ipath = idx_path(shard)
     try:
@@ -204,21 +235,22 @@ def _read_sidecars(shard: str) -> _Sidecars:
     if os.path.isdir(shard):
         raise RecordError(shard, f"is a folder, not a TFRecord file; pass its TFRecord files, e.g. "
                           f"{os.path.join(shard, '*.tfrecord')}", kind="input")
+    mpath = meta_path(shard)
+    meta = read_meta(mpath, shard, keys) if os.path.exists(mpath) else {}
+    rebuild = rebuild_command(shard, meta, keys)
     try:
         with open(ipath, "rb") as f:
             text = f.read()
     except FileNotFoundError as e:
-        raise RecordError(shard, f"missing index {ipath}; build it with `evenflow index {shard}`",
-                          kind="index") from e
+        raise RecordError(shard, f"missing index {ipath}; build it with {rebuild}", kind="index") from e
     except IsADirectoryError as e:
         raise RecordError(shard, f"index {ipath} is a folder, not an index file; move it away and build the "
-                          f"index with `evenflow index {shard}`", kind="index") from e
+                          f"index with {rebuild}", kind="index") from e
     except OSError as e:
         raise RecordError(shard, f"cannot read index {ipath} ({type(e).__name__}: {e.strerror})",
                           kind="index") from e
     offsets, lengths = parse_idx(text, ipath)
-    meta = _load_meta(meta_path(shard)) if os.path.exists(meta_path(shard)) else {}
-    return _Sidecars(shard, ipath, file_size, offsets, lengths, meta)
+    return _Sidecars(shard, ipath, file_size, text, offsets, lengths, meta, rebuild)
 
 
 def _check_meta(found: _Sidecars) -> None:
@@ -233,6 +265,20 @@ def _check_meta(found: _Sidecars) -> None:
     if built_for != file_size:
         raise found.mismatch(f"the index was built for a file of {built_for} bytes, the file has {file_size} "
                              f"bytes; it was appended to or rewritten", offset=built_for)
+
+
+def _content(found: _Sidecars) -> Fingerprint:
+    """What the metadata recorded of the records, once the ``.idx`` is the one it was written with."""
+    meta = found.meta
+    if bytes_digest(found.text) != str(meta["idx_digest"]):
+        raise found.mismatch(f"it is not the index {meta_path(found.shard)} was written with (the digest of its "
+                             f"text differs): it was changed or replaced since")
+    which = meta["sample_record"].astype(np.int64)
+    crcs = meta["sample_crc"].astype(np.uint32)
+    if which.shape != crcs.shape or which.ndim != 1 or (which.size and not
+                                                        (0 <= which.min() and which.max() < found.offsets.shape[0])):
+        raise found.mismatch(f"{meta_path(found.shard)} samples records outside its index")
+    return Fingerprint(which, crcs, str(meta["crc_digest"]))
 
 
 def _check_lengths(found: _Sidecars) -> None:
@@ -272,16 +318,3 @@ def _check_no_overlap(found: _Sidecars) -> None:
         i = int(overlap[0]) + 1
         raise found.mismatch(f"record {i} at byte {offsets[i]} overlaps record {i - 1}", record=i,
                              offset=offsets[i])
-
-
-def write_meta_columns(shard, index: ShardIndex, *, labels=None, costs=None) -> None:
-    """Rewrite ``<shard>.meta.npz`` with new label/cost columns, keeping the rest."""
-    skipped = {}
-    mp = meta_path(shard)
-    if os.path.exists(mp):
-        old = _load_meta(mp)
-        skipped = {"skipped_records": old.get("skipped_record"), "skipped_offsets": old.get("skipped_offset")}
-    write_sidecars(shard, index.offsets, index.lengths, file_size=index.file_size,
-                   labels=labels if labels is not None else index.labels,
-                   costs=costs if costs is not None else index.costs, **skipped)
-
