@@ -96,7 +96,8 @@ def build_config(path, overrides: dict, defaults: dict | None = None):
 
 
 def train(config, title: str, command: str) -> int:
-    """Run ``config`` with its framework; the exit code (0, 1 for a lost peer, 2 for a missing framework)."""
+    """Run ``config`` with its framework; the exit code (0, 1 for a lost peer or a dead loader worker, 2 for a
+    missing framework)."""
     from evenflow.run.job import run_training
 
     adapter = framework_adapter(config.compute.framework)
@@ -140,7 +141,7 @@ def run(args) -> int:
 
 
 def exit_if_peer_lost(error: BaseException, command: str) -> None:
-    """On a lost peer, print one line and end the process with exit code 1, at once.
+    """On a lost peer or a dead loader worker process, print one line and end the process with exit code 1, at once.
 
     Returns (doing nothing) for any other error. A normal exit would run the frameworks'
     shutdown, which keeps trying to reach the dead peer (TensorFlow: 40 s measured on 2
@@ -148,7 +149,7 @@ def exit_if_peer_lost(error: BaseException, command: str) -> None:
     """
     import os
 
-    if type(error).__name__ not in ("CollectiveFailure", "PeerLostError", "ParameterServerLost"):
+    if type(error).__name__ not in ("CollectiveFailure", "PeerLostError", "ParameterServerLost", "LoaderWorkerDied"):
         return
     print(f"evenflow {command}: error: {error}", file=sys.stderr)
     sys.stdout.flush()

@@ -112,13 +112,15 @@ class TorchEngine:
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
         self.timing, self.skip_nonfinite, self.simulate = bool(timing), bool(skip_nonfinite), simulate
         self.precision = precision
+        self.stream = None  # the training stream open now: its loader workers end with it (close)
 
     # -- the loop's interface --------------------------------------------------------------------
     def open(self, reader: TorchReader, plan, start: Cursor, epochs: int, switchable: bool = False):
         # The sampler runs on this thread, the one that switches plans: a request while the feed is
         # held for a switch would be a bug, so it raises instead of waiting.
         feed = PlanFeed(plan, start, start.epoch + epochs, block=False) if switchable else None
-        return Stream(iter(reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed)), feed)
+        self.stream = Stream(iter(reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed)), feed)
+        return self.stream
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
         began = time.time()
@@ -138,7 +140,9 @@ class TorchEngine:
     def close(self, stream, finished: bool) -> None:
         if stream.feed is not None:
             stream.feed.close()
-        del stream  # shuts the loader's worker processes down
+        stream.iterator.close()  # shuts the loader's worker processes down, now
+        if self.stream is stream:
+            self.stream = None
 
     def evaluate(self, reader: TorchReader, plan, epoch: int) -> np.ndarray:
         torch = _torch()

@@ -40,9 +40,11 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import checked_transform, loader_options
 from evenflow.torch.distributed import group_ready
+from evenflow.torch.worker_death import API_ARGS, LoaderWorkerDied, worker_death, worker_died
 from evenflow.util.read_errors import note_samples
 
-__all__ = ["PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size", "worker_record_error"]
+__all__ = ["LoaderWorkerDied", "PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size",
+           "worker_record_error"]
 
 # Batches each DataLoader worker loads ahead (the DataLoader's own default).
 PREFETCH_FACTOR = 2
@@ -301,4 +303,43 @@ class PlanLoader:
                                            **extra)
 
     def __iter__(self):
-        return map(_finish, self.data_loader())
+        """This rank's batches; a loader worker process that dies raises :class:`LoaderWorkerDied`.
+
+        The error names the worker (pid, signal or exit code), this rank and the step it was
+        waiting for. torch's SIGCHLD handler may instead raise its own ``RuntimeError`` ("DataLoader
+        worker (pid N) is killed by signal: ...") at whatever line your loop is running, outside this
+        iterator; :func:`~evenflow.torch.worker_death.worker_death` reads either. Closing the iterator
+        (or dropping it) shuts its workers down.
+        """
+        return self._batches()
+
+    def _batches(self):
+        batches, done = iter(self.data_loader()), 0
+        try:
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                except RuntimeError as e:
+                    died = self._worker_died(e, batches, done)
+                    if died is None:
+                        raise
+                    raise died from None
+                done += 1
+                yield _finish(batch)
+        finally:
+            shutdown = getattr(batches, "_shutdown_workers", None)  # at once, not when the iterator is collected
+            if shutdown is not None:
+                shutdown()
+
+    def _worker_died(self, error: RuntimeError, batches, done: int):
+        """:class:`LoaderWorkerDied` for a worker process that died while this rank waited for batch ``done``."""
+        codes = {w.pid: w.exitcode for w in getattr(batches, "_workers", ())}
+        death = worker_death(error, codes)
+        if death is None:
+            return None
+        steps = self.steps
+        g = steps.start.epoch * self.plan.num_steps + steps.start.step + done
+        where = divmod(g, self.plan.num_steps) if self.plan.num_steps else None
+        return worker_died(death, self.rank, where, "", API_ARGS)

@@ -28,6 +28,7 @@ class TorchSession:
     test_reader: object
     shared_cpu: bool = False
     summary: dict = field(default_factory=dict)
+    run_dir: Path | None = None  # where the run's checkpoints are (named by a failure's message)
 
     @property
     def loop(self):
@@ -42,27 +43,59 @@ class TorchSession:
         return TorchScalarWriter(directory)
 
     def failure(self, error: BaseException) -> BaseException | None:
-        """A lost peer (:class:`~evenflow.torch.distributed.PeerLostError`) or a bad record, else None."""
+        """A lost peer (:class:`~evenflow.torch.distributed.PeerLostError`), a bad record or a dead loader
+        worker (:class:`~evenflow.torch.worker_death.LoaderWorkerDied`, naming the newest checkpoint), else None."""
         from evenflow.torch.loader import worker_record_error
 
         bad = worker_record_error(error)  # a bad record met in a loader worker process
         if bad is not None:
             return bad
+        died = self._worker_died(error)
+        if died is not None:
+            return died
         lost = self.trainer.peer_error(error)
         return lost if lost is not error else None
 
+    def _worker_died(self, error: BaseException):
+        """The one-line error of ``evenflow train`` for a loader worker process that died, else None.
+
+        torch raises it from its SIGCHLD handler wherever the training process is (a step, a save),
+        or the loader does while it waits for a batch; either way the rank stops at the loop's cursor.
+        """
+        from evenflow.run.checkpoints import list_checkpoints
+        from evenflow.torch.worker_death import CLI_FLAGS, worker_death, worker_died
+
+        death = worker_death(error)
+        if death is None:
+            return None
+        cursor = self.loop.cursor
+        saved = list_checkpoints(self.run_dir) if self.run_dir is not None else []
+        then = (f"Run the same command again to resume from the newest checkpoint, {saved[-1].path}" if saved
+                else "Run the same command again to start over")
+        return worker_died(death, self.trainer.rank, None if cursor is None else (cursor.epoch, cursor.step), then,
+                           CLI_FLAGS)
+
     def close(self, ok: bool) -> None:
-        """Leave the process group: together with the others after a good run, at once after a failure."""
+        """Leave the process group: together with the others after a good run, at once after a failure.
+
+        After a failure the training loader's worker processes are shut down first, so none outlives
+        the rank.
+        """
         from evenflow.torch.distributed import finish_distributed
 
         if ok:
             finish_distributed()
+            return
+        stream = getattr(self.trainer.engine, "stream", None)
+        if stream is not None:
+            with contextlib.suppress(Exception):  # the failure being reported is the one that matters
+                self.trainer.engine.close(stream, finished=False)
 
 
 def start_session(p):
     """A :class:`~evenflow.torch.adapter.TorchSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
     from evenflow.torch._lazy import torch as _torch
-    from evenflow.torch.distributed import init_distributed
+    from evenflow.torch.distributed import check_ranks_agree, init_distributed
     from evenflow.torch.models import build_model, make_optimizer
     from evenflow.torch.state import TorchState
     from evenflow.torch.trainer import Trainer
@@ -73,6 +106,7 @@ def start_session(p):
     if cfg.checkpoint.deterministic:
         torch.use_deterministic_algorithms(True)
     rank, world, device = init_distributed(None if comp.backend == "auto" else comp.backend, comp.collective_timeout)
+    check_ranks_agree(p.train_plan, p.data.identity, device)  # before DDP broadcasts data-shaped parameters
     torch.manual_seed(cfg.schedule.seed)
     model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, dropout=cfg.model.dropout)
     num_weights = sum(q.numel() for q in model.parameters() if q.requires_grad)
@@ -94,7 +128,7 @@ def start_session(p):
                         num_weights=num_weights,
                         state=TorchState(model, optimizer, rank=rank, world=world, device=device),
                         train_reader=train_reader, test_reader=test_reader,
-                        summary=_facts(torch, trainer, backend, comp, model, train_reader))
+                        summary=_facts(torch, trainer, backend, comp, model, train_reader), run_dir=p.run_dir)
 
 
 def _facts(torch, trainer, backend: str, comp, model, train_reader) -> dict:
