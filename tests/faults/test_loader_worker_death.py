@@ -3,7 +3,7 @@
 The run is the real ``evenflow train --framework torch --loader-workers 2``; one of its loader
 worker processes (a child of the training process, found through ``/proc``) is killed with SIGKILL
 after the checkpoint of step 5, as the kernel's out-of-memory killer would. In a user's own loop,
-``plan_loader``'s iterator raises :class:`~evenflow.torch.worker_death.LoaderWorkerDied` for a worker
+``plan_loader``'s iterator raises :class:`~evenflow.torch.worker_errors.LoaderWorkerDied` for a worker
 that dies while the loop waits for a batch.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evenflow.torch import plan_loader  # noqa: E402
-from evenflow.torch.worker_death import LoaderWorkerDied, WorkerDeath, worker_death  # noqa: E402
+from evenflow.torch.worker_errors import LoaderWorkerDied, WorkerDeath, worker_death  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ENV = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}

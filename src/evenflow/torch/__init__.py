@@ -18,6 +18,8 @@
 * :func:`shard_model` splits a model's parameters, gradients and optimizer state across the
   ranks (FSDP); the :class:`Trainer` and :class:`TorchState` take such a model as they take a
   plain one (checkpoints then sharded, written by every rank);
+* :class:`LoaderWorkerDied` is what a ``PlanLoader``'s iterator raises when one of its worker
+  processes dies (killed, out of memory); :func:`worker_death` reads torch's own message of it;
 * :func:`init_distributed` joins the process group ``torchrun`` describes (gloo on
   CPU, nccl on GPU); :class:`Torch` is the adapter ``evenflow train --framework torch`` runs.
 
@@ -42,12 +44,13 @@ from evenflow.torch.sharding import shard_model
 from evenflow.torch.state import TorchState
 from evenflow.torch.text import packed_text_cnn
 from evenflow.torch.trainer import EpochResult, EvalResult, Trainer
+from evenflow.torch.worker_errors import LoaderWorkerDied, worker_death
 
 __all__ = [
-    "ArraySource", "DatasetSource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "MODELS",
-    "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource", "Source",
-    "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp", "finish_distributed",
+    "ArraySource", "DatasetSource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "LoaderWorkerDied",
+    "MODELS", "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource",
+    "Source", "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp", "finish_distributed",
     "init_distributed", "is_peer_failure", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook",
     "packed_text_cnn", "per_sample_cross_entropy", "plan_loader", "rank_and_world_size", "shard_model",
-    "sum_gradients_hook",
+    "sum_gradients_hook", "worker_death",
 ]

@@ -40,11 +40,10 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import checked_transform, loader_options
 from evenflow.torch.distributed import group_ready
-from evenflow.torch.worker_death import API_ARGS, LoaderWorkerDied, worker_death, worker_died
+from evenflow.torch.worker_errors import LoaderWorkerDied, watched
 from evenflow.util.read_errors import note_samples
 
-__all__ = ["LoaderWorkerDied", "PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size",
-           "worker_record_error"]
+__all__ = ["LoaderWorkerDied", "PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size"]
 
 # Batches each DataLoader worker loads ahead (the DataLoader's own default).
 PREFETCH_FACTOR = 2
@@ -193,24 +192,6 @@ class _StepBatches:
         return self._finish_keys(dict(self.source.packed(ids, starts, row, rows, length)), epoch, step, ids, count)
 
 
-def worker_record_error(error: BaseException):
-    """The :class:`~evenflow.records.RecordError` a DataLoader worker process raised, or None.
-
-    torch re-raises an exception from a worker in the main process by calling its class
-    with one message that holds the worker's traceback; ``RecordError`` takes keyword
-    location fields, so torch falls back to a ``RuntimeError`` of that text. Its last
-    ``RecordError:`` line is the one-line message (file, record number, byte offset, fix).
-    """
-    from evenflow.records import RecordError
-    text = str(error)
-    if not text.startswith("Caught RecordError"):
-        return None
-    lines = [ln for ln in text.strip().splitlines() if "RecordError: " in ln]
-    if not lines:
-        return None
-    return RecordError(None, lines[-1].split("RecordError: ", 1)[1].strip())
-
-
 def _finish(batch: dict) -> dict:
     """In the consuming process: ``mask`` from the ids, and the step's scalars as int64 tensors."""
     torch = _torch()
@@ -303,43 +284,8 @@ class PlanLoader:
                                            **extra)
 
     def __iter__(self):
-        """This rank's batches; a loader worker process that dies raises :class:`LoaderWorkerDied`.
-
-        The error names the worker (pid, signal or exit code), this rank and the step it was
-        waiting for. torch's SIGCHLD handler may instead raise its own ``RuntimeError`` ("DataLoader
-        worker (pid N) is killed by signal: ...") at whatever line your loop is running, outside this
-        iterator; :func:`~evenflow.torch.worker_death.worker_death` reads either. Closing the iterator
-        (or dropping it) shuts its workers down.
-        """
-        return self._batches()
-
-    def _batches(self):
-        batches, done = iter(self.data_loader()), 0
-        try:
-            while True:
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    return
-                except RuntimeError as e:
-                    died = self._worker_died(e, batches, done)
-                    if died is None:
-                        raise
-                    raise died from None
-                done += 1
-                yield _finish(batch)
-        finally:
-            shutdown = getattr(batches, "_shutdown_workers", None)  # at once, not when the iterator is collected
-            if shutdown is not None:
-                shutdown()
-
-    def _worker_died(self, error: RuntimeError, batches, done: int):
-        """:class:`LoaderWorkerDied` for a worker process that died while this rank waited for batch ``done``."""
-        codes = {w.pid: w.exitcode for w in getattr(batches, "_workers", ())}
-        death = worker_death(error, codes)
-        if death is None:
-            return None
+        """This rank's batches; a worker process that dies raises :class:`LoaderWorkerDied` (see
+        :func:`~evenflow.torch.worker_errors.watched`). Closing the iterator shuts its workers down."""
         steps = self.steps
-        g = steps.start.epoch * self.plan.num_steps + steps.start.step + done
-        where = divmod(g, self.plan.num_steps) if self.plan.num_steps else None
-        return worker_died(death, self.rank, where, "", API_ARGS)
+        first = steps.start.epoch * self.plan.num_steps + steps.start.step
+        return watched(iter(self.data_loader()), _finish, self.rank, first, self.plan.num_steps)

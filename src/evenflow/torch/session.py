@@ -44,8 +44,8 @@ class TorchSession:
 
     def failure(self, error: BaseException) -> BaseException | None:
         """A lost peer (:class:`~evenflow.torch.distributed.PeerLostError`), a bad record or a dead loader
-        worker (:class:`~evenflow.torch.worker_death.LoaderWorkerDied`, naming the newest checkpoint), else None."""
-        from evenflow.torch.loader import worker_record_error
+        worker (:class:`~evenflow.torch.worker_errors.LoaderWorkerDied`, naming the newest checkpoint), else None."""
+        from evenflow.torch.worker_errors import worker_record_error
 
         bad = worker_record_error(error)  # a bad record met in a loader worker process
         if bad is not None:
@@ -63,7 +63,7 @@ class TorchSession:
         or the loader does while it waits for a batch; either way the rank stops at the loop's cursor.
         """
         from evenflow.run.checkpoints import list_checkpoints
-        from evenflow.torch.worker_death import CLI_FLAGS, worker_death, worker_died
+        from evenflow.torch.worker_errors import CLI_FLAGS, worker_death, worker_died
 
         death = worker_death(error)
         if death is None:

@@ -1,8 +1,8 @@
-"""A ``DataLoader`` worker process that died, told apart from torch's own messages and named in one line.
+"""What a ``DataLoader`` worker process's failure looks like in the process that consumes its batches.
 
-When a worker process dies without an error it could send back (killed by a signal: the kernel's
-out-of-memory killer sends SIGKILL; or ended by a crash or ``os._exit``), torch raises a
-``RuntimeError`` in the consuming process, in one of these forms:
+**A worker that dies.** When a worker process dies without an error it could send back (killed
+by a signal: the kernel's out-of-memory killer sends SIGKILL; or ended by a crash or ``os._exit``),
+torch raises a ``RuntimeError`` in the consuming process, in one of these forms:
 
 * from its SIGCHLD handler, at whatever line the main thread is running (the training step, a
   checkpoint save, your own loop): ``DataLoader worker (pid N) is killed by signal: Killed.`` or
@@ -13,18 +13,24 @@ out-of-memory killer sends SIGKILL; or ended by a crash or ``os._exit``), torch 
 
 :func:`worker_death` reads one of these as a :class:`WorkerDeath` (pids, signal, exit code), and
 :func:`worker_died` makes the :class:`LoaderWorkerDied` error that names the worker, the rank, where
-the rank stopped, the likely causes and what to do. A worker that raises a Python exception (in a
-dataset's ``__getitem__``, a source's ``batch`` or a transform) does not die: torch re-raises that
-exception's type in the consuming process with the worker's traceback, which holds evenflow's note
-of the sample ids it was reading (:func:`evenflow.util.read_errors.note_samples`).
+the rank stopped, the likely causes and what to do. :func:`watched` is a ``PlanLoader``'s iterator:
+it raises that error for a worker that dies while the rank waits for a batch.
+
+**A worker that raises.** A Python exception in a worker (in a dataset's ``__getitem__``, a
+source's ``batch`` or a transform) does not kill it: torch re-raises the exception's type in the
+consuming process with the worker's traceback, which holds evenflow's note of the sample ids it
+was reading (:func:`evenflow.util.read_errors.note_samples`); a bad record's ``RecordError`` comes
+back as a ``RuntimeError``, which :func:`worker_record_error` turns back into it.
 """
 from __future__ import annotations
 
 import re
 import signal as _signal
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
-__all__ = ["LoaderWorkerDied", "WorkerDeath", "worker_death", "worker_died", "CLI_FLAGS", "API_ARGS"]
+__all__ = ["LoaderWorkerDied", "WorkerDeath", "watched", "worker_death", "worker_died", "worker_record_error",
+           "CLI_FLAGS", "API_ARGS"]
 
 # How to load with fewer workers, and in the training process itself: as a command-line flag, as an argument.
 CLI_FLAGS = ("lower --loader-workers", "--loader-workers 0")
@@ -143,6 +149,53 @@ def worker_died(death: WorkerDeath, rank: int, where: tuple[int, int] | None, th
     then = f" {then.rstrip('.')}." if then else ""
     message = f"{death.who()} of rank {rank} {died}{stopped}.{then} Cause: {death.causes(flags)}"
     return LoaderWorkerDied(message, death, rank, *(where if where is not None else (None, None)))
+
+
+def watched(batches: Iterator, finish: Callable, rank: int, first: int, num_steps: int):
+    """``finish(batch)`` for each batch of the ``DataLoader`` iterator ``batches``, which reads global steps
+    ``first, first + 1, ...`` of a plan of ``num_steps`` steps per epoch for ``rank``.
+
+    A worker process that dies while the rank waits for a batch raises :class:`LoaderWorkerDied`
+    (the step is the one it waited for). Closing this generator (or its end) shuts the workers
+    down at once, not when ``batches`` is collected.
+    """
+    done = 0
+    try:
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except RuntimeError as e:
+                death = worker_death(e, {w.pid: w.exitcode for w in getattr(batches, "_workers", ())})
+                if death is None:
+                    raise
+                where = divmod(first + done, num_steps) if num_steps else None
+                raise worker_died(death, rank, where, "", API_ARGS) from None
+            done += 1
+            yield finish(batch)
+    finally:
+        shutdown = getattr(batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def worker_record_error(error: BaseException):
+    """The :class:`~evenflow.records.RecordError` a DataLoader worker process raised, or None.
+
+    torch re-raises an exception from a worker in the main process by calling its class
+    with one message that holds the worker's traceback; ``RecordError`` takes keyword
+    location fields, so torch falls back to a ``RuntimeError`` of that text. Its last
+    ``RecordError:`` line is the one-line message (file, record number, byte offset, fix).
+    """
+    from evenflow.records import RecordError
+    text = str(error)
+    if not text.startswith("Caught RecordError"):
+        return None
+    lines = [ln for ln in text.strip().splitlines() if "RecordError: " in ln]
+    if not lines:
+        return None
+    return RecordError(None, lines[-1].split("RecordError: ", 1)[1].strip())
 
 
 def _signal_number(text: str) -> int | None:
