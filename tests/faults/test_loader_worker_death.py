@@ -175,3 +175,15 @@ def test_torch_messages_of_a_dead_worker_are_read(message, death):
     assert worker_death(RuntimeError(message), {12: -11}) == death
     if death is not None and death.pids:
         assert f"DataLoader worker (pid{'s' if len(death.pids) > 1 else ''} " in death.who()
+
+
+def test_a_dead_worker_is_read_behind_an_error_raised_while_handling_it():
+    # torch's SIGCHLD handler can raise inside a checkpoint write, which reports its own error.
+    try:
+        try:
+            raise RuntimeError("DataLoader worker (pid 4919) is killed by signal: Killed. ")
+        except Exception:
+            raise OSError("runs/a/checkpoints: the checkpoint could not be written; free disk space") from None
+    except OSError as e:
+        assert worker_death(e) == WorkerDeath((4919,), signal=9)
+    assert worker_death(OSError("No space left on device")) is None

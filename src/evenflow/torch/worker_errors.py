@@ -104,11 +104,28 @@ class WorkerDeath:
 def worker_death(error: BaseException, exit_codes: dict | None = None) -> WorkerDeath | None:
     """The :class:`WorkerDeath` torch's ``error`` reports, or None for any other error.
 
+    torch's SIGCHLD handler raises wherever the main thread is, so code that turns errors into its
+    own (a checkpoint write's "could not be written") may hold it as the cause or context: the
+    chain of causes is read too.
+
     Args:
         error: what the consuming process caught.
         exit_codes: ``{pid: exitcode}`` of the loader's worker processes where known (a negative
             exit code is the signal that ended it).
     """
+    seen = []
+    while error is not None and len(seen) < 8:  # the error, or what it was raised while handling
+        death = _death(error, exit_codes)
+        if death is not None:
+            return death
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+        if any(error is e for e in seen):
+            break
+    return None
+
+
+def _death(error: BaseException, exit_codes: dict | None) -> WorkerDeath | None:
     if isinstance(error, LoaderWorkerDied):
         return error.death
     if not isinstance(error, RuntimeError):
