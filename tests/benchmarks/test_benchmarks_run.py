@@ -138,6 +138,17 @@ def test_resync_benchmark_finds_the_same_header_both_ways(tmp_path):
     assert all(r["evenflow_ns_per_byte"] > 0 and r["per_byte_loop_ns_per_byte"] > 0 for r in rows)
 
 
+def test_sidecar_check_benchmark_times_each_record_size_warm_and_cold(tmp_path):
+    bench = _load("sidecar_check")
+    out = tmp_path / "sidecar_check.json"
+    bench.main(bench.parse_args(["--megabytes", "0.2", "--record-bytes", "100", "5000", "--rounds", "1",
+                                 "--json-out", str(out)]))
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["record_bytes"], r["cache"]) for r in rows] == [(100, "warm"), (100, "cold"), (5000, "warm"),
+                                                               (5000, "cold")]
+    assert all(r["records"] > 0 and r["open_s"] > 0 and r["all_crcs_s"] > 0 for r in rows)
+
+
 def test_tf_chain_benchmark_reads_every_record_of_the_epoch_on_each_pipeline(tmp_path):
     pytest.importorskip("tensorflow")
     bench = _load("tf_chain")

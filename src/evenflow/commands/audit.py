@@ -124,4 +124,8 @@ def _locate(args) -> int:
         table = [[r["id"], r["dataset_id"]] for r in rows]
         print(format_table(["id", "dataset index"], table, align="rr"))
     print(f"ids: positions in the training set of {facts['dataset']} ({facts['num_samples']} samples)")
+    for r in rows:
+        if r.get("same_record_as"):
+            print(f"id {r['id']} is the same record as id(s) {_ids(r['same_record_as'][:5], len(r['same_record_as']))}"
+                  f" ({r['file']}, offset {r['offset']}): the data held it twice, so each epoch trained it twice")
     return 0

@@ -16,15 +16,15 @@ import numpy as np
 
 from evenflow.records.batch_read import copy_slices, gather_bytes
 from evenflow.records.batch_verify import verify_batch
-from evenflow.records.dataset_open import (check_content, check_crcs, check_headers, open_shard, refuse_copies,
-                                          resolve_paths, sample_columns)
-from evenflow.records.errors import BadRecord, RecordError
+from evenflow.records.dataset_open import check_shards, open_shard, resolve_paths, sample_columns
+from evenflow.records.errors import RecordError
 from evenflow.records.example_decode import decode_examples
 from evenflow.records.feature_keys import resolve_specs, training_feature_key
 from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
 from evenflow.records.frame_walk import open_mmap
 from evenflow.records.sidecar import ShardIndex
 from evenflow.records.spec import FeatureSpec
+from evenflow.records.trust import check_content, refuse_copies
 from evenflow.records.varlen import ListScan, scan_list
 from evenflow.util.ids import sample_ids
 
@@ -46,11 +46,10 @@ class RecordDataset:
             :class:`FeatureSpec`; default all features of the manifest, or, without a
             manifest, what the first record holds.
         check: how much to check on open. ``"ends"``: each index covers its file exactly
-            (sizes, contiguity), the headers of the first, the last and ~64 sampled records
-            agree with it, and the sampled records' stored data CRCs are those the sidecars
-            were built for. ``"headers"``: also every record's length field and the digest of
-            every record's stored CRC (one vectorised pass). ``"crc"``: also every length
-            and data CRC (reads everything).
+            (sizes, contiguity); the headers and stored data CRCs of the first, the last and
+            ~64 sampled records are those the sidecars describe. ``"headers"``: also every
+            record's length field and stored CRC (one vectorised pass). ``"crc"``: also every
+            length and data CRC (reads everything).
         skip_corrupt: leave records with a bad CRC out of the sample ids instead of
             raising (implies ``check="crc"``); they are listed in :attr:`bad`.
 
@@ -62,9 +61,8 @@ class RecordDataset:
         bad: the records ``skip_corrupt`` left out.
 
     Raises:
-        RecordError: missing, mismatching or stale sidecars (records rewritten since they were
-            built), a file listed twice or a shard copied under another name, corrupt record,
-            unknown feature key.
+        RecordError: missing, mismatching or stale sidecars, a file listed twice or a shard
+            copied under another name, corrupt record, unknown feature key.
     """
 
     def __init__(self, path, *, features: Sequence[str] | Mapping[str, FeatureSpec] | None = None,
@@ -74,14 +72,13 @@ class RecordDataset:
         if skip_corrupt and check != "crc":
             check = "crc"  # corrupt records are only found by checking CRCs
         self.paths, self.manifest, self.manifest_path = resolve_paths(path)
-        self.bad: list[BadRecord] = []
         self.skip_corrupt = skip_corrupt
         self._shards: list[ShardIndex] = [open_shard(i, p, self.manifest, self.manifest_path)
                                           for i, p in enumerate(self.paths)]
         # Plain uint8 views of read-only maps (np.memmap's subclass overhead shows in small gathers).
         self._mms = [open_mmap(s.path) for s in self._shards]
         self._maps = [np.frombuffer(m, dtype=np.uint8) for m in self._mms]
-        self._check(check, skip_corrupt)
+        self._shards, self.bad = check_shards(self._shards, self._maps, check, skip_corrupt)
         refuse_copies(self._shards, self._maps, self.manifest_path or self.paths[0])
         self._build_arrays()
         self._features = features
@@ -102,35 +99,16 @@ class RecordDataset:
             self._specs = resolve_specs(self, self._features)
         return self._specs
 
-    # -- opening -----------------------------------------------------------------------------------
-    def _check(self, check: str, skip_corrupt: bool) -> None:
-        """Check every shard's sidecars against its file, as deeply as ``check`` says."""
-        if check != "crc":  # the CRC scan checks every header itself
-            for s, data in zip(self._shards, self._maps):
-                check_headers(s, data, check)
-                check_content(s, data, full=check == "headers")
-            return
-        for i, (s, data) in enumerate(zip(self._shards, self._maps)):
-            self._shards[i], bad = check_crcs(s, skip_corrupt)
-            check_content(s, data, full=True, bad_offsets={b.offset for b in bad})
-            self.bad.extend(bad)
-
     def check_content(self) -> None:
-        """Compare every record's stored data CRC with those its shard's sidecars were built for.
-
-        One read of 4 bytes a record (what ``check="headers"`` adds to ``"ends"``), so the
-        label and cost columns are known to describe these very records, not ones rewritten
-        at the same size since. Shards whose corrupt records were left out on open compare
-        their sampled records only.
+        """Compare every record's stored data CRC with those its shard's sidecars were built for (4 bytes
+        a record), so the label and cost columns describe these very records (shards whose corrupt
+        records were left out on open compared their sampled records then).
 
         Raises:
-            RecordError: a record rewritten since its sidecars were built (naming the shard
-                and the ``evenflow index`` command that rebuilds them), or damaged since.
+            RecordError: records rewritten since the sidecars were built, or damaged since.
         """
-        left_out = {b.path for b in self.bad}
         for s, data in zip(self._shards, self._maps):
-            if s.path not in left_out:
-                check_content(s, data, full=True)
+            check_content(s, data, full=True)
 
     def _build_arrays(self) -> None:
         cols = sample_columns(self._shards)

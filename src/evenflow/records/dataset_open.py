@@ -1,14 +1,13 @@
 """Opening a records dataset: which files it holds, and each shard's index checked against its file.
 
 A dataset is a directory written by ``evenflow convert`` (its ``dataset.json`` lists the
-shards) or a list of TFRecord files with ``.idx`` sidecars. No file may be in it twice: the
-paths are resolved (:func:`resolve_paths`: another spelling, a link), and two shards with the
-same size and the same stored CRCs at the sampled records are one shard copied
-(:func:`refuse_copies`). Each shard's index is loaded and compared with the manifest's entry,
+shards) or a list of TFRecord files with ``.idx`` sidecars. No file may be in it twice
+(:mod:`evenflow.records.trust`). Each shard's index is loaded and compared with the manifest's entry,
 then checked against the file as deeply as asked: the ends of the file (:func:`check_headers`
 with ``"ends"``), every record's length field (``"headers"``), or every CRC
 (:func:`check_crcs`, which can also leave corrupt records out); and the records' stored CRCs
-against those the sidecars were built for (:func:`check_content`: the sampled ones, or all).
+against those the sidecars were built for (:func:`~evenflow.records.trust.check_content`);
+:func:`check_shards` does it all.
 Then the records of all shards are numbered ``0..N-1`` in shard order (:func:`sample_columns`).
 """
 from __future__ import annotations
@@ -20,15 +19,15 @@ import numpy as np
 
 from evenflow.records.crc import masked_crc32c
 from evenflow.records.errors import BadRecord, RecordError
-from evenflow.records.fingerprint import crc_digest, footer_crcs, sample_positions
+from evenflow.records.fingerprint import sample_positions
 from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
-from evenflow.records.frame_walk import check_data
 from evenflow.records.manifest import MANIFEST_NAME, Manifest, read_manifest
 from evenflow.records.scan import scan_file
 from evenflow.records.sidecar import ShardIndex, load_shard_index, meta_path
+from evenflow.records.trust import check_content, refuse_twice
 
-__all__ = ["SampleColumns", "check_content", "check_crcs", "check_headers", "check_length_crc", "indexed_losses",
-           "open_shard", "refuse_copies", "resolve_paths", "sample_columns"]
+__all__ = ["SampleColumns", "check_crcs", "check_headers", "check_length_crc", "check_shards", "indexed_losses",
+           "open_shard", "resolve_paths", "sample_columns"]
 
 _CHUNK = 1 << 18  # records per vectorised header check: bounded temporaries for millions of records
 
@@ -45,37 +44,14 @@ def resolve_paths(path) -> tuple[list[str], Manifest | None, str | None]:
             manifest = read_manifest(mpath)
             root = os.path.dirname(mpath)
             files = [os.path.join(root, s.file) for s in manifest.shards]
-            _refuse_twice(files, [s.file for s in manifest.shards], mpath)
+            refuse_twice(files, [s.file for s in manifest.shards], mpath)
             return files, manifest, mpath
         return [p], None, None
     files = [os.fspath(f) for f in path]
     if not files:
         raise ValueError("RecordDataset needs a dataset directory or at least one TFRecord file, got an empty list")
-    _refuse_twice(files, files, None)
+    refuse_twice(files, files, None)
     return files, None, None
-
-
-def _refuse_twice(files: list[str], names: list[str], manifest_path: str | None) -> None:
-    """No file twice: the same file (device and inode: another spelling of the path, a link) under two entries.
-
-    Raises:
-        RecordError: naming the manifest (or the file) and both entries.
-    """
-    seen: dict[tuple[int, int], int] = {}
-    for j, f in enumerate(files):
-        try:
-            st = os.stat(f)
-        except OSError:
-            continue  # a missing file is named when its index is loaded
-        i = seen.setdefault((st.st_dev, st.st_ino), j)
-        if i == j:
-            continue
-        if manifest_path is not None:
-            raise RecordError(manifest_path, f"lists the shard {names[i]!r} twice: entries {i} ({names[i]!r}) and {j} "
-                              f"({names[j]!r}) are the same file, so its records would be read twice per epoch; "
-                              f"remove entry {j} from the manifest", kind="input")
-        raise RecordError(files[j], f"is the file {files[i]} again (files {i} and {j} of the list are the same file), "
-                          f"so its records would be read twice per epoch; pass each TFRecord file once", kind="input")
 
 
 def open_shard(i: int, path: str, manifest: Manifest | None, manifest_path: str | None) -> ShardIndex:
@@ -150,71 +126,26 @@ def check_length_crc(s: ShardIndex, data: np.ndarray, j: int) -> None:
                           f"0x{masked_crc32c(head[:8]):08x}", record=j, offset=off, kind="length_crc")
 
 
-def check_content(s: ShardIndex, data: np.ndarray, *, full: bool, bad_offsets=()) -> None:
-    """Check the records' stored data CRCs against those the sidecars were built for.
+def check_shards(shards: list[ShardIndex], maps: list[np.ndarray], check: str,
+                 skip_corrupt: bool) -> tuple[list[ShardIndex], list[BadRecord]]:
+    """Check every shard's sidecars against its file, as deeply as ``check`` says.
 
-    The sampled records' CRCs always; the digest of every record's with ``full`` (one read of
-    4 bytes a record). Records at ``bad_offsets`` (found corrupt, left out) are not compared,
-    and when there are any the digest of all is not either. An index without metadata
-    recorded nothing to compare.
-
-    Raises:
-        RecordError: a record whose data no longer matches its own CRC (``kind="data_crc"``:
-            the file is damaged), or records rewritten since the sidecars were built
-            (``kind="index"``: stale sidecars, with the command that rebuilds them).
+    Returns:
+        ``(shards, bad)``: the shards' indexes (without the corrupt records ``skip_corrupt``
+        left out) and those records.
     """
-    fp = s.content
-    if fp is None or s.num_records == 0:
-        return
-    now = footer_crcs(data, s.offsets, s.lengths, fp.sample_record)
-    differ = now != fp.sample_crc
-    if len(bad_offsets):
-        differ &= ~np.isin(s.offsets[fp.sample_record], np.asarray(list(bad_offsets), np.int64))
-    if differ.any():
-        k = int(np.flatnonzero(differ)[0])
-        j = int(fp.sample_record[k])
-        _refuse_rewritten(s, data, j, f"record {_number(s, j)}'s stored data CRC is 0x{int(now[k]):08x}, the "
-                                      f"sidecars were built when it was 0x{int(fp.sample_crc[k]):08x}")
-    if full and not len(bad_offsets) and crc_digest(data, s.offsets, s.lengths) != fp.crc_digest:
-        for j in range(s.num_records):  # a record damaged since is named as such
-            check_data(data, s.path, _number(s, j), int(s.offsets[j]), int(s.lengths[j]) - FRAME_BYTES)
-        _refuse_rewritten(s, data, None, "the stored data CRCs of its records are not the ones the sidecars were "
-                                         "built for")
-
-
-def _number(s: ShardIndex, j: int) -> int:
-    return j if s.numbers is None else int(s.numbers[j])
-
-
-def _refuse_rewritten(s: ShardIndex, data: np.ndarray, j: int | None, what: str):
-    """Raise for records that differ from the sidecars': corruption when record ``j`` fails its own CRC."""
-    if j is not None:
-        check_data(data, s.path, _number(s, j), int(s.offsets[j]), int(s.lengths[j]) - FRAME_BYTES)
-    where = {} if j is None else {"record": _number(s, j), "offset": int(s.offsets[j])}
-    raise RecordError(s.path, f"its sidecars {s.path}.idx and {meta_path(s.path)} describe other records: {what}: "
-                      f"the file was rewritten at the same size after they were built (labels and costs in them "
-                      f"would be wrong); rebuild them with {s.rebuild}", kind="index", **where)
-
-
-def refuse_copies(shards: list[ShardIndex], maps: list[np.ndarray], where: str) -> None:
-    """No shard twice under two names: two non-empty shards of the same size and record count whose
-    sampled records have the same stored data CRCs are copies of one another.
-
-    Raises:
-        RecordError: naming ``where`` (the manifest or the first file) and both shards.
-    """
-    seen: dict[tuple, int] = {}
-    for j, (s, data) in enumerate(zip(shards, maps)):
-        if s.num_records == 0:
+    out, bad = [], []
+    for s, data in zip(shards, maps):
+        if check != "crc":  # the CRC scan checks every header itself
+            check_headers(s, data, check)
+            check_content(s, data, full=check == "headers")
+            out.append(s)
             continue
-        which = sample_positions(s.num_records)
-        key = (s.file_size, s.num_records, footer_crcs(data, s.offsets, s.lengths, which).tobytes())
-        i = seen.setdefault(key, j)
-        if i != j:
-            raise RecordError(where, f"shards {shards[i].path} and {s.path} hold the same records (the same size, "
-                              f"record count and stored data CRCs at {which.size} sampled records): one is a copy of "
-                              f"the other, so its records would be read twice per epoch; remove one of them",
-                              kind="input")
+        kept, lost = check_crcs(s, skip_corrupt)
+        check_content(s, data, full=True, bad_offsets={b.offset for b in lost})
+        out.append(kept)
+        bad.extend(lost)
+    return out, bad
 
 
 def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadRecord]]:

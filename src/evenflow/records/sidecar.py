@@ -35,7 +35,7 @@ from evenflow.records.fingerprint import Fingerprint, bytes_digest, fingerprint
 from evenflow.records.frame import FRAME_BYTES
 from evenflow.records.frame_walk import open_mmap
 from evenflow.records.idx_text import format_idx, parse_idx
-from evenflow.records.sidecar_meta import META_VERSION, meta_text, read_meta, rebuild_command, seal
+from evenflow.records.sidecar_meta import META_VERSION, meta_text, read_meta, rebuild_command, recorded_content, seal
 
 __all__ = ["ShardIndex", "idx_path", "kept_numbers", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
 
@@ -186,7 +186,11 @@ def load_shard_index(shard, keys=(None, None)) -> ShardIndex:
             _check_no_overlap(found)
     elif skipped == 0 and found.file_size != 0:
         raise found.mismatch(f"the index lists no records but the file has {found.file_size} bytes")
-    content = _content(found) if found.meta else None
+    content = None
+    if found.meta:
+        content = recorded_content(found.meta, found.text, found.offsets.shape[0], meta_path(found.shard))
+        if isinstance(content, str):
+            raise found.mismatch(content)
     labels = found.meta.get("label")
     costs = found.meta.get("cost")
     return ShardIndex(found.shard, found.offsets, found.lengths, found.file_size,
@@ -265,20 +269,6 @@ def _check_meta(found: _Sidecars) -> None:
     if built_for != file_size:
         raise found.mismatch(f"the index was built for a file of {built_for} bytes, the file has {file_size} "
                              f"bytes; it was appended to or rewritten", offset=built_for)
-
-
-def _content(found: _Sidecars) -> Fingerprint:
-    """What the metadata recorded of the records, once the ``.idx`` is the one it was written with."""
-    meta = found.meta
-    if bytes_digest(found.text) != str(meta["idx_digest"]):
-        raise found.mismatch(f"it is not the index {meta_path(found.shard)} was written with (the digest of its "
-                             f"text differs): it was changed or replaced since")
-    which = meta["sample_record"].astype(np.int64)
-    crcs = meta["sample_crc"].astype(np.uint32)
-    if which.shape != crcs.shape or which.ndim != 1 or (which.size and not
-                                                        (0 <= which.min() and which.max() < found.offsets.shape[0])):
-        raise found.mismatch(f"{meta_path(found.shard)} samples records outside its index")
-    return Fingerprint(which, crcs, str(meta["crc_digest"]))
 
 
 def _check_lengths(found: _Sidecars) -> None:

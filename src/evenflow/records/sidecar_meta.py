@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from evenflow.records.errors import RecordError
-from evenflow.records.fingerprint import columns_checksum
+from evenflow.records.fingerprint import Fingerprint, bytes_digest, columns_checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz
 
-__all__ = ["META_VERSION", "meta_text", "read_meta", "rebuild_command", "seal"]
+__all__ = ["META_VERSION", "meta_text", "read_meta", "rebuild_command", "recorded_content", "seal"]
 
 META_VERSION = 2
 REQUIRED = ("format_version", "file_size", "num_records", "idx_digest", "sample_record", "sample_crc", "crc_digest",
@@ -95,3 +95,16 @@ def read_meta(path: str, shard: str, keys=(None, None)) -> dict:
         raise RecordError(path, f"the index metadata's checksum does not match its columns: it was changed or damaged "
                           f"after it was written; rebuild it with {fix}", kind="index")
     return meta
+
+
+def recorded_content(meta: dict, idx_text: bytes, num_records: int, path: str) -> Fingerprint | str:
+    """What ``meta`` (read from ``path``) recorded of the records, once ``idx_text`` is the ``.idx`` it was
+    written with and its sample lies in an index of ``num_records``; else what differs (for the error)."""
+    if bytes_digest(idx_text) != meta_text(meta["idx_digest"]):
+        return f"it is not the index {path} was written with (the digest of its text differs): it was changed " \
+               f"or replaced since"
+    which, crcs = meta["sample_record"].astype(np.int64), meta["sample_crc"].astype(np.uint32)
+    if which.shape != crcs.shape or which.ndim != 1 or (which.size and not 0 <= which.min() <= which.max()
+                                                        < num_records):
+        return f"{path} samples records outside the index"
+    return Fingerprint(which, crcs, str(meta["crc_digest"]))

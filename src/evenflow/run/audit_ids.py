@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evenflow.data.identity import digest
 from evenflow.run.audit import AUDIT_DIR, check_run_dir
+from evenflow.run.audit import npz_checksum as _checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
 __all__ = ["ID_MAP", "id_map", "write_id_map", "read_id_map", "locate"]
@@ -58,10 +58,6 @@ def id_map(data, dataset: str) -> dict[str, np.ndarray]:
                       shard=ds.sample_shard[ids].astype(np.int32), record=_file_records(ds, ids),
                       offset=ds.sample_offset[ids].astype(np.int64))
     return arrays
-
-
-def _checksum(arrays: dict[str, np.ndarray]) -> str:
-    return digest(*(part for key in sorted(k for k in arrays if k != "checksum") for part in (key, arrays[key])))
 
 
 def write_id_map(run_dir: str | Path, data, dataset: str) -> Path:
@@ -103,7 +99,9 @@ def locate(run_dir: str | Path, ids) -> tuple[dict, list[dict]]:
 
     Returns:
         ``(facts, rows)``: ``facts`` with ``dataset``, ``kind`` and ``num_samples``; one row
-        per id with ``id`` and ``dataset_id``, and for records ``file``, ``record`` and ``offset``.
+        per id with ``id`` and ``dataset_id``, and for records ``file``, ``record``, ``offset``
+        and ``same_record_as``: the other training positions that map to the same record (the
+        same file, resolved, and offset), which a dataset that held a shard twice would have.
 
     Raises:
         ValueError: no id map (see :func:`read_id_map`), or an id outside ``0..N-1``.
@@ -112,6 +110,7 @@ def locate(run_dir: str | Path, ids) -> tuple[dict, list[dict]]:
     n = len(arrays["dataset_ids"])
     facts = {"dataset": str(arrays["dataset"]), "kind": str(arrays["kind"]), "num_samples": n}
     rows = []
+    same = _record_keys(arrays) if "files" in arrays else None
     for i in ids:
         if not 0 <= i < n:
             raise ValueError(f"--locate {i}: the training set of {run_dir} has samples 0..{n - 1}; pass ids in "
@@ -119,6 +118,16 @@ def locate(run_dir: str | Path, ids) -> tuple[dict, list[dict]]:
         row = {"id": int(i), "dataset_id": int(arrays["dataset_ids"][i])}
         if "files" in arrays:
             row.update(file=str(arrays["files"][arrays["shard"][i]]), record=int(arrays["record"][i]),
-                       offset=int(arrays["offset"][i]))
+                       offset=int(arrays["offset"][i]),
+                       same_record_as=[int(j) for j in np.flatnonzero(same == same[i]) if j != i])
         rows.append(row)
     return facts, rows
+
+
+def _record_keys(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """One key per training position, equal for positions that map to the same record: the
+    shard's resolved file (first of its spellings) and the offset."""
+    first: dict[str, int] = {}
+    canon = np.array([first.setdefault(os.path.realpath(str(f)), k) for k, f in enumerate(arrays["files"])],
+                     np.int64)
+    return canon[arrays["shard"].astype(np.int64)] * (1 << 40) + arrays["offset"].astype(np.int64)
