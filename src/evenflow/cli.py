@@ -46,7 +46,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="evenflow", description="Data-parallel training where every replica gets a fair, deterministic "
         "share of the samples at every step.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from evenflow.cli_flags import CommandParser
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for name, module in COMMANDS.items():
         try:
             mod = importlib.import_module(module)

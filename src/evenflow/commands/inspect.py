@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import numpy as np
 
-from evenflow.commands.inspect_inputs import in_flags, load_column, parse_steps, parse_weights
+from evenflow.commands.inspect_inputs import (MAX_REPLICAS, check_numbers, check_replicas_fit, in_flags, load_column, parse_steps,
+                                              parse_weights)
+from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
 
 EPILOG = """examples:
   evenflow inspect --samples 10000 --replicas 8 --batch-size 256
@@ -23,7 +26,8 @@ EPILOG = """examples:
 
 Labels and costs files are .npy arrays or text with one number per line; with one of
 them, --samples may be left out (it is the file's length). --dataset builtin:stdlib-docs
-takes N, labels and lengths (costs) from that built-in text dataset; --dataset with records
+takes N, labels and lengths (costs) from that built-in text dataset; --dataset data.npz takes
+N and labels from its --label-key array (default y); --dataset with records
 (a directory written by `evenflow convert`, or TFRecord files with .idx sidecars) takes them
 from the records: the sidecars' labels and costs, else the labels and the lengths of the
 --feature-key list read from every record, and prints that feature's token statistics. With
@@ -44,14 +48,17 @@ def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="show the per-replica split of a plan", description=__doc__,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, help="number of samples N (default: length of --labels/--costs)")
-    p.add_argument("--dataset", help="take N, labels and lengths from a built-in text dataset (builtin:stdlib-docs) "
-                                     "or from records: a directory, a quoted glob or a .tfrecord file")
+    p.add_argument("--dataset", help="take N, labels and lengths from a built-in text dataset (builtin:stdlib-docs), "
+                                     "the --label-key array of a .npz file, or records: a directory, a quoted glob "
+                                     "or a .tfrecord file")
     p.add_argument("--feature-key", default="x", help="records: the variable-length feature whose lengths are the "
                                                       "costs (default: the only non-label feature)")
     p.add_argument("--label-key", default="y", help="records: the int64 label feature (default: the manifest's, or "
                                                     "a feature named label)")
-    p.add_argument("--replicas", type=int, required=True, help="number of replicas R")
-    p.add_argument("--batch-size", type=int, required=True, help="global batch size G (summed over replicas)")
+    p.add_argument("--replicas", type=int, required=True, help=f"number of replicas R, in [1, {MAX_REPLICAS:,}] and "
+                                                               f"at most N")
+    p.add_argument("--batch-size", type=int, required=True, help=f"global batch size G (summed over replicas), in "
+                                                                 f"[R, {MAX_GLOBAL_BATCH:,}]")
     p.add_argument("--weights", help="comma-separated relative replica speeds, e.g. 1,1,1,0.5")
     p.add_argument("--labels", help="labels file (.npy or one integer per line)")
     p.add_argument("--costs", help="costs file (.npy or one number per line), e.g. sequence lengths")
@@ -65,7 +72,8 @@ def add_parser(sub) -> None:
     p.add_argument("--pack-overflow", choices=("error", "split"),
                    help="with --pack: a sample longer than L is an error (default) or split into pieces")
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial step")
-    p.add_argument("--seed", type=int, default=0, help="seed of the plan's shuffles (default 0, as in evenflow train)")
+    p.add_argument("--seed", type=int, default=0, help=f"seed of the plan's shuffles, in [0, {MAX_SEED}] (default 0, "
+                                                       f"as in evenflow train)")
     p.add_argument("--epoch", type=int, default=0, help="which epoch's order to show (default 0); each epoch "
                                                         "shuffles anew")
     p.add_argument("--steps", metavar="A:B", help="only steps A..B-1 of the epoch (A: or :B for an open end), planned "
@@ -93,7 +101,18 @@ def dataset_columns(args, labels, costs) -> tuple:
     from evenflow.data.stdlib_docs import BUILTIN_TEXT
 
     name = args.dataset
+    if name.endswith(".npz") and os.path.isfile(name):  # arrays: N and labels from the label array
+        from evenflow.data.arrays import read_npz_labels
+        if args.feature_key != "x":
+            raise ValueError(f"--feature-key {args.feature_key} names the feature of records given with --dataset, "
+                             f"and {name} is a .npz file whose features inspect does not read; drop --feature-key")
+        found = read_npz_labels(name, args.label_key)
+        if found.ndim != 1 or found.dtype.kind not in "iu":
+            raise ValueError(f"{name}: array {args.label_key!r} must hold one integer label per sample, got dtype "
+                             f"{found.dtype} and shape {found.shape}; pass --label-key with the labels' array")
+        return (found if labels is None else labels), costs, None
     if not name.startswith("builtin:"):
+        refuse_unindexed(args)
         found, stats = records_columns(args)
         return (found[0] if labels is None else labels), (found[1] if costs is None else costs), stats
     refuse_keys(args, f"{name} has none")
@@ -122,6 +141,25 @@ def checked_options(args, costs: bool) -> dict:
                          "window saves nothing; leave out --steps")
     given = (("bucket_window", args.bucket_window if args.bucket else None), ("pack_overflow", args.pack_overflow))
     return {name: value for name, value in given if value is not None}
+
+
+def refuse_unindexed(args) -> None:
+    """Refuse plain TFRecord files without their ``.idx`` sidecars, naming them all, before any is opened."""
+    from evenflow.data.plain import is_tfrecord_files, tfrecord_files
+    from evenflow.records.sidecar import idx_path
+
+    if not is_tfrecord_files(args.dataset):
+        return
+    missing = [f for f in tfrecord_files(args.dataset) if not os.path.exists(idx_path(f))]
+    if not missing:
+        return
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    files = " ".join(missing) if len(missing) <= 3 else (
+        args.dataset if not os.path.isdir(args.dataset) else os.path.join(args.dataset, "*.tfrecord"))
+    key = args.label_key if args.label_key != "y" else "LABEL"
+    raise ValueError(f"{shown}: no .idx index (sidecar), so inspect cannot count the records or read their labels; "
+                     f"build it with `evenflow index {files} --label-key {key}` (LABEL: the int64 label feature), "
+                     f"or inspect without --dataset: --samples N")
 
 
 def refuse_keys(args, why: str) -> None:
@@ -181,10 +219,12 @@ def _index_and_topology(args, labels, costs):
 
     n = args.samples
     if n is None:
-        known = [a for a in (labels, costs) if a is not None]
+        known = [(a, f) for a, f in ((labels, args.labels), (costs, args.costs)) if a is not None]
         if not known:
-            raise ValueError("--samples is required unless --labels or --costs gives the dataset's length")
-        n = known[0].shape[0]
+            raise ValueError("--samples is required unless --labels, --costs or --dataset gives the dataset's "
+                             "length; e.g. --samples 10000")
+        n = known[0][0].shape[0]
+        check_replicas_fit(n, args.replicas, f"{known[0][1] or args.dataset} holds")
     try:
         return ef.Index(n, labels=labels, costs=costs), ef.Topology(args.replicas, weights=parse_weights(args.weights))
     except (TypeError, ValueError) as e:
@@ -196,6 +236,7 @@ def run(args) -> int:
     from evenflow.plan.memory import PlanTooLarge
     from evenflow.report.table import plan_table
 
+    check_numbers(args)  # train's limits, before any file is read or array allocated
     if args.plot:
         from evenflow.report.plot import check_plot_path
         check_plot_path(args.plot)  # before any planning: a bad path stops the command at once
@@ -208,6 +249,10 @@ def run(args) -> int:
         refuse_keys(args, "there is no --dataset")
     index, topo = _index_and_topology(args, labels, costs)
     given = checked_options(args, costs is not None)  # before the packed layout is built
+    if args.pack and costs is not None and args.pack > float(np.sum(costs)):
+        raise ValueError(f"--pack {args.pack:,} is longer than all {len(costs):,} samples together "
+                         f"({float(np.sum(costs)):,.0f} tokens): one row would hold the whole epoch; use --pack of at "
+                         f"most the tokens of a step, e.g. --pack {int(np.max(costs))} (the longest sample)")
     try:
         plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
                        balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder, pack=args.pack,
@@ -227,6 +272,7 @@ def run(args) -> int:
         g = args.batch_size
         if args.pack:  # --batch-size counts packs: compare with steps of about as many tokens
             g = max(args.replicas, int(round(g * args.pack / float(np.mean(costs)) / args.replicas)) * args.replicas)
+            g = min(g, -(-len(costs) // args.replicas) * args.replicas)  # a step past the epoch is the epoch
         summary["modes"] = compare_modes(index, topo, g, seed=args.seed, epoch=args.epoch,
                                          bucket_window=args.bucket_window, pack=args.pack or None,
                                          packs=args.batch_size if args.pack else None, steps=steps)

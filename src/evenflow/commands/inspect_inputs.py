@@ -1,14 +1,29 @@
-"""``evenflow inspect``'s inputs: a column of labels or costs from a file, ``--weights`` and ``--steps``,
-and the plan's errors in the command's own words (its flags, not the Python arguments behind them)."""
+"""``evenflow inspect``'s inputs: its numbers checked first, a column of labels or costs from a file,
+``--weights`` and ``--steps``, and the plan's errors in the command's own words (its flags, not the Python
+arguments behind them).
+
+:func:`check_numbers` and :func:`check_replicas_fit` apply `evenflow train`'s limits, in its words, before
+anything is read or allocated: a global batch of at least one sample per replica and at most
+:data:`~evenflow.run.validate.MAX_GLOBAL_BATCH`, a seed in ``[0, MAX_SEED]``, and at least as many samples as
+replicas; and one of inspect's own, at most :data:`MAX_REPLICAS` replicas (a row each in the summary)."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 
+from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
 from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
 
-__all__ = ["load_column", "parse_weights", "parse_steps", "in_flags"]
+__all__ = ["MAX_REPLICAS", "MAX_SAMPLES", "check_numbers", "check_replicas_fit", "load_column", "parse_weights",
+           "parse_steps", "in_flags"]
+
+# The most replicas inspect plans: its summary holds a row per replica (a million rows take half a minute
+# and a GiB or more), and more data-parallel replicas than this is no cluster's topology.
+MAX_REPLICAS = 65_536
+
+# The most samples: 2**53, the largest count the plan's step arithmetic (float64 in part) holds exactly.
+MAX_SAMPLES = 2**53
 
 # What the plan says of its arguments, and what the command calls them.
 _FLAGS = (("num_samples must", "--samples must"), ("global_batch_size must", "--batch-size must"),
@@ -16,7 +31,51 @@ _FLAGS = (("num_samples must", "--samples must"), ("global_batch_size must", "--
            "--stratify needs labels: pass --labels FILE, or a --dataset with labels"),
           ("bucket=True needs costs, but the index has none; build the Index with costs=... (e.g. sequence lengths) "
            "or turn bucket off", "--bucket needs costs: pass --costs FILE (e.g. sequence lengths), or a --dataset"),
-          ("Index costs", "--costs"), ("Index labels", "--labels"))
+          ("Index costs", "--costs"), ("Index labels", "--labels"), ("replicas must", "--replicas must"),
+          ("weights must", "--weights must"), ("every weight must", "--weights: every weight must"),
+          ("seed must", "--seed must"), ("epoch must", "--epoch must"), ("pack must", "--pack must"))
+
+
+def check_numbers(args) -> None:
+    """Refuse counts `evenflow train` would refuse, and more replicas than :data:`MAX_REPLICAS`, before any
+    file is read or any array allocated: each message names the flag, the value and the limit."""
+    r, g = args.replicas, args.batch_size
+    if r < 1:
+        raise ValueError(f"--replicas must be at least 1, got {r}")
+    if g < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {g}")
+    if g > MAX_GLOBAL_BATCH:
+        raise ValueError(f"--batch-size must be at most {MAX_GLOBAL_BATCH:,} samples per step, as in evenflow "
+                         f"train, got {g:,}")
+    if g < r:
+        raise ValueError(f"--batch-size must be at least the number of replicas so every replica gets a sample in "
+                         f"each full step: --batch-size is {g:,} and --replicas is {r:,}; use a global batch size of "
+                         f"at least {r:,} (a multiple of {r:,} is best) or fewer replicas")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise ValueError(f"--seed must be in [0, {MAX_SEED}], as in evenflow train, got {args.seed}")
+    if args.epoch < 0:
+        raise ValueError(f"--epoch must be at least 0 (the first epoch is 0), got {args.epoch}")
+    if args.samples is not None:
+        if args.samples < 1:
+            raise ValueError(f"--samples must be at least 1, got {args.samples}")
+        if args.samples > MAX_SAMPLES:
+            raise ValueError(f"--samples must be at most {MAX_SAMPLES:,} (2**53), got {args.samples:,}")
+        check_replicas_fit(args.samples, r, "--samples gives")
+    if r > MAX_REPLICAS:
+        raise ValueError(f"--replicas must be in [1, {MAX_REPLICAS:,}], got {r:,}; inspect summarises each replica "
+                         f"on a row of its own, so inspect at most {MAX_REPLICAS:,} replicas (e.g. --replicas 4096)")
+    if args.pack < 0:
+        raise ValueError(f"--pack must be a number of tokens >= 0 (0: no packing), got {args.pack}")
+    if args.bucket_window is not None and args.bucket_window < 1:
+        raise ValueError(f"--bucket-window must be at least 1 step, got {args.bucket_window}")
+
+
+def check_replicas_fit(num_samples: int, replicas: int, source: str) -> None:
+    """`evenflow train`'s rule: at least as many samples as replicas (``source``: e.g. ``"labels.npy holds"``)."""
+    if num_samples < replicas:
+        raise ValueError(f"{source} {num_samples:,} samples but --replicas is {replicas:,}: some replicas would "
+                         f"train on nothing but padding in every step; use at most {num_samples:,} replicas or a "
+                         f"larger dataset")
 
 
 def in_flags(message: str) -> str:

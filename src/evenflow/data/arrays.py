@@ -13,8 +13,8 @@ import numpy as np
 
 from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
 
-__all__ = ["check_dense_labels", "check_features", "check_labels", "digits_arrays", "read_npz", "split_indices",
-           "split_or_explain", "split_facts", "split_text"]
+__all__ = ["check_dense_labels", "check_features", "check_labels", "digits_arrays", "read_npz", "read_npz_labels",
+           "split_indices", "split_or_explain", "split_facts", "split_text"]
 
 
 def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,27 +91,47 @@ def check_dense_labels(labels: np.ndarray, num_classes: int, what: str, named: i
 
 
 def read_npz(path, feature_key: str, label_key: str) -> tuple[np.ndarray, np.ndarray]:
-    """The feature and label arrays of a ``.npz`` file, never unpickling anything."""
+    """The feature and label arrays of a ``.npz`` file, never unpickling anything.
+
+    Raises:
+        ValueError: not an ``.npz`` of plain arrays, a key it does not hold, or arrays of 0 samples
+            (``"<file>: 0 samples in arrays x, y"``).
+    """
+    return _read_npz_arrays(path, ((feature_key, "feature"), (label_key, "label")))
+
+
+def read_npz_labels(path, label_key: str) -> np.ndarray:
+    """The label array of a ``.npz`` file alone (the features are not read), as :func:`read_npz` checks it."""
+    return _read_npz_arrays(path, ((label_key, "label"),))[0]
+
+
+def _read_npz_arrays(path, keys) -> tuple[np.ndarray, ...]:
+    """The arrays ``keys`` (``((key, "feature" or "label"), ...)``) of a ``.npz`` file, of one sample or more."""
     path = Path(path)
     kind = numpy_file_kind(path)  # np.load would take a text file for a pickle, an .npy for one array
     if kind != "npz":
         raise ValueError(f"{path}: is {NUMPY_FILE_KINDS[kind]}{', not an .npz archive' if kind == 'npy' else ''}; "
-                         f"save the features and labels together with numpy.savez(path, {feature_key}=..., "
-                         f"{label_key}=...)")
+                         f"save the features and labels together with numpy.savez(path, "
+                         f"{', '.join(f'{key}=...' for key, _ in keys)})")
     try:
         # Never unpickle: a data file must not be able to run code. np.load reads lazily, so
         # an object array only fails when it is accessed, inside this try.
         with np.load(path, allow_pickle=False) as npz:
-            for key, flag in ((feature_key, "feature"), (label_key, "label")):
+            for key, flag in keys:
                 if key not in npz.files:
                     raise ValueError(f"{path}: has no array {key!r}; its arrays are "
                                      f"{', '.join(npz.files) or 'none'}; pass --{flag}-key NAME")
-            return npz[feature_key], npz[label_key]
+            arrays = tuple(npz[key] for key, _ in keys)
     except (ValueError, EOFError, zipfile.BadZipFile) as e:
         if isinstance(e, ValueError) and str(path) in str(e):
             raise
         raise ValueError(f"{path}: cannot read it as a .npz of plain arrays ({e}); save it with "
                          f"numpy.savez without object arrays") from e
+    empty = [key for (key, _), a in zip(keys, arrays) if a.ndim and a.shape[0] == 0]
+    if empty:
+        raise ValueError(f"{path}: 0 samples in array{'s' if len(empty) > 1 else ''} {', '.join(empty)}: nothing to "
+                         f"train on; save the arrays with one row per sample")
+    return arrays
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:

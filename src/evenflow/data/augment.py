@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evenflow.data.augment_policy import POLICY_HELP, STREAMS, parse_policy, policy_value
+from evenflow.data.augment_policy import POLICY_HELP, STREAMS, check_fits, default_crop, policy_value
 
 __all__ = ["Augmentation", "from_policy", "sample_uniform"]
 
@@ -161,23 +161,21 @@ def from_policy(policy, feature_shape: tuple[int, ...], seed: int = 0) -> Augmen
         seed: the augmentation seed (the run's seed).
 
     Raises:
-        ValueError: the features are not images (rank 2 or 3, at least 2 x 2 pixels), or a bad policy.
+        ValueError: the features are not images (rank 2 or 3, at least 2 x 2 pixels), a crop padding of the
+            image's height or width or more, or a bad policy.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
-    items = parse_policy(policy) if isinstance(policy, str) else tuple(policy)
+    items = check_fits(policy, feature_shape)
     if not items:
         return None
     shape = tuple(int(d) for d in feature_shape)
-    if len(shape) not in (2, 3) or min(shape[:2]) < 2:
-        raise ValueError(f"augment {', '.join(n for n, _ in items)} needs image features [H, W] or [H, W, C] of at "
-                         f"least 2 x 2 pixels, got feature shape {shape}; use augment = 'none' for other data")
     steps = []
     for name, text in items:
         if name not in STREAMS:
             raise ValueError(f"augment {name!r} has no numpy augmentation; use {POLICY_HELP}")
         value = None if text is None else policy_value(name, text, text)
         if value is None:
-            value = max(1, round(min(shape[:2]) / 8)) if name == "crop" else _DEFAULTS[name]
+            value = default_crop(shape) if name == "crop" else _DEFAULTS[name]
         steps.append((name, value))
     return Augmentation(tuple(steps), seed, squeeze=len(shape) == 2)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from evenflow.run.data_options import DataOptions
 from evenflow.run.loop import MAX_ACCUMULATE_STEPS
-from evenflow.run.validate import check_bool, check_choice, check_finite, check_float, check_int, check_str
+from evenflow.run.validate import (LEARNING_RATES, MAX_GLOBAL_BATCH, MAX_SEED, check_bool, check_choice, check_finite,
+                                   check_float, check_int, check_learning_rate, check_str)
 
 __all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions", "ComputeOptions",
            "OutputOptions", "CheckpointOptions", "AnomalyOptions", "MonitorOptions", "FRAMEWORKS", "MODEL_NAMES",
@@ -61,12 +62,12 @@ class OptimizerOptions:
     """The update rule."""
 
     optimizer: str = field(default="adam", metadata=_help(f"update rule: {', '.join(OPTIMIZER_NAMES)}"))
-    learning_rate: float = field(default=3e-3, metadata=_help("step size, > 0 and finite"))
+    learning_rate: float = field(default=3e-3, metadata=_help(f"step size, in [{LEARNING_RATES[0]:g}, "
+                                                              f"{LEARNING_RATES[1]:g}]"))
 
     def __post_init__(self):
         check_choice("optimizer", self.optimizer, OPTIMIZER_NAMES)
-        rate = check_float("learning_rate", self.learning_rate, 0.0)
-        object.__setattr__(self, "learning_rate", check_finite("learning_rate", rate, "0.003"))
+        object.__setattr__(self, "learning_rate", check_learning_rate(self.learning_rate))
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,10 @@ class ScheduleOptions:
     """How long and in which order: epochs, global batch, seed, stratification, balance."""
 
     epochs: int = field(default=10, metadata=_help("passes over the training set, >= 1"))
-    global_batch_size: int = field(default=64, metadata=_help("samples per step summed over all replicas, "
-                                                              ">= replicas"))
-    seed: int = field(default=0, metadata=_help("seed of the plan's order and of the weight initialisation"))
+    global_batch_size: int = field(default=64, metadata=_help(f"samples per step summed over all replicas, "
+                                                              f">= replicas and <= {MAX_GLOBAL_BATCH:,}"))
+    seed: int = field(default=0, metadata=_help(f"seed of the plan's order and of the weight initialisation, in "
+                                                f"[0, {MAX_SEED}]"))
     stratify: bool = field(default=True, metadata=_help("give every step and every replica the dataset's "
                                                         "label mix"))
     balance: str = field(default="count", metadata=_help("split each step among replicas by equal sample count "
@@ -86,8 +88,8 @@ class ScheduleOptions:
 
     def __post_init__(self):
         check_int("epochs", self.epochs, 1)
-        check_int("global_batch_size", self.global_batch_size, 1)
-        check_int("seed", self.seed, 0)
+        check_int("global_batch_size", self.global_batch_size, 1, MAX_GLOBAL_BATCH)
+        check_int("seed", self.seed, 0, MAX_SEED)
         check_bool("stratify", self.stratify)
         check_choice("balance", self.balance, ("count", "cost"))
         check_bool("bucket", self.bucket)

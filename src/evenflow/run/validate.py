@@ -4,7 +4,19 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["check_str", "check_choice", "check_int", "check_float", "check_bool", "check_finite"]
+__all__ = ["check_str", "check_choice", "check_int", "check_float", "check_bool", "check_finite",
+           "check_learning_rate", "MAX_SEED", "MAX_GLOBAL_BATCH", "LEARNING_RATES"]
+
+# The largest seed: TensorFlow runs seed numpy's global generator with it (keras.utils.set_random_seed),
+# which takes 32 bits; torch runs take the same limit, so a seed means the same run under both.
+MAX_SEED = 2**32 - 1
+
+# The largest global batch, in samples per step: planning one step takes about 28 bytes per sample
+# (evenflow.plan.memory), so a larger step would need tens of GiB before training its first batch.
+MAX_GLOBAL_BATCH = 2**31 - 1
+
+# The learning rates a run accepts: outside them a step either changes nothing in float32 or overflows it.
+LEARNING_RATES = (1e-10, 1e4)
 
 
 def check_str(name: str, value) -> str:
@@ -45,6 +57,15 @@ def check_finite(name: str, value: float, example: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value:g}; e.g. {example}")
     return value
+
+
+def check_learning_rate(value) -> float:
+    """``learning_rate`` as a float in :data:`LEARNING_RATES`, or ``ValueError`` naming the range."""
+    rate = check_finite("learning_rate", check_float("learning_rate", value, 0.0), "0.003")
+    low, high = LEARNING_RATES
+    if not low <= rate <= high:
+        raise ValueError(f"learning_rate must be in [{low:g}, {high:g}], got {rate:g}; e.g. 0.003 (adam) or 0.1 (sgd)")
+    return rate
 
 
 def check_bool(name: str, value) -> bool:

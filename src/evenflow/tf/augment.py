@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from evenflow.data.augment_policy import POLICY_NAMES, parse_policy
+from evenflow.data.augment_policy import POLICY_NAMES, check_fits, default_crop, parse_policy
 from evenflow.data.augment_policy import STREAMS as _STREAMS
 from evenflow.data.augment_policy import policy_value as _policy_value
 from evenflow.tf._lazy import tf as _tf
@@ -85,6 +85,10 @@ def random_crop(padding: int, seed: int = 0, mode: str = "CONSTANT") -> MapFn:
         tf, x = _features(batch, "random_crop")
         if padding == 0:
             return batch
+        side = min((d for d in x.shape[1:3] if d is not None), default=None)
+        if side is not None and padding >= side:
+            raise ValueError(f"random_crop padding {padding} on images of {x.shape[1]} x {x.shape[2]} pixels crops "
+                             f"some samples to nothing but padding; use a padding of at most {side - 1}")
         shape = tf.shape(x)
         n, h, w, c = shape[0], shape[1], shape[2], shape[3]
         u = sample_uniform(batch, seed, _STREAMS["crop"], 2)
@@ -167,8 +171,8 @@ def rotate(max_degrees: float, seed: int = 0, fill_value: float = 0.0, interpola
 def brightness(max_delta: float, seed: int = 0) -> MapFn:
     """Add a per-sample delta uniform in ``[-max_delta, max_delta]`` (float features)."""
     _check_seed(seed)
-    if max_delta < 0:
-        raise ValueError(f"max_delta must be >= 0, got {max_delta!r}")
+    if not 0 <= max_delta < math.inf:
+        raise ValueError(f"max_delta must be a finite number >= 0, got {max_delta!r}")
 
     def fn(batch: dict) -> dict:
         tf, x = _features(batch, "brightness")
@@ -184,8 +188,8 @@ def brightness(max_delta: float, seed: int = 0) -> MapFn:
 def contrast(lower: float, upper: float, seed: int = 0) -> MapFn:
     """Scale each sample's deviation from its per-channel mean by a factor uniform in [lower, upper]."""
     _check_seed(seed)
-    if not 0 <= lower <= upper:
-        raise ValueError(f"contrast needs 0 <= lower <= upper, got {lower!r}, {upper!r}")
+    if not 0 <= lower <= upper < math.inf:
+        raise ValueError(f"contrast needs 0 <= lower <= upper < inf, got {lower!r}, {upper!r}")
 
     def fn(batch: dict) -> dict:
         tf, x = _features(batch, "contrast")
@@ -215,21 +219,19 @@ def from_policy(policy, feature_shape: tuple[int, ...], seed: int = 0) -> MapFn 
         ``fn(batch) -> batch``, or None for an empty policy.
 
     Raises:
-        ValueError: the features are not images (rank 2 or 3, at least 2 x 2 pixels).
+        ValueError: the features are not images (rank 2 or 3, at least 2 x 2 pixels), or a crop padding of
+            the image's height or width or more.
     """
     _check_seed(seed)
-    items = parse_policy(policy) if isinstance(policy, str) else tuple(policy)
+    items = check_fits(policy, feature_shape)
     if not items:
         return None
-    shape = tuple(None if d is None else int(d) for d in feature_shape)  # None: variable-length text
-    if len(shape) not in (2, 3) or None in shape or min(shape[:2]) < 2:
-        raise ValueError(f"augment {', '.join(n for n, _ in items)} needs image features [H, W] or [H, W, C] of at "
-                         f"least 2 x 2 pixels, got feature shape {shape}; use augment = 'none' for other data")
+    shape = tuple(int(d) for d in feature_shape)
     fns = []
     for name, text in items:
         value = None if text is None else _policy_value(name, text, text)
         if name == "crop":
-            fns.append(random_crop(max(1, round(min(shape[:2]) / 8)) if value is None else value, seed=seed))
+            fns.append(random_crop(default_crop(shape) if value is None else value, seed=seed))
         elif name == "rotate":
             fns.append(rotate(10.0 if value is None else value, seed=seed))
         elif name == "flip":
