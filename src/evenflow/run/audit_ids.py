@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.data.identity import digest
 from evenflow.run.audit import AUDIT_DIR, check_run_dir
-from evenflow.run.audit import npz_checksum as _checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
 __all__ = ["ID_MAP", "id_map", "write_id_map", "read_id_map", "locate"]
@@ -33,16 +33,14 @@ ID_MAP = "ids.npz"
 
 
 def _file_records(ds, ids: np.ndarray) -> np.ndarray:
-    """int64 ``[len(ids)]``: each record's number in its file, counting records the index left out as corrupt."""
+    """int64 ``[len(ids)]``: each record's number in its file, counting records left out as corrupt (by
+    ``--skip-corrupt`` or by the shard's index: each shard's ``numbers``)."""
     shard = ds.sample_shard[ids].astype(np.int64)
-    within = ids - ds.shard_starts[shard]
-    out = within.copy()
+    out = ids - ds.shard_starts[shard]
     for s, index in enumerate(ds.shards):
-        bad = np.array(sorted(b.record for b in ds.bad if b.path == index.path), np.int64)
         here = shard == s
-        if bad.size and here.any():
-            kept = np.setdiff1d(np.arange(len(index.offsets) + bad.size, dtype=np.int64), bad)
-            out[here] = kept[within[here]]
+        if index.numbers is not None and here.any():
+            out[here] = index.numbers[out[here]]
     return out
 
 
@@ -58,6 +56,10 @@ def id_map(data, dataset: str) -> dict[str, np.ndarray]:
                       shard=ds.sample_shard[ids].astype(np.int32), record=_file_records(ds, ids),
                       offset=ds.sample_offset[ids].astype(np.int64))
     return arrays
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    return digest(*(part for key in sorted(k for k in arrays if k != "checksum") for part in (key, arrays[key])))
 
 
 def write_id_map(run_dir: str | Path, data, dataset: str) -> Path:
