@@ -305,9 +305,14 @@ def test_index_skip_corrupt_counts_the_records_and_bytes_train_counts(rec, tmp_p
     report = json.loads(_evenflow("index", shard, "--verify", "--skip-corrupt", "--json").stdout)  # again: the same
     assert report["num_bad"] == 57 and report["bytes_lost"] == lost and report["files"][0]["counted_by_index"]
     index_file(shard, label_key="y", skip_corrupt=True)
-    code, out, err = _train(capsys, rec, tmp_path / "run2")  # the manifest counts the records the index left out
+    code, out, err = _train(capsys, rec, tmp_path / "run2", "--audit")  # the manifest counts what the index left out
     assert code == 0, err
     assert f"{shard}: its index leaves 57 corrupt records out (evenflow index --skip-corrupt)" in out
+    from evenflow.run.audit_ids import read_id_map
+    ids = read_id_map(tmp_path / "run2")  # record numbers in the file, counting the ones the index left out
+    mine = ids["shard"] == 0
+    assert np.array_equal(ids["offset"][mine], ids["record"][mine] * (os.path.getsize(shard) // 200))
+    assert not np.isin(ids["record"][mine], np.arange(30, 87)).any()
 
 
 def test_index_skip_corrupt_without_an_earlier_index_says_how_it_counted(rec):
