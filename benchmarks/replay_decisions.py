@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the scri
 from evenflow.plan.cursor import Cursor  # noqa: E402
 from evenflow.plan.rebalance_options import RebalanceOptions  # noqa: E402
 from evenflow.run.monitor import ReplicaMonitor  # noqa: E402
+from evenflow.util.files import line_crc, read_json_checked  # noqa: E402
 
 # Updates between a decision and its switch (the pipelines' read-ahead, at most): one decided in the
 # run's last updates may never have switched in the run either.
@@ -65,7 +66,11 @@ def parse_args(argv=None):
 def run_options(telemetry: Path, overrides: dict) -> RebalanceOptions:
     """The run's rebalancing options (as the command line builds them), with ``overrides``."""
     summary = telemetry.parent / "summary.json"
-    config = json.loads(summary.read_text()).get("config", {}) if summary.is_file() else {}
+    obj, ok = read_json_checked(summary) if summary.is_file() else ({}, None)
+    if ok is False:
+        raise SystemExit(f"{summary}: its checksum does not match its content (changed or damaged); the replay "
+                         f"takes the run's options from it")
+    config = obj.get("config", {})
     if int(config.get("accumulate_steps", 1)) != 1:
         raise SystemExit(f"{telemetry}: a run of --accumulate-steps {config['accumulate_steps']}; replays need one "
                          f"plan step per update")
@@ -92,6 +97,10 @@ def replay(telemetry: Path, options: RebalanceOptions) -> dict:
     effect at) and the first update where they part (None: the same decisions)."""
     lines = []
     for number, text in enumerate(telemetry.read_text().splitlines(), 1):
+        text, crc_ok = line_crc(text)
+        if crc_ok is False:
+            raise SystemExit(f"{telemetry}:{number}: its crc does not match its content (the line was changed or "
+                             f"damaged); a replay needs every update, so replay another run")
         try:
             lines.append(json.loads(text)) if text.strip() else None
         except json.JSONDecodeError as e:

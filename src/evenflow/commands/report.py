@@ -19,6 +19,11 @@ time; the larger of the two when both; else moderately input-bound from 5% input
 balanced. The line shows both percentages (to 0.1%, the value the verdict is decided on) and
 their seconds. A run that rebalanced is also diagnosed before its first and after its last
 rebalance. Bad input exits 2.
+
+Every line of telemetry.jsonl carries a crc of its content, and summary.json a checksum: a
+telemetry line whose crc does not match (changed or damaged) is left out, and the output
+says which lines and how many; a summary.json whose checksum does not match is left out
+with a note.
 """
 
 
@@ -35,7 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from evenflow.report.run_report import read_summary, replica_rows, write_report
+    from evenflow.report.run_report import read_summary, replica_rows, skipped_lines, write_report
     from evenflow.report.table import format_table
     from evenflow.report.telemetry import diagnose_phases, load_telemetry
 
@@ -50,6 +55,8 @@ def run(args) -> int:
                        rows, align="r" * 7))
     if tel.truncated_line:
         print(f"note: skipped line {tel.truncated_line} of {tel.path}: truncated")
+    if tel.damaged_lines:
+        print(f"note: skipped {skipped_lines(tel)}")
     if tel.earlier_updates:
         print(f"note: the run resumed on {tel.replicas} replicas after {tel.earlier_updates} updates on another "
               f"count; the report covers the updates since")

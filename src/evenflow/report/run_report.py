@@ -10,16 +10,15 @@ over buckets of consecutive steps down to at most 600 points per series.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 import numpy as np
 
 from evenflow.report.svg_chart import svg_line_chart
-from evenflow.report.telemetry import Diagnosis, Telemetry, diagnose_phases, load_telemetry
-from evenflow.util.files import write_atomic
+from evenflow.report.telemetry import Diagnosis, Telemetry, damaged_note, diagnose_phases, load_telemetry
+from evenflow.util.files import read_json_checked, write_atomic
 
-__all__ = ["write_report", "render_report", "read_summary", "replica_rows", "svg_line_chart"]
+__all__ = ["write_report", "render_report", "read_summary", "replica_rows", "skipped_lines", "svg_line_chart"]
 
 MAX_POINTS = 600
 _MAX_LINES = 16  # more replicas than this: plot min / mean / max over replicas instead
@@ -128,6 +127,8 @@ def _header(tel: Telemetry, summary: dict) -> list[str]:
     if tel.truncated_line:
         note = f"skipped line {tel.truncated_line} of {tel.path.name}: truncated (the run stopped while writing it)"
         p.append(f'<p class="note">{_e(note)}</p>')
+    if tel.damaged_lines:
+        p.append(f'<p class="note">{_e("skipped " + skipped_lines(tel))}</p>')
     return p
 
 
@@ -223,17 +224,30 @@ def _weights(w) -> str:
     return ", ".join(f"{float(v):.3g}" for v in w) if isinstance(w, list) else str(w)
 
 
+def skipped_lines(tel: Telemetry) -> str:
+    """What the report left out for a crc that does not match, naming the lines: ``"line 5 of ...: ..."``."""
+    one = len(tel.damaged_lines) == 1
+    return (f"{damaged_note(tel.damaged_lines)} of {tel.path}: {'its crc does' if one else 'their crcs do'} not "
+            f"match {'its' if one else 'their'} content (changed or damaged), so the report leaves "
+            f"{'it' if one else 'them'} out")
+
+
 def read_summary(run_dir) -> tuple[dict, str | None]:
-    """``<run_dir>/summary.json`` (empty when missing or unreadable) and why it adds nothing, if it exists."""
+    """``<run_dir>/summary.json`` (empty when missing, unreadable or not matching its checksum) and why
+    it adds nothing, if it exists. A summary without a checksum (written before summaries carried
+    one) is read unchecked."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         return {}, None  # a run still training, or stopped before its end: nothing to say
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj, ok = read_json_checked(path)
     except (OSError, ValueError) as e:
         return {}, f"{path} cannot be read ({e}); the report leaves out its dataset and test results"
     if not isinstance(obj, dict):
         return {}, f"{path} is not a JSON object; the report leaves out its dataset and test results"
+    if ok is False:
+        return {}, (f"{path}: its checksum does not match its content (the file was changed or damaged); the "
+                    f"report leaves out its dataset and test results")
     return obj, None
 
 

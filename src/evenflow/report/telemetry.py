@@ -9,8 +9,8 @@ straggler replica, was moderately input-bound, or was balanced, and says so in o
 verdict, the two figures it was decided on, the rule, and what to do.
 
 Unknown keys and kinds are ignored, so older readers accept newer files; a truncated last
-line (the trainer crashed mid-write) is skipped (:mod:`evenflow.report.telemetry_jsonl` reads
-and checks the lines). numpy and the stdlib only.
+line (the trainer crashed mid-write) is skipped, and so is a line whose crc does not match its
+content (:mod:`evenflow.report.telemetry_jsonl` reads and checks the lines). numpy and the stdlib only.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from evenflow.report.load_fit import cost_advice
 from evenflow.report.rebalance_advice import rebalance_advice, seconds as _seconds
 from evenflow.report.telemetry_jsonl import read_telemetry_lines
 
-__all__ = ["Telemetry", "Diagnosis", "load_telemetry", "diagnose", "diagnose_phases", "shown_fraction",
-           "INPUT_BOUND", "INPUT_MODERATE", "STRAGGLER", "RULES"]
+__all__ = ["Telemetry", "Diagnosis", "load_telemetry", "damaged_note", "diagnose", "diagnose_phases",
+           "shown_fraction", "INPUT_BOUND", "INPUT_MODERATE", "STRAGGLER", "RULES"]
 
 TELEMETRY_FILE = "telemetry.jsonl"
 # The verdicts' thresholds, stated once: the verdict and the line that prints it both use these.
@@ -53,6 +53,8 @@ class Telemetry:
             steps left), each with ``"index"`` added as for ``rebalances``.
         earlier_updates: step lines before the run last resumed on another number of replicas;
             the arrays hold only the updates since (0 when the count never changed).
+        damaged_lines: 1-based numbers of lines left out because their crc does not match their
+            content (changed or damaged), in order.
     """
 
     path: Path
@@ -70,6 +72,7 @@ class Telemetry:
     truncated_line: int | None = None
     held: tuple[dict, ...] = ()
     earlier_updates: int = 0  # step lines before the run resumed on another replica count, not in the arrays
+    damaged_lines: tuple[int, ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -121,11 +124,15 @@ def load_telemetry(run_dir) -> Telemetry:
     path = run_dir / TELEMETRY_FILE
     if not path.is_file():
         raise ValueError(f"{path} not found: it is written by evenflow train with telemetry; run training first")
-    run, rows, rebalances, truncated, held, earlier = read_telemetry_lines(path)
+    lines = read_telemetry_lines(path)
+    run, rows, rebalances, truncated, held = lines.run, lines.rows, lines.rebalances, lines.truncated_line, lines.held
     if not rows["epoch"] and truncated is not None and not run:
         raise ValueError(f"{path} has no step lines and no run line: line {truncated}, its last, is not a JSON "
                          f"object; this is not a telemetry file of evenflow train (or one cut short in its first "
                          f"line) — pass the --output-dir of a run that trained at least one step")
+    if not rows["epoch"] and lines.damaged_lines:
+        raise ValueError(f"{path} has no step line whose crc matches its content ({damaged_note(lines.damaged_lines)}: "
+                         f"changed or damaged); train again into a new --output-dir")
     if not rows["epoch"]:
         raise ValueError(f"{path} has no step lines; the run stopped before its first update — "
                          f"train at least one step")
@@ -137,7 +144,17 @@ def load_telemetry(run_dir) -> Telemetry:
         weights=np.asarray(rows["weights"], f64), samples=np.asarray(rows["samples"], np.int64),
         cost=np.asarray(rows["cost"], f64), compute=np.asarray(rows["compute"], f64),
         input_wait=np.asarray(rows["input_wait"], f64), step_seconds=np.asarray(rows["step_seconds"], f64),
-        rebalances=tuple(rebalances), truncated_line=truncated, held=tuple(held), earlier_updates=earlier)
+        rebalances=tuple(rebalances), truncated_line=truncated, held=tuple(held),
+        earlier_updates=lines.earlier_updates, damaged_lines=lines.damaged_lines)
+
+
+def damaged_note(numbers) -> str:
+    """``"line 5"`` or ``"3 lines (5, 9, 12)"``: lines left out for their crc, up to 10 of them named."""
+    numbers = list(numbers)
+    if len(numbers) == 1:
+        return f"line {numbers[0]}"
+    shown = ", ".join(map(str, numbers[:10])) + (", ..." if len(numbers) > 10 else "")
+    return f"{len(numbers)} lines ({shown})"
 
 
 def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnosis:

@@ -8,7 +8,13 @@ one value per replica in each per-replica array, and ``rebalance`` and
 ``held`` lines (a re-plan, and a check whose re-plan would not have repaid its cost) are kept
 as written with the number of step lines before them. Unknown keys and kinds are
 ignored, so older readers accept newer files; a last line that is not valid JSON (the
-trainer stopped mid-write) is skipped and reported. The stdlib only.
+trainer stopped mid-write) is skipped and reported.
+
+Every line the trainer writes ends with ``"crc": "<8 hex>"``, the CRC-32 of the line without that
+field (:func:`~evenflow.util.files.line_crc`). A line whose crc does not match, or that has none
+after a line that had one, was changed or damaged: it is skipped and reported by number, so no
+changed figure reaches the report. A file whose lines carry no crc at all (written before lines
+carried one) is read unchecked. The stdlib and evenflow.util only.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import json
 import math
 from pathlib import Path
 from typing import NamedTuple
+
+from evenflow.util.files import line_crc
 
 __all__ = ["PER_REPLICA", "TelemetryLines", "read_telemetry_lines"]
 
@@ -35,6 +43,8 @@ class TelemetryLines(NamedTuple):
         held: the ``held`` lines, the same way.
         truncated_line: 1-based number of a skipped, truncated last line, else None.
         earlier_updates: step lines dropped because the run resumed on another replica count.
+        damaged_lines: 1-based numbers of lines skipped because their crc does not match their
+            content, or they have none after a line that had one.
     """
 
     run: dict
@@ -43,6 +53,7 @@ class TelemetryLines(NamedTuple):
     truncated_line: int | None
     held: list[dict]
     earlier_updates: int = 0
+    damaged_lines: tuple[int, ...] = ()
 
 
 def read_telemetry_lines(path: Path) -> TelemetryLines:
@@ -60,12 +71,20 @@ def read_telemetry_lines(path: Path) -> TelemetryLines:
                                              *PER_REPLICA)}
     rebalances: list[dict] = []
     held: list[dict] = []
-    truncated, earlier = None, 0
+    truncated, earlier, damaged, checked = None, 0, [], False
     for i, text in enumerate(lines):
         if not text.strip():
             continue
         where = f"{path} line {i + 1}"
-        obj = _json_object(text, where, truncated_ok=i == last)
+        body, crc_ok = line_crc(text)
+        checked = checked or crc_ok is not None
+        if crc_ok is False or (checked and crc_ok is None):
+            if i == last and not _is_json(text):
+                truncated = i + 1  # the trainer died mid-write
+            else:
+                damaged.append(i + 1)
+            continue
+        obj = _json_object(body, where, truncated_ok=i == last)
         if obj is None:
             truncated = i + 1
             continue
@@ -84,7 +103,15 @@ def read_telemetry_lines(path: Path) -> TelemetryLines:
         elif kind in ("rebalance", "held"):
             (rebalances if kind == "rebalance" else held).append({**obj, "index": len(rows["epoch"]), "line": i + 1})
         # other kinds: written by a newer trainer; ignored on purpose
-    return TelemetryLines(run, rows, rebalances, truncated, held, earlier)
+    return TelemetryLines(run, rows, rebalances, truncated, held, earlier, tuple(damaged))
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _json_object(text: str, where: str, truncated_ok: bool) -> dict | None:

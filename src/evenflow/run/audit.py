@@ -10,8 +10,9 @@ written when a checkpoint is saved, as one segment file per flush and worker::
 ``np.savez`` arrays (no pickle): ``epoch`` (int64), ``steps`` (int64 ``[k]``, step
 numbers in the epoch), ``replicas`` (int64 ``[r]``, global replica ids),
 ``ids`` (int64 ``[k, r, slots]``, -1 = padding), ``skipped`` (bool ``[k]``),
-``num_replicas``, ``num_steps`` and ``num_samples`` (int64). Segments are written
-to a temporary name, fsynced and renamed, so a file is whole or absent.
+``num_replicas``, ``num_steps`` and ``num_samples`` (int64), and ``checksum`` (see
+:mod:`evenflow.run.audit_segment`, which writes and reads a segment, checked). Segments
+are written to a temporary name, fsynced and renamed, so a file is whole or absent.
 
 A segment is flushed just before the checkpoint that covers it. If the process
 dies between the two, the audit holds steps that the restarted run will train
@@ -26,21 +27,19 @@ counted, its retraining is.
 """
 from __future__ import annotations
 
-import io
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
-from evenflow.util.files import NPZ_READ_ERRORS, fsync_dir, read_npz, write_atomic
+from evenflow.run.audit_segment import SEGMENT, load_segment, read_straddling, save_segment
+from evenflow.util.files import NPZ_READ_ERRORS, fsync_dir, read_json_checked, read_npz
 
 __all__ = ["AuditLog", "EpochAudit", "check_audit", "check_run_dir", "AUDIT_DIR"]
 
 AUDIT_DIR = "audit"
-_SEGMENT = re.compile(r"^e(\d{5})-s(\d{6})-(\d{6})-w(\d{3})\.npz$")
+SUMMARY = "summary.json"
 
 
 class AuditLog:
@@ -84,10 +83,8 @@ class AuditLog:
         self._rows.clear()
 
     def _write(self, path: Path, **arrays) -> None:
-        buf = io.BytesIO()
-        np.savez(buf, num_replicas=np.int64(self.num_replicas), num_steps=np.int64(self.num_steps),
-                 num_samples=np.int64(self.num_samples), **arrays)
-        write_atomic(path, buf.getvalue())
+        save_segment(path, dict(num_replicas=np.int64(self.num_replicas), num_steps=np.int64(self.num_steps),
+                                num_samples=np.int64(self.num_samples), **arrays))
 
     def trim(self, cursor: Cursor) -> int:
         """Delete every recorded step at or after ``cursor`` (all workers' segments); returns steps removed.
@@ -101,7 +98,7 @@ class AuditLog:
         at = (cursor.epoch, cursor.step)
         after, straddling = [], []
         for path in sorted(self.dir.iterdir()):
-            m = _SEGMENT.match(path.name)
+            m = SEGMENT.match(path.name)
             if m is None:
                 if path.name.startswith("."):  # a temporary file of a crashed write
                     path.unlink(missing_ok=True)
@@ -110,7 +107,7 @@ class AuditLog:
             if (epoch, first) >= at:
                 after.append((path, last - first + 1))
             elif (epoch, last) >= at:
-                straddling.append((path, m, _read_straddling(path, cursor)))
+                straddling.append((path, m, read_straddling(path, cursor)))
         removed = 0
         for path, named in after:
             try:
@@ -123,22 +120,11 @@ class AuditLog:
             removed += int((~keep).sum())
             head = dict(data, steps=data["steps"][keep], ids=data["ids"][keep], skipped=data["skipped"][keep])
             new = path.with_name(f"e{m[1]}-s{m[2]}-{int(head['steps'][-1]):06d}-w{m[4]}.npz")
-            buf = io.BytesIO()
-            np.savez(buf, **head)
-            write_atomic(new, buf.getvalue())
+            save_segment(new, head)
             if new != path:
                 path.unlink()
         fsync_dir(self.dir)
         return removed
-
-
-def _read_straddling(path: Path, cursor: Cursor) -> dict:
-    try:
-        return read_npz(path)
-    except NPZ_READ_ERRORS as e:
-        raise ValueError(f"{path}: not a readable audit segment ({type(e).__name__}: {e}), and it holds steps on "
-                         f"both sides of the resume point (epoch {cursor.epoch}, step {cursor.step}); delete it (the "
-                         f"audit then counts its steps before that point as not recorded) and resume again") from e
 
 
 @dataclass
@@ -197,19 +183,6 @@ def _stack_rows(rows: list[np.ndarray]) -> np.ndarray:
     return np.stack([np.pad(r, ((0, 0), (0, width - r.shape[1])), constant_values=-1) for r in rows])
 
 
-def _load_segment(path: Path) -> dict:
-    try:
-        seg = read_npz(path)
-    except NPZ_READ_ERRORS as e:
-        raise ValueError(f"{path}: not a readable audit segment ({type(e).__name__}: {e}); delete it (the audit "
-                         f"then counts its steps as not recorded) or rerun the training with --audit") from e
-    need = {"epoch", "steps", "replicas", "ids", "skipped", "num_replicas", "num_steps", "num_samples"}
-    if not need <= set(seg):
-        raise ValueError(f"{path}: audit segment lacks {', '.join(sorted(need - set(seg)))}; it was not written "
-                         f"by evenflow")
-    return seg
-
-
 def check_run_dir(run_dir: str | Path) -> None:
     """Refuse a ``run_dir`` that is missing or not a folder, naming it and what to pass."""
     if not Path(run_dir).is_dir():
@@ -229,12 +202,12 @@ def check_audit(run_dir: str | Path) -> list[EpochAudit]:
     """
     check_run_dir(run_dir)
     root = Path(run_dir) / AUDIT_DIR
-    paths = sorted(p for p in root.glob("*.npz") if _SEGMENT.match(p.name)) if root.is_dir() else []
+    paths = sorted(p for p in root.glob("*.npz") if SEGMENT.match(p.name)) if root.is_dir() else []
     if not paths:
         raise ValueError(f"{run_dir}: no audit segments in {root}; train with --audit to record them")
     epochs: dict[int, list[dict]] = {}
     for path in paths:
-        seg = _load_segment(path)
+        seg = load_segment(path)
         epochs.setdefault(int(seg["epoch"]), []).append(seg)
     out = []
     for epoch in sorted(epochs):
@@ -281,12 +254,19 @@ def _with_missing_epochs(run_dir: Path, found: list[EpochAudit]) -> list[EpochAu
     """``found`` and an empty (incomplete) audit for every epoch with no segment at all.
 
     Those are the epochs before the last one recorded, and up to the run's end when ``summary.json``
-    (written when a run ends) says how many epochs it trained.
+    (written when a run ends) says how many epochs it trained. A ``summary.json`` that cannot be
+    read or whose checksum does not match is refused: the count it would give is not known.
     """
+    path = run_dir / SUMMARY
+    fix = (f"so the audit cannot tell how many epochs the run trained; restore it, or delete it to check the "
+           f"recorded epochs only")
     try:
-        trained = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("epochs")
-    except (OSError, ValueError, AttributeError):
-        trained = None
+        summary, ok = read_json_checked(path) if path.exists() else ({}, None)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} cannot be read ({e}), {fix}") from e
+    if ok is False:
+        raise ValueError(f"{path}: its checksum does not match its content (the file was changed or damaged), {fix}")
+    trained = summary.get("epochs") if isinstance(summary, dict) else None
     trained = trained if isinstance(trained, int) and not isinstance(trained, bool) else 0
     have = {e.epoch for e in found}
     first = found[0]

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evenflow.data.identity import digest
 from evenflow.run.audit import AUDIT_DIR, check_run_dir
+from evenflow.run.audit_segment import npz_checksum as _checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
 __all__ = ["ID_MAP", "id_map", "write_id_map", "read_id_map", "locate"]
@@ -56,10 +56,6 @@ def id_map(data, dataset: str) -> dict[str, np.ndarray]:
                       shard=ds.sample_shard[ids].astype(np.int32), record=_file_records(ds, ids),
                       offset=ds.sample_offset[ids].astype(np.int64))
     return arrays
-
-
-def _checksum(arrays: dict[str, np.ndarray]) -> str:
-    return digest(*(part for key in sorted(k for k in arrays if k != "checksum") for part in (key, arrays[key])))
 
 
 def write_id_map(run_dir: str | Path, data, dataset: str) -> Path:

@@ -40,7 +40,7 @@ from evenflow.run.preflight import check_plan, check_workers_agree
 from evenflow.run.runlog import NoLog, RunLog, clear_events
 from evenflow.run.summary import print_header, print_results, run_summary
 from evenflow.run.training import train_and_evaluate
-from evenflow.util.files import write_json
+from evenflow.util.files import write_json_checked
 
 __all__ = ["run_training", "prepare", "Prepared"]
 
@@ -234,7 +234,7 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
     trained = train_and_evaluate(p, session, train_plan, start, guard, log, out, err)
     summary = run_summary(p, session, trained, guard, began)
     if procs.is_chief:
-        write_json(p.run_dir / "summary.json", summary)
+        write_json_checked(p.run_dir / "summary.json", summary)  # checked where read back
     print_results(p, session, trained, summary, log, out)
     return summary
 

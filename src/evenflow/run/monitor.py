@@ -26,7 +26,8 @@ stands in for that cost: a first re-plan must promise that much, which timing no
 short steps does not.
 
 ``telemetry.jsonl`` (read by ``evenflow report``) holds a ``run`` line, then ``step``
-and ``rebalance`` lines; see :mod:`evenflow.report.telemetry` for the fields. Lines reach the
+and ``rebalance`` lines, each ending with a ``crc`` field (:func:`~evenflow.util.files.line_with_crc`);
+see :mod:`evenflow.report.telemetry` for the fields. Lines reach the
 file at most a second after they are written (and all of them when the run ends), so ``tail -f``
 or a program watching a run sees its steps as they happen.
 """
@@ -40,7 +41,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.speed import Decision, RebalanceOptions, Rebalancer
-from evenflow.util.files import drop_partial_line
+from evenflow.util.files import drop_partial_line, line_with_crc
 
 __all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]
 
@@ -260,7 +261,7 @@ class ReplicaMonitor:
 
     def _write(self, record: dict) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
+            self._file.write(line_with_crc(json.dumps(record)) + "\n")  # checked by evenflow report
             if time.monotonic() - self._flushed >= FLUSH_SECONDS:
                 self.flush()
 

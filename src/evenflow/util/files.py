@@ -6,12 +6,18 @@ power cut. :func:`write_json` turns numpy values into JSON types first (non-fini
 become ``null``: JSON has no NaN). :func:`read_npz` reads an ``.npz`` back whole, and
 :data:`NPZ_READ_ERRORS` is what reading a damaged one raises. :func:`numpy_file_kind` tells an
 ``.npz`` from an ``.npy`` by their first bytes: ``np.load`` takes any other file for a pickle.
+
+Digests written with the text files a run reads back: :func:`line_with_crc` ends a JSON line with
+``"crc": "<8 hex>"``, the CRC-32 of the line's bytes without that field, and :func:`line_crc`
+checks it; :func:`write_json_checked` gives a JSON file a ``"checksum"`` key over its canonical
+content (sorted keys, no spaces) and :func:`read_json_checked` checks it.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -19,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["fsync_dir", "fsync_file", "write_atomic", "drop_partial_line", "write_json", "plain_json", "read_npz",
-           "NPZ_READ_ERRORS", "numpy_file_kind", "NUMPY_FILE_KINDS"]
+           "NPZ_READ_ERRORS", "numpy_file_kind", "NUMPY_FILE_KINDS", "line_with_crc", "line_crc",
+           "write_json_checked", "read_json_checked", "CHECKSUM_KEY"]
 
 # What reading a damaged .npz raises: a truncated or overwritten one is not a zip (BadZipFile) or
 # ends early (EOFError); a member whose bytes changed fails its CRC on read (BadZipFile), a
@@ -114,8 +121,13 @@ def read_npz(path) -> dict[str, np.ndarray]:
     kind = numpy_file_kind(path)
     if kind != "npz":
         raise zipfile.BadZipFile(f"no zip header: {NUMPY_FILE_KINDS[kind]}, not an .npz archive")
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (RuntimeError, NotImplementedError) as e:
+        # A changed byte in a member's flags, method or version field: zipfile takes the member
+        # for an encrypted or unsupported one. The file is damaged like any other.
+        raise zipfile.BadZipFile(f"damaged zip header ({e})") from e
 
 
 def numpy_file_kind(path) -> str:
@@ -136,3 +148,52 @@ def numpy_file_kind(path) -> str:
 
 NUMPY_FILE_KINDS = {"npz": "an .npz archive of named arrays", "npy": "an .npy file of one array",
                     "empty": "an empty file", "other": "neither an .npy nor an .npz file (no numpy or zip header)"}
+
+
+_CRC_FIELD = re.compile(r'(, )?"crc": "([0-9a-f]{8})"}\s*$')
+
+
+def line_with_crc(line: str) -> str:
+    """``line``, the JSON text of one object (no newline), with ``"crc": "<8 hex>"`` as its last field:
+    the CRC-32 of ``line``'s UTF-8 bytes."""
+    crc = f'"crc": "{zlib.crc32(line.encode()):08x}"}}'
+    return line[:-1] + (crc if line == "{}" else ", " + crc)
+
+
+def line_crc(line: str) -> tuple[str, bool | None]:
+    """``(the line without its crc field, whether the crc matches)``; ``(line, None)`` for a line
+    with no crc field (written before lines carried one, or damaged where the field was)."""
+    m = _CRC_FIELD.search(line)
+    if m is None:
+        return line, None
+    body = line[:m.start()] + "}"
+    return body, zlib.crc32(body.encode()) == int(m[2], 16)
+
+
+CHECKSUM_KEY = "checksum"
+
+
+def _canonical_crc(obj: dict) -> str:
+    text = json.dumps({k: v for k, v in obj.items() if k != CHECKSUM_KEY}, sort_keys=True, separators=(",", ":"))
+    return f"crc32:{zlib.crc32(text.encode()):08x}"
+
+
+def write_json_checked(path, data: dict) -> None:
+    """:func:`write_json` of ``data`` with a ``"checksum"`` key added: the CRC-32 of its canonical
+    JSON (sorted keys, no spaces), which :func:`read_json_checked` checks. ``data`` is not changed."""
+    obj = plain_json(data)
+    obj[CHECKSUM_KEY] = _canonical_crc(obj)
+    write_json(path, obj)
+
+
+def read_json_checked(path) -> tuple[object, bool | None]:
+    """``(the JSON value in file path, whether its checksum matches)``: None for a file without a
+    ``"checksum"`` key (one written before files carried one), which is not checked.
+
+    Raises:
+        OSError: the file cannot be read; ValueError: it is not JSON.
+    """
+    obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(obj, dict) or CHECKSUM_KEY not in obj:
+        return obj, None
+    return obj, obj[CHECKSUM_KEY] == _canonical_crc(obj)
