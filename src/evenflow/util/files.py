@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -150,7 +149,7 @@ NUMPY_FILE_KINDS = {"npz": "an .npz archive of named arrays", "npy": "an .npy fi
                     "empty": "an empty file", "other": "neither an .npy nor an .npz file (no numpy or zip header)"}
 
 
-_CRC_FIELD = re.compile(r'(, )?"crc": "([0-9a-f]{8})"}\s*$')
+_CRC_KEY, _HEX = '"crc": "', "0123456789abcdef"
 
 
 def line_with_crc(line: str) -> str:
@@ -163,11 +162,15 @@ def line_with_crc(line: str) -> str:
 def line_crc(line: str) -> tuple[str, bool | None]:
     """``(the line without its crc field, whether the crc matches)``; ``(line, None)`` for a line
     with no crc field (written before lines carried one, or damaged where the field was)."""
-    m = _CRC_FIELD.search(line)
-    if m is None:
+    text = line.rstrip()
+    at = text.rfind(_CRC_KEY)
+    digits = text[at + len(_CRC_KEY):-2]
+    head = text[:at]
+    if at < 0 or not text.endswith('"}') or len(digits) != 8 or digits.strip(_HEX) \
+            or not (head.endswith(", ") or head.endswith("{")):
         return line, None
-    body = line[:m.start()] + "}"
-    return body, zlib.crc32(body.encode()) == int(m[2], 16)
+    body = (head[:-2] if head.endswith(", ") else head) + "}"
+    return body, zlib.crc32(body.encode()) == int(digits, 16)
 
 
 CHECKSUM_KEY = "checksum"
