@@ -7,8 +7,18 @@ of the cursor it resumes from) holding
   ``tf.train.Checkpoint`` tensor bundle; PyTorch: safetensors files) — the model, the
   optimizer and the random number generators, never a pickle;
 * ``meta.json``: the format, the cursor, the state's description (each variable's
-  name, shape and dtype, checked before a restore), and what the caller adds
-  (the plan's fingerprint, history, partial epoch sums, anomaly policy state, weights).
+  name, shape and dtype, checked before a restore), each state file's size and digest,
+  what the caller adds (the plan's fingerprint, history, partial epoch sums, anomaly
+  policy state, weights, the run's configuration), and the digest of its own content
+  (:mod:`evenflow.run.checkpoint_trust`).
+
+A checkpoint is restored only when its ``meta.json`` and every file match their digests and
+the framework's reader loads it; any failure skips it, with the one-line warning
+``<path>: cannot be restored (<why>); trying the one before``, for the one before. A run
+never deletes a checkpoint it could not read: pruning counts and deletes only readable ones,
+and a save at the cursor of an unreadable one first moves that one aside, to
+``damaged-ckpt-EEEEE-SSSSSS``. When checkpoints exist but none can be restored,
+:meth:`Checkpointer.restore_latest` raises ``ValueError`` naming them.
 
 A save writes everything into a hidden ``.tmp-*`` directory, fsyncs the files and the
 directory, renames it to its final name and fsyncs the parent: a checkpoint directory
@@ -23,29 +33,35 @@ state need all of them), and only the chief writes into the run directory; the o
 write to a scratch directory they delete at once, if the framework needs them to write
 at all. Every process restores from the chief's checkpoints.
 
-Listing and reading ``meta.json`` (:func:`list_checkpoints`) need no framework, so a run
-can be checked against its checkpoints before a framework starts.
+Listing, reading ``meta.json`` and checking the digests (:func:`list_checkpoints`,
+:func:`verify`) need no framework, so a run can be checked against its checkpoints before a
+framework starts.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from evenflow.plan.cursor import Cursor
+from evenflow.run.checkpoint_trust import FILES, META, file_digests, files_problem, meta_problem, seal
 from evenflow.util.files import fsync_dir, fsync_file
 
-__all__ = ["Checkpointer", "CheckpointInfo", "ModelState", "NonFiniteModelError", "list_checkpoints",
-           "CHECKPOINT_DIR", "fault_point", "FAULT_ENV"]
+__all__ = ["Checkpointer", "CheckpointInfo", "ModelState", "NonFiniteModelError", "list_checkpoints", "verify",
+           "none_restorable", "CHECKPOINT_DIR", "DAMAGED_PREFIX", "fault_point", "FAULT_ENV"]
 
 CHECKPOINT_DIR = "checkpoints"
-FORMAT = 2
+FORMAT = 3
+READABLE_FORMATS = (2, 3)  # 2: written before digests; accepted, its files checked by the framework's reader only
+DAMAGED_PREFIX = "damaged-"  # an unreadable checkpoint a save moved aside
+_NAME = re.compile(r"^ckpt-(\d{5})-(\d{6})$")
 CONFIRMED = "confirmed"  # empty marker file in a checkpoint directory
 # Test hook: "kill:<point>:<n>" SIGKILLs the process the n-th time it reaches fault point <point>;
 # "sleep:<point>:<seconds>" sleeps there (to widen a window for an external kill -9).
@@ -101,11 +117,22 @@ class ModelState(Protocol):
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """A complete checkpoint on disk: its directory, cursor and ``meta.json`` contents."""
+    """A checkpoint on disk: its directory, cursor and ``meta.json`` contents.
+
+    ``problem`` says why it cannot be restored (None: not known to be unreadable);
+    ``verified`` whether its files matched their digests (:func:`verify`).
+    """
 
     path: Path
     cursor: Cursor
     meta: dict
+    problem: str | None = None
+    verified: bool = False
+
+    @property
+    def readable(self) -> bool:
+        """Whether nothing is known against it (its ``meta.json`` parsed and matched its digest)."""
+        return self.problem is None
 
     @property
     def confirmed(self) -> bool:
@@ -117,25 +144,68 @@ def checkpoint_name(cursor: Cursor) -> str:
     return f"ckpt-{cursor.epoch:05d}-{cursor.step:06d}"
 
 
-def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
-    """The complete checkpoints under ``run_dir``, oldest first (no framework needed).
+def _read(path: Path, cursor: Cursor) -> CheckpointInfo:
+    """The checkpoint directory ``path``, with ``problem`` set when its ``meta.json`` cannot be trusted."""
+    try:
+        meta = json.loads((path / META).read_text())
+    except FileNotFoundError:
+        return CheckpointInfo(path, cursor, {}, f"{META} is missing")
+    except OSError as e:
+        return CheckpointInfo(path, cursor, {}, f"{META} cannot be read: {e.strerror or e}")
+    except ValueError:  # not JSON, or not UTF-8
+        return CheckpointInfo(path, cursor, {}, f"{META} is not valid JSON")
+    if not isinstance(meta, dict):
+        return CheckpointInfo(path, cursor, {}, f"{META} is not a JSON object")
+    fmt = meta.get("format")
+    if fmt not in READABLE_FORMATS:
+        return CheckpointInfo(path, cursor, meta, f"{META} has format {fmt!r}; this evenflow reads formats "
+                                                  f"{', '.join(map(str, READABLE_FORMATS))}")
+    problem = meta_problem(meta) if fmt >= 3 else None
+    if problem is None:
+        try:
+            if Cursor.from_dict(meta["cursor"]) != cursor:
+                problem = f"{META} names cursor {meta['cursor']}, not the directory's"
+        except (KeyError, TypeError, ValueError):
+            problem = f"{META} has no valid cursor"
+    return CheckpointInfo(path, cursor, meta, problem)
 
-    A directory counts when its ``meta.json`` parses and names this format; half-written
-    saves (``.tmp-*``) never do.
+
+def list_checkpoints(run_dir: str | Path, unreadable: bool = False) -> list[CheckpointInfo]:
+    """The checkpoints under ``run_dir``, oldest first (no framework needed).
+
+    A directory ``ckpt-EEEEE-SSSSSS`` counts when its ``meta.json`` parses, names a format
+    this evenflow reads and matches its digest; half-written saves (``.tmp-*``) never do.
+    With ``unreadable=True`` the others are listed too, with ``problem`` saying why (their
+    cursor comes from the directory's name): a run warns about them and never deletes them.
+    The state files' digests are not checked here (:func:`verify` does).
     """
     root = Path(run_dir) / CHECKPOINT_DIR
     if not root.is_dir():
         return []
     found = []
     for path in root.glob("ckpt-*"):
-        try:
-            meta = json.loads((path / "meta.json").read_text())
-            cursor = Cursor.from_dict(meta["cursor"])
-        except (OSError, ValueError, KeyError, TypeError):
+        name = _NAME.match(path.name)
+        if name is None or not path.is_dir():
             continue
-        if meta.get("format") == FORMAT:
-            found.append(CheckpointInfo(path, cursor, meta))
+        info = _read(path, Cursor(int(name.group(1)), int(name.group(2))))
+        if info.readable or unreadable:
+            found.append(info)
     return sorted(found, key=lambda c: (c.cursor, c.path.name))
+
+
+def verify(info: CheckpointInfo) -> CheckpointInfo:
+    """``info`` with ``verified`` set, or with ``problem`` saying which file differs from its digest."""
+    if info.problem is not None or info.verified:
+        return info
+    problem = files_problem(info.path, info.meta)
+    return replace(info, problem=problem) if problem else replace(info, verified=True)
+
+
+def none_restorable(run_dir: Path, found: list[CheckpointInfo]) -> str:
+    """The one-line error for a run directory whose checkpoints all failed (newest first in the line)."""
+    why = "; ".join(f"{c.path.name}: {c.problem}" for c in reversed(found))
+    return (f"output_dir {run_dir} holds {len(found)} checkpoint{'s' * (len(found) != 1)}, none of which can be "
+            f"restored ({why}); --no-resume starts over there (it deletes them), or use another --output-dir")
 
 
 class Checkpointer:
@@ -164,6 +234,8 @@ class Checkpointer:
         self.run_dir, self.keep, self.is_chief, self.worker = Path(run_dir), keep, is_chief, worker
         self.dir = self.run_dir / CHECKPOINT_DIR
         self.state = state
+        # Checkpoints this process could not restore, with why: never pruned, never overwritten.
+        self.unreadable: dict[Path, str] = {}
 
     # -- saving -----------------------------------------------------------------------------
     def save(self, cursor: Cursor, extra: dict | None = None) -> Path:
@@ -195,7 +267,8 @@ class Checkpointer:
             fault_point("save-begin")
             self.state.write(tmp)
             fault_point("save-written")
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+            meta[FILES] = file_digests(tmp)
+            (tmp / META).write_text(json.dumps(seal(meta), indent=1, sort_keys=True) + "\n")
             for f in sorted(tmp.rglob("*"), reverse=True):  # files, then the folders holding them
                 if f.is_dir():
                     fsync_dir(f)
@@ -211,7 +284,23 @@ class Checkpointer:
         self._prune()
         return final
 
+    def _readable(self, path: Path) -> bool:
+        """Whether the checkpoint in ``path`` is not known to be unreadable (its meta.json is checked)."""
+        name = _NAME.match(path.name)
+        return (path not in self.unreadable and name is not None
+                and _read(path, Cursor(int(name.group(1)), int(name.group(2)))).readable)
+
     def _place(self, tmp: Path, final: Path) -> None:
+        if final.exists() and not self._readable(final):
+            # A checkpoint that could not be read is kept for its owner to look at, never replaced.
+            aside = self.dir / f"{DAMAGED_PREFIX}{final.name}"
+            n = 1
+            while aside.exists():
+                n += 1
+                aside = self.dir / f"{DAMAGED_PREFIX}{final.name}-{n}"
+            os.rename(final, aside)
+            warnings.warn(f"{final}: cannot be restored, so this save moved it to {aside.name} (--no-resume "
+                          f"deletes it too)", stacklevel=3)
         if final.exists():
             # The same cursor saved again (after a rewind): set the old one aside first; a crash
             # between the two renames leaves the older checkpoints, which are still valid.
@@ -237,7 +326,8 @@ class Checkpointer:
             fsync_dir(path)
 
     def _prune(self) -> None:
-        found = list_checkpoints(self.run_dir)
+        # Only readable checkpoints count and are deleted: an unreadable one stays for its owner.
+        found = [info for info in list_checkpoints(self.run_dir) if info.path not in self.unreadable]
         good = [info for info in found if info.confirmed][-1:]  # the newest confirmed one stays too
         for info in found[:-self.keep]:
             if info not in good:
@@ -258,8 +348,8 @@ class Checkpointer:
             got = a[i] if i < len(a) else "nothing"
             want = b[i] if i < len(b) else "nothing"
             raise ValueError(f"{info.path}: {kind} entry {i} is {got} in the checkpoint but {want} in this run: "
-                             f"the run directory was written by a different model, optimizer or framework; use "
-                             f"another --output-dir, or --no-resume to start over there")
+                             f"the run directory was written by a different model, optimizer, --precision or "
+                             f"framework; use another --output-dir, or --no-resume to start over there")
 
     def restore(self, info: CheckpointInfo) -> Cursor:
         """Load ``info`` into the model and optimizer (on every process); returns its cursor."""
@@ -267,18 +357,45 @@ class Checkpointer:
         self.state.read(info.path)
         return info.cursor
 
-    def restore_latest(self) -> CheckpointInfo | None:
-        """Restore the newest checkpoint that loads; None if there is none.
+    def restore_latest(self, candidates: list[CheckpointInfo] | None = None,
+                       agree: Callable | None = None) -> CheckpointInfo | None:
+        """Restore the newest checkpoint that loads; None if the run directory holds none.
 
-        A checkpoint whose files are damaged is skipped with a warning naming it, for the
-        one before it.
+        A checkpoint whose ``meta.json`` or files do not match their digests, or that the
+        framework's reader cannot load, is skipped with the warning ``<path>: cannot be
+        restored (<why>); trying the one before``, for the one before it.
+
+        Args:
+            candidates: the checkpoints to try, oldest first (default: all of the run
+                directory's, unreadable ones included); those with a ``problem`` are warned
+                about and skipped, those ``verified`` are not checked again.
+            agree: in a multi-worker run, ``fn(cursor, why) -> why`` called by every process for
+                every checkpoint tried (:func:`~evenflow.run.checkpoint_trust.agreement`), so all
+                of them restore the same one.
+
+        Raises:
+            ValueError: checkpoints exist but none can be restored (naming each and why; a run
+                directory written by another model or optimizer is named as such).
         """
-        for info in reversed(list_checkpoints(self.run_dir)):
-            self.check_compatible(info)
-            try:
-                self.restore(info)
+        found = list(list_checkpoints(self.run_dir, unreadable=True) if candidates is None else candidates)
+        failed = []
+        for i in range(len(found) - 1, -1, -1):
+            info = verify(found[i])
+            if info.problem is None:
+                self.check_compatible(info)
+                try:
+                    self.restore(info)
+                except Exception as e:  # any reader error: a damaged file it was not told about
+                    first = str(e).splitlines()[0][:200] if str(e) else ""
+                    info = replace(info, problem=f"{type(e).__name__}: {first}")
+            problem = info.problem if agree is None else agree(info.cursor, info.problem)
+            if problem is None:
                 return info
-            except (OSError, ValueError, AssertionError) as e:
-                warnings.warn(f"{info.path}: cannot be restored ({type(e).__name__}: {str(e)[:200]}); "
-                              f"trying the one before", stacklevel=2)
+            info = replace(info, problem=problem)
+            self.unreadable[info.path] = problem
+            failed.append(info)
+            if i > 0:
+                warnings.warn(f"{info.path}: cannot be restored ({problem}); trying the one before", stacklevel=2)
+        if failed:
+            raise ValueError(none_restorable(self.run_dir, failed[::-1]))
         return None

@@ -14,7 +14,8 @@ behind both frameworks' ``Trainer.fit``) calls after every step when given ``gua
 * when the anomaly policy asks for it, restores the newest confirmed checkpoint,
   lowers the learning rate and tells the trainer to rewind to that checkpoint's cursor;
 * on start (:meth:`resume`), restores the newest checkpoint of the run directory
-  and trims the audit trail back to it.
+  that can be restored (skipping, with a warning, any whose digests do not match or
+  that the framework cannot load) and trims the audit trail back to it.
 
 A checkpoint's ``meta.json`` carries what a restarted run needs besides the
 variables: the cursor, the completed epochs' results (``history``), the sums of
@@ -79,15 +80,21 @@ class TrainingGuard:
         self._confirm_after = max(anomalies.restore_after, 1) if anomalies is not None else 1
 
     # -- start -----------------------------------------------------------------------------------
-    def resume(self) -> Cursor | None:
-        """Restore the newest checkpoint (if any) and trim the audit to it; returns its cursor."""
-        found = [c for c in list_checkpoints(self.checkpointer.run_dir) if c.confirmed]
-        self.confirmed = found[-1].cursor if found else None
-        info = self.checkpointer.restore_latest()
+    def resume(self, candidates: list[CheckpointInfo] | None = None, agree=None) -> Cursor | None:
+        """Restore the newest checkpoint that loads (if any) and trim the audit to it; returns its cursor.
+
+        ``candidates`` and ``agree`` are :meth:`Checkpointer.restore_latest`'s. Raises
+        ``ValueError`` when checkpoints exist but none can be restored.
+        """
+        info = self.checkpointer.restore_latest(candidates, agree)
         if info is None:
+            self.confirmed = None
             if self.audit is not None and self.is_chief:
                 self.audit.trim(Cursor(0, 0))
             return None
+        found = [c for c in list_checkpoints(self.checkpointer.run_dir)
+                 if c.confirmed and c.cursor <= info.cursor and c.path not in self.checkpointer.unreadable]
+        self.confirmed = found[-1].cursor if found else None
         self._adopt(info)
         if not info.confirmed:
             self._unconfirmed = [info.cursor, 0]
@@ -209,7 +216,7 @@ class TrainingGuard:
         """Restore the newest confirmed checkpoint, lower the learning rate; returns the cursor to go on from."""
         policy = self.anomalies
         policy.check_can_restore(at)
-        found = list_checkpoints(self.checkpointer.run_dir)
+        found = [c for c in list_checkpoints(self.checkpointer.run_dir) if c.path not in self.checkpointer.unreadable]
         if not found:
             raise RuntimeError("no checkpoint to restore after non-finite steps; please report this as a bug")
         # The confirmed one (pruning keeps it), else the oldest there is.

@@ -6,13 +6,18 @@ framework starts — the options the framework cannot honour, config values, the
 the model against the feature shape, the plan against the replicas, the run directory's
 checkpoints against the plan — so a bad run writes nothing (:func:`prepare`, numpy only).
 
-A run directory that holds checkpoints is resumed from the newest one (unless ``resume`` is
-off, which deletes what evenflow wrote there first): same command, same directory, and
-training continues at the checkpoint's cursor — with another number of replicas too, since
-the plan re-splits the rest of the epoch (``Plan.with_topology``).
+A run directory that holds checkpoints is resumed from the newest one that can be restored
+(unless ``resume`` is off, which deletes what evenflow wrote there first): same command, same
+directory, and training continues at the checkpoint's cursor — with another number of
+replicas too, since the plan re-splits the rest of the epoch (``Plan.with_topology``). A
+checkpoint whose digests do not match is skipped, with a warning, for the one before; when
+none can be restored the run stops naming them. A resume keeps the checkpoint's model and
+optimizer, so another ``--model``, ``--dropout`` or ``--optimizer`` is refused; another
+``--learning-rate`` is honoured and said.
 """
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import sys
@@ -31,7 +36,9 @@ from evenflow.run.adapter import Framework, Processes
 from evenflow.run.anomaly import ANOMALY_LOG, AnomalyPolicy
 from evenflow.run.audit import AUDIT_DIR, AuditLog
 from evenflow.run.audit_ids import write_id_map
-from evenflow.run.checkpoints import CHECKPOINT_DIR, Checkpointer, list_checkpoints
+from evenflow.run.checkpoint_trust import agreement
+from evenflow.run.checkpoints import (CHECKPOINT_DIR, DAMAGED_PREFIX, Checkpointer, CheckpointInfo, list_checkpoints,
+                                      none_restorable, verify)
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
 from evenflow.run.lock import RunDirectory
@@ -58,6 +65,8 @@ class Prepared:
     resume_from: Cursor | None = None
     notes: tuple[str, ...] = ()
     directory: RunDirectory | None = None  # how this run holds its run directory (the chief creates and locks it)
+    # The checkpoints to resume from, oldest first: the newest verified one last but for newer unreadable ones.
+    checkpoints: tuple[CheckpointInfo, ...] = ()
 
 
 def prepare(config: TrainConfig, framework: Framework) -> Prepared:
@@ -92,12 +101,13 @@ def prepare(config: TrainConfig, framework: Framework) -> Prepared:
     run_dir = Path(config.output.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {run_dir} exists and is not a directory; choose another --output-dir")
-    resume_from = _check_resume(config, train_plan, run_dir, data.identity) if config.checkpoint.resume else None
+    candidates = _resumable(run_dir) if config.checkpoint.resume else ()
+    resume_from = _check_resume(config, train_plan, run_dir, data.identity, candidates) if candidates else None
     if not config.checkpoint.resume:
         check_start_over(run_dir)
     notes = tuple(framework.notes(config, processes))
     return Prepared(config, data, train_plan, test_plan, run_dir, processes, resume_from, notes,
-                    RunDirectory(run_dir, processes.is_chief))
+                    RunDirectory(run_dir, processes.is_chief), candidates)
 
 
 def _load(config: TrainConfig, framework: Framework):
@@ -112,12 +122,50 @@ def _load(config: TrainConfig, framework: Framework):
     return data
 
 
-def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str | None) -> Cursor | None:
-    """The cursor of the run directory's newest checkpoint, if it continues this plan on this data (numpy only)."""
-    found = list_checkpoints(run_dir)
-    if not found:
+def _resumable(run_dir: Path) -> tuple[CheckpointInfo, ...]:
+    """The run directory's checkpoints, oldest first, up to the newest whose digests match (numpy only).
+
+    The unreadable ones after it stay in the list, with their ``problem``, for the resume to warn
+    about. Raises ``ValueError`` naming them when checkpoints exist but none can be restored.
+    """
+    found = list_checkpoints(run_dir, unreadable=True)
+    for i in range(len(found) - 1, -1, -1):
+        found[i] = verify(found[i])
+        if found[i].problem is None:
+            return tuple(found)
+    if found:
+        raise ValueError(none_restorable(run_dir, found))
+    return ()
+
+
+# Flags a resume cannot honour: the checkpoint's model and optimizer are what training continues.
+_KEPT = (("model", "--model", lambda c: c.model.model), ("dropout", "--dropout", lambda c: c.model.dropout),
+         ("optimizer", "--optimizer", lambda c: c.optimizer.optimizer))
+
+
+def run_facts(config: TrainConfig) -> dict:
+    """What every checkpoint's meta.json records of the run's configuration (checked on resume)."""
+    return {**{key: get(config) for key, _, get in _KEPT}, "learning_rate": config.optimizer.learning_rate,
+            "audit": config.checkpoint.audit}
+
+
+def _audit_note(cfg: TrainConfig, guard: TrainingGuard, start: Cursor) -> str | None:
+    """A line when ``--audit`` differs from the checkpoint's run: the trail then misses some steps."""
+    before = (guard.saved.meta.get("config") or {}).get("audit")
+    if before is None or before == cfg.checkpoint.audit:
         return None
-    latest = found[-1]
+    at = f"epoch {start.epoch} step {start.step}"
+    if cfg.checkpoint.audit:
+        return (f"audit trail from {at} on: the steps before it were trained without --audit, so evenflow audit "
+                f"counts them as not recorded")
+    return (f"no audit trail from {at} on: the checkpoint's run had --audit and this one has not, so evenflow "
+            f"audit counts these steps as not recorded")
+
+
+def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str | None,
+                  candidates: tuple[CheckpointInfo, ...]) -> Cursor:
+    """The cursor of the newest restorable checkpoint, if it continues this plan on this data (numpy only)."""
+    latest = next(c for c in reversed(candidates) if c.verified)
     theirs = latest.meta.get("data")
     if identity is not None and theirs is not None and theirs != identity:
         raise ValueError(f"output_dir {run_dir} holds checkpoints trained on other data (data digest {theirs[:12]}, "
@@ -133,6 +181,13 @@ def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str 
     if framework != config.compute.framework:
         raise ValueError(f"output_dir {run_dir} holds checkpoints written with --framework {framework}; resume "
                          f"with --framework {framework}, or use another --output-dir")
+    facts = latest.meta.get("config") or {}
+    for key, flag, get in _KEPT:
+        if key in facts and facts[key] != get(config):
+            was, now = (f"{v:g}" if isinstance(v, float) else str(v) for v in (facts[key], get(config)))
+            raise ValueError(f"output_dir {run_dir} holds checkpoints trained with {flag} {was}, this run has {flag} "
+                             f"{now}; a resume continues the checkpoint's model and optimizer: resume with {flag} "
+                             f"{was}, or --no-resume to start over there, or use another --output-dir")
     if latest.cursor.epoch > config.schedule.epochs:
         raise ValueError(f"epochs must be at least the {latest.cursor.epoch} epochs already trained in {run_dir}, "
                          f"got {config.schedule.epochs}; pass --epochs {latest.cursor.epoch} or more, or "
@@ -140,7 +195,7 @@ def _check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str 
     return latest.cursor
 
 
-_OURS = {CHECKPOINT_DIR: re.compile(r"^(ckpt-\d{5}-\d{6}|\.(tmp|trash)-ckpt-.*)$"),
+_OURS = {CHECKPOINT_DIR: re.compile(rf"^((?:{DAMAGED_PREFIX})?ckpt-\d{{5}}-\d{{6}}(-\d+)?|\.(tmp|trash)-ckpt-.*)$"),
          AUDIT_DIR: re.compile(r"^(e\d{5}-s\d{6}-\d{6}-w\d{3}\.npz|ids\.npz|\..*\.tmp-\d+)$")}
 
 
@@ -214,7 +269,8 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
     guard = _guard(p, session)
     if procs.is_chief and cfg.checkpoint.audit:
         write_id_map(p.run_dir, p.data, cfg.data.dataset)  # audit ids -> dataset index -> file and record
-    start = guard.resume() if cfg.checkpoint.resume else None
+    start = _resume(p, session, guard) if cfg.checkpoint.resume else None
+    notes = [] if start is None else [_learning_rate(cfg, guard, session.state), _audit_note(cfg, guard, start)]
     if start is None:
         start = Cursor(0, 0)
         guard.save_initial(start)
@@ -226,6 +282,9 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
     if start != Cursor(0, 0):
         print(f"resuming from {guard.saved.path}: epoch {start.epoch} step {start.step} "
               f"(learning rate {session.state.learning_rate:g})", file=out)
+    for note in notes:  # what a resume changed of the checkpoint's run, or could not honour
+        if note:
+            print(note, file=out)
     out.flush()
     resumed = start != Cursor(0, 0)
     log = RunLog(session.writer(_events_dir(p.run_dir, resumed)), p.run_dir / "tensorboard") if procs.is_chief \
@@ -237,6 +296,34 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
         write_json_checked(p.run_dir / "summary.json", summary)  # checked where read back
     print_results(p, session, trained, summary, log, out)
     return summary
+
+
+def _resume(p: Prepared, session, guard: TrainingGuard) -> Cursor | None:
+    """Restore the newest checkpoint that loads, every process the same one."""
+    procs = session.processes
+    agree = agreement(session.loop.all_gather, procs.local_replicas) if procs.count > 1 else None
+    # The checkpoints prepare() found, never listed again: a chief that starts over writes one at once.
+    return guard.resume(list(p.checkpoints), agree)
+
+
+def _learning_rate(cfg: TrainConfig, guard: TrainingGuard, state) -> str | None:
+    """After a restore: the rate to train at, set on ``state``; a line to print when ``--learning-rate`` changed it.
+
+    The checkpoint's rate is kept (the anomaly policy may have lowered it) unless the configured
+    rate differs from the one the checkpoint's run was configured with: then the user changed
+    the flag, and it is honoured.
+    """
+    meta = guard.saved.meta
+    before = (meta.get("config") or {}).get("learning_rate")
+    anomaly = meta.get("anomaly") or {}
+    if before is None and not anomaly.get("restores"):  # format 2: the rate in use is the configured one
+        before = meta.get("learning_rate")
+    wanted = cfg.optimizer.learning_rate
+    if before is None or math.isclose(float(before), wanted, rel_tol=1e-6):  # TF keeps the rate as float32
+        return None
+    trained = float(state.learning_rate)
+    state.learning_rate = wanted
+    return f"learning rate {wanted:g} from --learning-rate (the checkpoint trained at {trained:g})"
 
 
 def _events_dir(run_dir: Path, resumed: bool) -> Path:
@@ -256,5 +343,5 @@ def _guard(p: Prepared, session) -> TrainingGuard:
                            lr_factor=anomaly.restore_lr_factor, max_restores=anomaly.max_restores)
     guard = TrainingGuard(p.train_plan, checkpointer, every=ckpt.checkpoint_every, audit=audit, anomalies=policy,
                           is_chief=procs.is_chief)
-    guard.meta = {"framework": cfg.compute.framework, "data": p.data.identity}
+    guard.meta = {"framework": cfg.compute.framework, "data": p.data.identity, "config": run_facts(cfg)}
     return guard

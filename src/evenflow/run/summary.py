@@ -25,7 +25,7 @@ def print_header(p, session, title: str, out) -> None:
     print(f"{title}: {p.data.description}", file=out)
     dropout = f", dropout {cfg.model.dropout:g}" if cfg.model.dropout else ""
     print(f"model {cfg.model.model} ({session.num_weights:,} weights{dropout}), {cfg.optimizer.optimizer} "
-          f"lr {cfg.optimizer.learning_rate:g}, {cfg.compute.precision}; {session.description}", file=out)
+          f"lr {session.state.learning_rate:g}, {cfg.compute.precision}; {session.description}", file=out)
     print(f"global batch {sched.global_batch_size} ({p.train_plan.slots} slots per replica), "
           f"{p.train_plan.num_steps} steps per epoch, {_epochs(sched.epochs)}, seed {sched.seed}, "
           f"{'stratified' if sched.stratify else 'unstratified'} plan"

@@ -67,17 +67,17 @@ class TFState:
             self._ckpt.write(str(Path(directory) / "state"))
         except tf.errors.OpError as e:  # e.g. a full disk: an OSError the run reports in one line
             raise OSError(f"{Path(directory).parent}: the checkpoint's variables could not be written "
-                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); free disk space or choose "
+                          f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}); free disk space or choose "
                           f"another --output-dir, then run the same command again") from None
 
     def read(self, directory: Path) -> None:
-        tf = _tf()
+        """Load the variables; ``OSError``/``ValueError`` (one line) when the bundle does not load."""
         prefix = str(Path(directory) / "state")
         if not Path(prefix + ".index").is_file():
             raise OSError(f"{prefix}.index is missing")
         try:
             status = self._ckpt.read(prefix)
             status.assert_consumed()
-        except (tf.errors.OpError, AssertionError) as e:
+        except Exception as e:  # OpError, AssertionError, and IndexError for a truncated state.data-*
             raise ValueError(f"{directory}: the variables do not load ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:200]})") from None
+                             f"{(str(e).splitlines() or [''])[0][:200]})") from None
