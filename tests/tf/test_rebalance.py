@@ -17,6 +17,7 @@ import pytest
 from evenflow.tf.cluster import tf_config
 from evenflow.tf.launcher import free_ports
 from evenflow.run.monitor import FIELDS, ReplicaMonitor
+from evenflow.util.files import line_crc
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(SRC), PYTHONUNBUFFERED="1")
@@ -163,7 +164,8 @@ def test_monitor_writes_one_line_per_update_and_decides_from_the_gathered_window
             decisions.append(mon.absorb(window))  # one worker: the gathered window is the local one
     mon.close()
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines[0] == {"kind": "run", "replicas": 4, "workers": 1, "global_batch_size": 64,
+    assert all(line_crc(x)[1] for x in path.read_text().splitlines())  # every line carries a matching crc
+    assert {k: v for k, v in lines[0].items() if k != "crc"} == {"kind": "run", "replicas": 4, "workers": 1, "global_batch_size": 64,
                         "steps_per_epoch": 100, "load_unit": "samples", "rebalance": True,
                         "shared_devices": False}
     steps = [x for x in lines if x["kind"] == "step"]
