@@ -43,7 +43,7 @@ from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
 from evenflow.run.lock import RunDirectory
 from evenflow.run.models import check_model_input, check_tokens
-from evenflow.run.preflight import check_plan, check_workers_agree
+from evenflow.run.preflight import check_plan
 from evenflow.run.runlog import NoLog, RunLog, clear_events
 from evenflow.run.summary import print_header, print_results, run_summary
 from evenflow.run.training import train_and_evaluate
@@ -263,7 +263,8 @@ def with_fix(error: BaseException) -> BaseException:
 
 def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> dict:
     cfg, procs = p.config, session.processes
-    check_workers_agree(session.loop.all_gather, p.train_plan, procs.local_replicas, procs.count)
+    # Every worker agreed on the plan and the data when the framework connected them, before the model existed
+    # (evenflow.run.preflight.check_workers_agree, run by the adapter's start).
     if procs.is_chief and not cfg.checkpoint.resume:
         start_over(p.run_dir)
     guard = _guard(p, session)

@@ -95,6 +95,10 @@ class TrainLoop:
             monitor=None) -> list[EpochResult]:
         """Train from ``start`` (default the beginning) up to the end of epoch ``epochs - 1``.
 
+        Under several processes it first refuses, on every process alike, processes whose plans
+        or data differ (:func:`~evenflow.run.same_plan.check_same_plan`; the data of ``reader``'s
+        source, where :func:`~evenflow.data.identity.source_identity` knows its kind).
+
         Args:
             reader: what the engine reads batches with (the framework's reader of the training set).
             plan: the training plan; its replicas must match the engine's.
@@ -122,7 +126,7 @@ class TrainLoop:
             raise ValueError("a monitor needs per-replica timings: create the trainer with timing=True")
         if monitor is not None and not plan.topology.is_uniform and monitor.weights != plan.topology.weights:
             monitor.rebalancer.weights = tuple(float(w) for w in plan.topology.weights)
-        check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes)
+        check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes, reader)
         if start.step > plan.num_steps:
             raise ValueError(f"start {start} is past the end of an epoch of {plan.num_steps} steps; resume from a "
                              f"cursor of this plan (trainer.cursor, or a checkpoint's)")
@@ -283,7 +287,7 @@ class TrainLoop:
         Every sample the plan reads is counted exactly once, whatever the replicas: the whole index,
         but for the remainder a ``drop_remainder`` plan drops (with a warning).
         """
-        check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes)
+        check_same_plan(plan, self.all_gather, self.engine.local_replicas, self.engine.num_processes, reader)
         warn_if_partial(plan)
         local = self.engine.evaluate(reader, plan, epoch)
         return EvalResult.from_sums(self.all_gather(local).sum(axis=0))

@@ -1,10 +1,13 @@
-"""Every process must run the same plan: a rank that built another one reads other samples.
+"""Every process must run the same plan on the same data: a rank that differs reads other samples.
 
 Each process derives its rows from its own :class:`~evenflow.plan.plan.Plan`, so processes whose
 plans differ (a seed taken from the rank, another batch size or index) read some samples twice
-and others never, or stop at different steps and break a collective. :func:`check_same_plan`
-all-gathers 48 bits of each process's plan fingerprint (one small collective) and refuses, on
-every process alike, a run whose processes disagree.
+and others never, or stop at different steps and break a collective; processes whose sources
+hold different data (another file with the same labels, another feature shape) train one model
+on different samples under the same ids. :func:`check_same_plan` all-gathers 48 bits of each
+process's plan fingerprint and the 128 bits of its data identity
+(:func:`~evenflow.data.identity.source_identity`) in one small collective, and refuses, on
+every process alike, a run whose processes disagree, naming which of the two differs.
 """
 from __future__ import annotations
 
@@ -13,27 +16,43 @@ from typing import Callable
 
 import numpy as np
 
+from evenflow.data.identity import source_identity
+from evenflow.run.preflight import DATA_FIX, identity_chunks
+
 __all__ = ["check_same_plan"]
 
 
 def check_same_plan(plan, all_gather: Callable[[np.ndarray], np.ndarray], local_replicas: int,
-                    num_processes: int) -> None:
-    """Raise ValueError on every process unless all processes' ``plan`` fingerprints are equal.
+                    num_processes: int, source=None) -> None:
+    """Raise ValueError on every process unless all processes' plans and data are equal.
 
     ``all_gather`` takes this process's float64 rows ``[local_replicas, k]`` and returns every
-    process's, in process order (the loop's collective).
+    process's, in process order (the loop's collective). ``source`` is what the processes read
+    (a ``Source``, or a reader with a ``source``); its identity is compared when
+    :func:`~evenflow.data.identity.source_identity` knows its kind, else only the plans are.
     """
     if num_processes == 1:
         return
     digest = float(int(hashlib.sha256(plan.fingerprint().encode()).hexdigest()[:12], 16))  # 48 bits: exact
-    own = np.full((local_replicas, 1), digest)
-    seen = all_gather(own)[:, 0].reshape(num_processes, local_replicas)[:, 0]
-    if np.all(seen == seen[0]):
+    mine = np.concatenate([[digest], identity_chunks(None if source is None else source_identity(source))])
+    seen = all_gather(np.tile(mine, (local_replicas, 1)))[::local_replicas]  # one row per process
+    problems = []
+    for what, cols in (("plans", slice(0, 1)), ("data", slice(1, 4))):
+        groups: dict[tuple, list[int]] = {}
+        for process, row in enumerate(seen[:, cols].tolist()):
+            groups.setdefault(tuple(row), []).append(process)
+        if len(groups) > 1:
+            problems.append((what, "; ".join(f"processes {members}" for members in groups.values())))
+    if not problems:
         return
-    groups: dict[float, list[int]] = {}
-    for process, value in enumerate(seen.tolist()):
-        groups.setdefault(value, []).append(process)
-    described = "; ".join(f"processes {members}" for members in groups.values())
-    raise ValueError(f"the processes built different plans ({described} agree among themselves): each one would "
-                     f"read other samples, some twice and some never; build the same Plan on every process "
-                     f"(the same index, seed, global batch size and options; never a seed from the rank)")
+    if problems[0][0] == "plans":
+        described = problems[0][1]
+        also = f"; and they read different data ({problems[1][1]} agree among themselves): {DATA_FIX}" \
+            if len(problems) > 1 else ""
+        raise ValueError(f"the processes built different plans ({described} agree among themselves): each one would "
+                         f"read other samples, some twice and some never; build the same Plan on every process "
+                         f"(the same index, seed, global batch size and options; never a seed from the rank){also}")
+    raise ValueError(f"the processes read different data ({problems[0][1]} agree among themselves: their sources "
+                     f"hold other features or labels under the same sample ids): they would train one model on "
+                     f"different samples; give every process the same source (the same arrays, files, keys and "
+                     f"split), or {DATA_FIX}")

@@ -72,6 +72,7 @@ def start_session(p, cluster):
     from evenflow.tf.state import TFState
     from evenflow.tf.strategy import Communication, make_strategy, num_workers, on_cpu
     from evenflow.tf.trainer import Trainer
+    from evenflow.tf.workers_agree import check_workers_agree_tf
 
     cfg, comp = p.config, p.config.compute
     simulation = cfg.monitor.simulation()
@@ -82,6 +83,7 @@ def start_session(p, cluster):
         tf.config.threading.set_intra_op_parallelism_threads(comp.threads)
     strategy = make_strategy(comp.replicas, cluster,
                              Communication(comp.communication, comp.bytes_per_pack, comp.collective_timeout))
+    check_workers_agree_tf(strategy, p.train_plan, p.data.identity)  # before the model's first broadcast
     devices = [d.split("device:")[-1].lower() for d in strategy.extended.worker_devices]  # "cpu:0"
     cpu = on_cpu(strategy)
     if comp.precision == "mixed_float16" and cpu:

@@ -16,6 +16,9 @@
   A collective in a user's own loop (e.g. under :func:`~evenflow.torch.exact.exact_ddp`)
   raises the backend's own error instead (gloo: a ``RuntimeError``); :func:`is_peer_failure`
   tells such an error apart from a bug in this rank.
+* :func:`check_ranks_agree` refuses, on every rank alike, ranks whose plan or data differ
+  (one all-gather, before the model is wrapped: DDP's first broadcast of the parameters
+  fails with a traceback on ranks whose feature shapes differ).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from evenflow.torch._lazy import torch as _torch
 
 __all__ = ["PeerLostError", "init_distributed", "sum_gradients_hook", "ordered_sum_hook", "gradient_hook",
            "is_peer_failure", "all_gather_rows", "all_reduce_sum", "broadcast_row", "finish_distributed",
-           "group_ready", "DEFAULT_TIMEOUT_S"]
+           "group_ready", "check_ranks_agree", "DEFAULT_TIMEOUT_S"]
 
 # gloo's own default is 30 minutes: far too long to notice a dead peer.
 DEFAULT_TIMEOUT_S = 300.0
@@ -286,3 +289,17 @@ def broadcast_row(row: np.ndarray, src: int = 0, device=None) -> np.ndarray:
     t = torch.as_tensor(row, device=device).clone()
     torch.distributed.broadcast(t, src=src)
     return t.cpu().numpy()
+
+
+def check_ranks_agree(plan, identity: str | None, device=None) -> None:
+    """ValueError on every rank unless all ranks build ``plan`` alike and load data of ``identity``.
+
+    :func:`~evenflow.run.preflight.check_workers_agree` over the process group (one rank, one
+    row); nothing without one.
+    """
+    from evenflow.run.preflight import check_workers_agree
+
+    if not _active():
+        return
+    world = _torch().distributed.get_world_size()
+    check_workers_agree(lambda rows: all_gather_rows(rows, device).reshape(world, -1), plan, 1, world, identity)
