@@ -209,3 +209,31 @@ def test_source_identity_follows_the_content_and_the_subset():
     assert source_identity(same) != source_identity(ArraySource(x.reshape(10, 3, 1), y))  # another shape
     assert source_identity(SubsetSource(same, [1, 2])) != source_identity(SubsetSource(same, [1, 3]))
     assert source_identity(object()) is None
+
+
+def test_a_large_array_is_named_by_its_shape_and_evenly_spaced_rows(monkeypatch):
+    import evenflow.data.identity as identity
+
+    monkeypatch.setattr(identity, "FULL_BYTES", 0)
+    monkeypatch.setattr(identity, "SAMPLED_ROWS", 3)  # rows 0, 4 and 9 of 10
+    x, y = np.zeros((10, 2), np.float32), np.arange(10) % 2
+    base = source_identity(ArraySource(x, y))
+    sampled, between = x.copy(), x.copy()
+    sampled[4, 0], between[5, 0] = 1, 1
+    assert source_identity(ArraySource(sampled, y)) != base
+    assert source_identity(ArraySource(between, y)) == base  # the documented limit of a sampled digest
+    assert source_identity(ArraySource(np.zeros((10, 2, 1), np.float32), y)) != base
+
+
+def test_text_and_records_sources_are_named_by_their_content(tmp_path):
+    from evenflow.data import RecordSource, TextData, TextSource, convert
+
+    one = TextData.from_sequences([[1, 2], [3], [4, 5, 6]], [0, 1, 0])
+    other = TextData.from_sequences([[1, 2], [3], [4, 5, 7]], [0, 1, 0])
+    assert source_identity(TextSource(one)) == source_identity(TextSource(one))
+    assert source_identity(TextSource(one)) != source_identity(TextSource(other))
+    convert("builtin:digits", tmp_path / "digits", progress=False)
+    whole = source_identity(RecordSource(tmp_path / "digits"))
+    assert whole is not None and whole == source_identity(RecordSource(tmp_path / "digits"))
+    assert source_identity(RecordSource(tmp_path / "digits", ids=np.arange(100))) != whole
+    assert source_identity(RecordSource(tmp_path / "digits", scale=1 / 16)) != whole

@@ -263,8 +263,7 @@ def with_fix(error: BaseException) -> BaseException:
 
 def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> dict:
     cfg, procs = p.config, session.processes
-    # Every worker agreed on the plan and the data when the framework connected them, before the model existed
-    # (evenflow.run.preflight.check_workers_agree, run by the adapter's start).
+    # The workers agreed on plan and data in framework.start, before the model (preflight.check_workers_agree).
     if procs.is_chief and not cfg.checkpoint.resume:
         start_over(p.run_dir)
     guard = _guard(p, session)

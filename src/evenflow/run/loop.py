@@ -95,10 +95,6 @@ class TrainLoop:
             monitor=None) -> list[EpochResult]:
         """Train from ``start`` (default the beginning) up to the end of epoch ``epochs - 1``.
 
-        Under several processes it first refuses, on every process alike, processes whose plans
-        or data differ (:func:`~evenflow.run.same_plan.check_same_plan`; the data of ``reader``'s
-        source, where :func:`~evenflow.data.identity.source_identity` knows its kind).
-
         Args:
             reader: what the engine reads batches with (the framework's reader of the training set).
             plan: the training plan; its replicas must match the engine's.
