@@ -231,6 +231,14 @@ def _index_and_topology(args, labels, costs):
         raise ValueError(in_flags(str(e))) from None
 
 
+def _check_pack(pack: int | None, costs) -> None:
+    """Refuse a ``--pack`` longer than the whole epoch (its packed layout would not fit in memory)."""
+    if pack and costs is not None and pack > float(np.sum(costs)):
+        raise ValueError(f"--pack {pack:,} is longer than all {len(costs):,} samples together "
+                         f"({float(np.sum(costs)):,.0f} tokens): one row would hold the whole epoch; use --pack of at "
+                         f"most the tokens of a step, e.g. --pack {int(np.max(costs))} (the longest sample)")
+
+
 def run(args) -> int:
     import evenflow as ef
     from evenflow.plan.memory import PlanTooLarge
@@ -249,10 +257,7 @@ def run(args) -> int:
         refuse_keys(args, "there is no --dataset")
     index, topo = _index_and_topology(args, labels, costs)
     given = checked_options(args, costs is not None)  # before the packed layout is built
-    if args.pack and costs is not None and args.pack > float(np.sum(costs)):
-        raise ValueError(f"--pack {args.pack:,} is longer than all {len(costs):,} samples together "
-                         f"({float(np.sum(costs)):,.0f} tokens): one row would hold the whole epoch; use --pack of at "
-                         f"most the tokens of a step, e.g. --pack {int(np.max(costs))} (the longest sample)")
+    _check_pack(args.pack, costs)
     try:
         plan = ef.Plan(index, topo, global_batch_size=args.batch_size, seed=args.seed, stratify=args.stratify,
                        balance=args.balance, bucket=args.bucket, drop_remainder=args.drop_remainder, pack=args.pack,
