@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 EXAMPLES = """examples:
   evenflow train --dataset builtin:digits --epochs 3 --audit --output-dir runs/a
@@ -16,8 +17,10 @@ sample ids of all its steps are exactly 0..N-1 (N = training samples). The ids a
 each replica's batch carried, recorded by `evenflow train --audit` in RUN_DIR/audit and
 trimmed back to the checkpoint a restarted run resumed from, so the trail is that of the
 final weights. Steps skipped as non-finite are listed but are not errors (see
-RUN_DIR/anomalies.jsonl). Exit status: 0 clean, 1 duplicates, misses or an incomplete
-epoch, 2 no audit trail.
+RUN_DIR/anomalies.jsonl). Where the run wrote RUN_DIR/audit/ids.npz, two ids that are the
+same sample of the data (the same record of the same file, or for arrays the same dataset
+index: data that held a shard twice) count as duplicates too. Exit status: 0 clean, 1
+duplicates, misses or an incomplete epoch, 2 no audit trail.
 
 Sample ids (in the audit, in this command's output and in RUN_DIR/anomalies.jsonl) are
 positions in the training set, 0..N-1. --locate maps each one back to the data, from the
@@ -71,15 +74,18 @@ def run(args) -> int:
           f"{'replicas':>8}  verdict", file=out)
     for e in epochs:
         verdict = "exactly once" if e.clean else ("incomplete" if not e.complete else "NOT exactly once")
-        if not e.complete and (e.duplicates or e.bad_steps):
+        if not e.complete and (e.duplicates or e.bad_steps or e.data_duplicates):
             verdict = "incomplete, NOT exactly once"
         misses = str(len(e.misses)) if e.complete else "-"
-        print(f"{e.epoch:>5} {e.steps_recorded:>5}/{e.num_steps:<5} {e.samples:>9} {len(e.duplicates):>10} "
+        duplicates = len(e.duplicates) + len(e.data_duplicates or ())  # ids, and samples of the data
+        print(f"{e.epoch:>5} {e.steps_recorded:>5}/{e.num_steps:<5} {e.samples:>9} {duplicates:>10} "
               f"{misses:>7} {len(e.skipped_steps):>8} {','.join(map(str, e.replica_counts)):>8}  {verdict}",
               file=out)
     for e in epochs:
         if e.duplicates:
             print(f"epoch {e.epoch}: duplicated ids: {_ids(e.duplicates[:args.limit], len(e.duplicates))}", file=out)
+        for line in _same_samples(e.epoch, e.data_duplicates, args.limit) if e.data_duplicates else ():
+            print(line, file=out)
         if e.misses:
             print(f"epoch {e.epoch}: missed ids: {_ids(e.misses[:args.limit], len(e.misses))}", file=out)
         if e.bad_steps:
@@ -92,7 +98,17 @@ def run(args) -> int:
             steps = _ids(e.skipped_steps[:args.limit], len(e.skipped_steps))
             print(f"epoch {e.epoch}: steps skipped as non-finite: {steps} ({len(e.skipped_ids)} samples not "
                   f"trained; see anomalies.jsonl)", file=out)
+    same = [e.data_duplicates for e in epochs if e.data_duplicates]
+    if same:
+        print("the data held these records more than once (a shard listed twice in its manifest, or a file passed "
+              "twice): remove the duplicate shard from the manifest and train again" if "file" in same[0][0] else
+              "the data held these samples more than once: keep each sample once in the data and train again",
+              file=out)
     n = len(epochs)
+    if clean and epochs[0].data_duplicates is None and (Path(args.run_dir) / "summary.json").is_file():
+        # evenflow train --audit writes the map; a Keras fit's audit (no summary.json) never has one.
+        print(f"ids not checked against the data: {Path(args.run_dir) / 'audit' / 'ids.npz'} is missing (evenflow "
+              f"train --audit writes it), so a record the data held twice would not show", file=out)
     if clean:
         print(f"{n} epoch{'s' * (n != 1)}: every sample exactly once", file=out)
     else:
@@ -100,6 +116,23 @@ def run(args) -> int:
         print(f"NOT clean: epoch{'s' * (len(bad) != 1)} {', '.join(bad)} of {n} failed the exactly-once check",
               file=out)
     return 0 if clean else 1
+
+
+def _same_samples(epoch: int, groups: list[dict], limit: int) -> list[str]:
+    """Lines for the groups of ids of ``epoch`` that are the same sample of the data: one a file for records."""
+    def ids(g: dict, where: str) -> str:
+        return " = ".join(map(str, g["ids"])) + f" ({where})"
+
+    if "file" not in groups[0]:
+        shown = [ids(g, f"dataset index {g['dataset_id']}") for g in groups[:limit]]
+        return [f"epoch {epoch}: {len(groups)} samples of the data trained more than once, as ids "
+                f"{_ids(shown, len(groups))}"]
+    by_file: dict[str, list[dict]] = {}
+    for g in groups:
+        by_file.setdefault(g["file"], []).append(g)
+    return [f"epoch {epoch}: {len(mine)} records of {file} trained more than once, as ids "
+            f"{_ids([ids(g, 'offset ' + str(g['offset'])) for g in mine[:limit]], len(mine))}"
+            for file, mine in by_file.items()]
 
 
 def _parse_ids(text: str) -> list[int]:

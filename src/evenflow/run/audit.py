@@ -23,7 +23,9 @@ counted, its retraining is.
 
 :func:`check_audit` (numpy only) verifies exactly-once coverage per epoch for
 ``evenflow audit RUN_DIR``. Ids are positions in the training source (for
-``evenflow train``, the training split of the dataset).
+``evenflow train``, the training split of the dataset); where the run wrote ``audit/ids.npz``
+(:mod:`evenflow.run.audit_ids`), the check also counts two positions trained in one epoch that
+are the same sample of the data (the same record, or dataset index) as a duplicate.
 """
 from __future__ import annotations
 
@@ -33,12 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
-from evenflow.run.audit_segment import SEGMENT, load_segment, read_straddling, save_segment
+from evenflow.run.audit_ids import id_map_for_check, same_samples
+from evenflow.run.audit_segment import AUDIT_DIR, SEGMENT, check_run_dir, load_segment, read_straddling, save_segment
 from evenflow.util.files import NPZ_READ_ERRORS, fsync_dir, read_json_checked, read_npz
 
 __all__ = ["AuditLog", "EpochAudit", "check_audit", "check_run_dir", "AUDIT_DIR"]
 
-AUDIT_DIR = "audit"
 SUMMARY = "summary.json"
 
 
@@ -143,6 +145,10 @@ class EpochAudit:
         skipped_steps: steps whose update was skipped as non-finite.
         skipped_ids: real ids in those steps.
         replica_counts: the distinct replica counts seen (more than one after an elastic restart).
+        data_duplicates: groups of positions trained in the epoch that are the same sample of the data
+            (:meth:`~evenflow.run.audit_ids.SameSamples.among`: ``ids`` and ``file`` and ``offset``, or
+            ``dataset_id``): the data held it more than once. None when the run has no ``audit/ids.npz``
+            to check the ids against.
     """
 
     epoch: int
@@ -156,6 +162,7 @@ class EpochAudit:
     skipped_steps: list[int] = field(default_factory=list)
     skipped_ids: list[int] = field(default_factory=list)
     replica_counts: list[int] = field(default_factory=list)
+    data_duplicates: list[dict] | None = None
 
     @property
     def complete(self) -> bool:
@@ -163,7 +170,7 @@ class EpochAudit:
 
     @property
     def clean(self) -> bool:
-        return self.complete and not (self.duplicates or self.misses or self.bad_steps)
+        return self.complete and not (self.duplicates or self.misses or self.bad_steps or self.data_duplicates)
 
     def to_dict(self, limit: int = 100) -> dict:
         return {"epoch": self.epoch, "complete": self.complete, "clean": self.clean,
@@ -174,7 +181,10 @@ class EpochAudit:
                 "num_misses": len(self.misses) if self.complete else None,
                 "misses": self.misses[:limit] if self.complete else None, "bad_steps": self.bad_steps[:limit],
                 "skipped_steps": self.skipped_steps, "num_skipped_samples": len(self.skipped_ids),
-                "skipped_ids": self.skipped_ids[:limit], "replica_counts": self.replica_counts}
+                "skipped_ids": self.skipped_ids[:limit], "replica_counts": self.replica_counts,
+                # No audit/ids.npz: whether two ids are the same sample of the data is not known.
+                "num_data_duplicates": None if self.data_duplicates is None else len(self.data_duplicates),
+                "data_duplicates": None if self.data_duplicates is None else self.data_duplicates[:limit]}
 
 
 def _stack_rows(rows: list[np.ndarray]) -> np.ndarray:
@@ -183,22 +193,17 @@ def _stack_rows(rows: list[np.ndarray]) -> np.ndarray:
     return np.stack([np.pad(r, ((0, 0), (0, width - r.shape[1])), constant_values=-1) for r in rows])
 
 
-def check_run_dir(run_dir: str | Path) -> None:
-    """Refuse a ``run_dir`` that is missing or not a folder, naming it and what to pass."""
-    if not Path(run_dir).is_dir():
-        raise ValueError(f"{run_dir} {'is not a folder' if Path(run_dir).exists() else 'does not exist'}; pass the "
-                         f"run directory of evenflow train --audit (its --output-dir)")
-
-
 def check_audit(run_dir: str | Path) -> list[EpochAudit]:
     """Check every recorded epoch of ``run_dir`` for exactly-once coverage.
 
     For each epoch, every step must be recorded once for every replica (per
     replica count in force when it ran), and the real ids of all its steps must be
-    exactly ``0..N-1``.
+    exactly ``0..N-1``; with the run's ``audit/ids.npz``, no two of them may be the same sample
+    of the data (``data_duplicates``).
 
     Raises:
-        ValueError: ``run_dir`` is not a folder or has no audit segments, or a segment is unreadable.
+        ValueError: ``run_dir`` is not a folder or has no audit segments, or a segment or the id map
+            is unreadable.
     """
     check_run_dir(run_dir)
     root = Path(run_dir) / AUDIT_DIR
@@ -209,6 +214,8 @@ def check_audit(run_dir: str | Path) -> list[EpochAudit]:
     for path in paths:
         seg = load_segment(path)
         epochs.setdefault(int(seg["epoch"]), []).append(seg)
+    data = id_map_for_check(run_dir, int(epochs[min(epochs)][0]["num_samples"]))
+    same = None if data is None else same_samples(data)
     out = []
     for epoch in sorted(epochs):
         segs = epochs[epoch]
@@ -246,6 +253,7 @@ def check_audit(run_dir: str | Path) -> list[EpochAudit]:
         report.skipped_steps = sorted(skipped_steps)
         report.skipped_ids = np.sort(np.concatenate(skipped_ids)).tolist() if skipped_ids else []
         report.replica_counts = sorted(set(replicas_of.values()))
+        report.data_duplicates = None if same is None else same.among(ids)
         out.append(report)
     return _with_missing_epochs(Path(run_dir), out)
 
@@ -270,6 +278,7 @@ def _with_missing_epochs(run_dir: Path, found: list[EpochAudit]) -> list[EpochAu
     trained = trained if isinstance(trained, int) and not isinstance(trained, bool) else 0
     have = {e.epoch for e in found}
     first = found[0]
-    found = found + [EpochAudit(epoch=e, num_steps=first.num_steps, num_samples=first.num_samples)
-                     for e in range(max(max(have) + 1, trained)) if e not in have]
+    none = None if first.data_duplicates is None else []  # nothing recorded: no id twice either
+    found = found + [EpochAudit(epoch=e, num_steps=first.num_steps, num_samples=first.num_samples,
+                                data_duplicates=none) for e in range(max(max(have) + 1, trained)) if e not in have]
     return sorted(found, key=lambda e: e.epoch)

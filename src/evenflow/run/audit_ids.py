@@ -13,21 +13,25 @@ map back to the data, ``<run_dir>/audit/ids.npz`` (``np.savez``, no pickle):
 * ``dataset``, ``kind``, ``identity`` (the data digest of the run's checkpoints) and
   ``checksum``, a digest of all the other arrays, checked on every read.
 
-:func:`locate` answers ``evenflow audit RUN_DIR --locate ID[,ID...]``.
+:func:`locate` answers ``evenflow audit RUN_DIR --locate ID[,ID...]``. :func:`same_samples` gives
+``evenflow audit RUN_DIR``'s check the positions that are the same sample of the data (a dataset
+that held a shard twice): the same file and offset, or for other data the same dataset index.
 """
 from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from evenflow.run.audit import AUDIT_DIR, check_run_dir
+from evenflow.run.audit_segment import AUDIT_DIR, check_run_dir
 from evenflow.run.audit_segment import npz_checksum as _checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
-__all__ = ["ID_MAP", "id_map", "write_id_map", "read_id_map", "locate"]
+__all__ = ["ID_MAP", "id_map", "write_id_map", "save_id_map", "read_id_map", "id_map_for_check", "SameSamples",
+           "same_samples", "locate"]
 
 ID_MAP = "ids.npz"
 
@@ -60,7 +64,12 @@ def id_map(data, dataset: str) -> dict[str, np.ndarray]:
 
 def write_id_map(run_dir: str | Path, data, dataset: str) -> Path:
     """Write ``<run_dir>/audit/ids.npz`` atomically; returns its path."""
-    arrays = id_map(data, dataset)
+    return save_id_map(run_dir, id_map(data, dataset))
+
+
+def save_id_map(run_dir: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` (those of :func:`id_map`) and their checksum as ``<run_dir>/audit/ids.npz``, atomically."""
+    arrays = {k: v for k, v in arrays.items() if k != "checksum"}
     arrays["checksum"] = np.array(_checksum(arrays))
     folder = Path(run_dir) / AUDIT_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -90,6 +99,74 @@ def read_id_map(run_dir: str | Path) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: its checksum does not match its content (the file was changed or damaged); rerun "
                          f"the training with --audit to rewrite it")
     return arrays
+
+
+def id_map_for_check(run_dir: str | Path, num_samples: int) -> dict[str, np.ndarray] | None:
+    """The arrays of ``ids.npz`` for ``evenflow audit``'s check of a trail of ``num_samples`` positions, or
+    None when the run has no id map (a Keras ``fit``'s audit, or a run of an evenflow that wrote none).
+
+    Raises:
+        ValueError: the map cannot be read, its checksum does not match, it lacks an array, or it maps
+            another number of positions than the trail holds (one line naming it and the fix).
+    """
+    path = Path(run_dir) / AUDIT_DIR / ID_MAP
+    if not path.is_file():
+        return None
+    fix = "delete it to check the ids without tracing them to the data"
+    try:
+        arrays = read_id_map(run_dir)
+    except ValueError as e:
+        raise ValueError(f"{e}, or {fix}") from e
+    need = {"dataset_ids"} | ({"shard", "offset"} if "files" in arrays else set())
+    if not need <= set(arrays):
+        raise ValueError(f"{path}: lacks {', '.join(sorted(need - set(arrays)))} (it is not evenflow's); rerun the "
+                         f"training with --audit to rewrite it, or {fix}")
+    if len(arrays["dataset_ids"]) != num_samples:
+        raise ValueError(f"{path}: maps {len(arrays['dataset_ids'])} training positions, but the audit segments hold "
+                         f"ids of {num_samples}, so it is not this trail's map; rerun the training with --audit to "
+                         f"rewrite it, or {fix}")
+    return arrays
+
+
+@dataclass(frozen=True)
+class SameSamples:
+    """The training positions that are the same sample of the data as another position.
+
+    Positions are the same sample when they map to the same record (the same file, resolved, and
+    offset) or, for data that is not records, to the same dataset index. Built once from ``ids.npz``
+    by :func:`same_samples` (one ``np.unique`` over the keys); :meth:`among` is then cheap per epoch.
+    """
+
+    arrays: dict
+    positions: np.ndarray  # those whose key repeats, by key, ascending within each key
+    keys: np.ndarray  # their keys
+
+    def among(self, trained: np.ndarray) -> list[dict]:
+        """The groups of positions among ``trained`` that are the same sample, by first position: each
+        ``{"ids": [...]}`` with ``file`` and ``offset`` for records, ``dataset_id`` otherwise."""
+        if not self.positions.size:
+            return []
+        here = np.isin(self.positions, trained)
+        pos, keys = self.positions[here], self.keys[here]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if pos.size else np.zeros(0, np.int64)
+        groups, a = [], self.arrays
+        for group in np.split(pos, starts[1:]) if pos.size else ():
+            if group.size < 2:
+                continue
+            i = int(group[0])
+            where = ({"file": str(a["files"][a["shard"][i]]), "offset": int(a["offset"][i])} if "files" in a
+                     else {"dataset_id": int(a["dataset_ids"][i])})
+            groups.append({"ids": group.tolist(), **where})
+        return sorted(groups, key=lambda g: g["ids"][0])
+
+
+def same_samples(arrays: dict[str, np.ndarray]) -> SameSamples:
+    """The positions of the id map ``arrays`` that are the same sample of the data as another one."""
+    keys = _record_keys(arrays) if "files" in arrays else np.asarray(arrays["dataset_ids"], np.int64)
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    pos = np.flatnonzero(counts[inverse.reshape(-1)] > 1)
+    pos = pos[np.argsort(keys[pos], kind="stable")]
+    return SameSamples(arrays, pos, keys[pos])
 
 
 def locate(run_dir: str | Path, ids) -> tuple[dict, list[dict]]:

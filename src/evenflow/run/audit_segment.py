@@ -19,10 +19,19 @@ from evenflow.data.identity import digest
 from evenflow.plan.cursor import Cursor
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
-__all__ = ["SEGMENT", "CHECKSUM", "npz_checksum", "save_segment", "load_segment", "read_straddling"]
+__all__ = ["AUDIT_DIR", "SEGMENT", "CHECKSUM", "check_run_dir", "npz_checksum", "save_segment", "load_segment",
+           "read_straddling"]
 
+AUDIT_DIR = "audit"
 SEGMENT = re.compile(r"^e(\d{5})-s(\d{6})-(\d{6})-w(\d{3})\.npz$")
 CHECKSUM = "checksum"
+
+
+def check_run_dir(run_dir: str | Path) -> None:
+    """Refuse a ``run_dir`` that is missing or not a folder, naming it and what to pass."""
+    if not Path(run_dir).is_dir():
+        raise ValueError(f"{run_dir} {'is not a folder' if Path(run_dir).exists() else 'does not exist'}; pass the "
+                         f"run directory of evenflow train --audit (its --output-dir)")
 
 
 def npz_checksum(arrays: dict[str, np.ndarray]) -> str:
