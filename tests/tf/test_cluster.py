@@ -98,13 +98,29 @@ def test_a_lost_peer_becomes_one_line_naming_the_worker():
     text = str(failure)
     assert "\n" not in text and text.startswith("worker 1 of 2 lost the other workers (UnavailableError: "
                                                 "The following tasks are unhealthy")
-    assert "GRPC" not in text and text.endswith("then rerun the same command on every worker")
+    assert "GRPC" not in text and text.endswith("then rerun the same command on every worker to start over")
     timed_out = collective_failure(tf.errors.DeadlineExceededError(None, None, "Collective has timed out during "
                                                                    "execution. [Op:CollectiveReduceV2]"), two)
     assert "DeadlineExceededError: Collective has timed out during execution" in str(timed_out)
     # Other errors, and any error of a single worker, are not about peers.
     assert collective_failure(ValueError("bad"), two) is None
     assert collective_failure(tf.errors.UnavailableError(None, None, raw), Cluster()) is None
+
+
+def test_a_lost_peers_line_names_the_checkpoint_the_rerun_resumes_from(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    import evenflow as ef
+    from evenflow.run import Checkpointer
+    from evenflow.tf.strategy import collective_failure
+    from tests.run.test_rerun_advice import _State
+
+    two = Cluster(("127.0.0.1:1", "127.0.0.1:2"), index=0)
+    lost = tf.errors.UnavailableError(None, None, "Socket closed")
+    assert str(collective_failure(lost, two, run_dir=tmp_path)).endswith(
+        "then rerun the same command on every worker to start over")
+    newest = Checkpointer(tmp_path, _State()).save(ef.Cursor(3, 5))
+    assert str(collective_failure(lost, two, run_dir=tmp_path)).endswith(
+        f"then rerun the same command on every worker to resume from {newest} (epoch 3 step 5)")
 
 
 def test_any_cluster_resolver_gives_the_same_cluster_as_tf_config():

@@ -177,7 +177,11 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("evenflow train: error: worker 0 of 2 lost the other workers ("), last
-    assert "rerun the same command on every worker" in last
+    # It names the newest checkpoint on disk (ckpt-EEEEE-SSSSSS), which the relaunch below resumes from.
+    newest = sorted((tmp_path / "run" / "checkpoints").glob("ckpt-*"))[-1]
+    epoch, step = int(newest.name[5:10]), int(newest.name[11:])
+    assert last.endswith(f". Check the other workers' output, then rerun the same command on every worker to resume "
+                         f"from {newest} (epoch {epoch} step {step})"), last
 
     # Relaunch both workers with the same command: they resume and finish.
     addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]

@@ -209,3 +209,8 @@ def test_a_dead_parameter_server_stops_the_chief_with_one_line(tmp_path):
     lines = [line for line in err.splitlines() if line.startswith("[chief] evenflow train: error:")]
     assert len(lines) == 1 and "a parameter server of the cluster" in lines[0] and "stopped answering" in lines[0], \
         err[-3000:]
+    # It names the newest checkpoint on disk (ckpt-EEEEE-SSSSSS), which the same command resumes from.
+    newest = sorted((run / "checkpoints").glob("ckpt-*"))[-1]
+    epoch, step = int(newest.name[5:10]), int(newest.name[11:])
+    assert lines[0].endswith(f"; restart it and run the same command again to resume from {newest} (epoch {epoch} "
+                             f"step {step})"), lines[0]

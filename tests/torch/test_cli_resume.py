@@ -53,11 +53,14 @@ def test_the_killed_rank_stops_the_others_with_one_clear_line(runs):
     whole, killed = runs["whole"], runs["killed"]
     assert [r.returncode for r in whole] == [0, 0, 0], whole[0].stderr[-2000:]
     assert killed[1].returncode == -9
+    # The newest checkpoint when rank 1 died at its 9th update: the end of epoch 0, which the rerun resumes from.
+    newest = runs["root"] / "killed" / "checkpoints" / "ckpt-00001-000000"
     for r in (0, 2):
         err = killed[r].stderr.strip().splitlines()
         assert killed[r].returncode == 1, killed[r].stderr[-2000:]
-        assert err[-1].startswith("evenflow train: error: rank") and "lost contact with another rank" in err[-1]
-        assert "run the same command again" in err[-1]
+        assert err[-1].startswith(f"evenflow train: error: rank {r} of 3 lost contact with another rank after "
+                                  f"Cursor(1, 2) ("), err[-1]
+        assert err[-1].endswith(f"); run the same command again to resume from {newest} (epoch 1 step 0)"), err[-1]
 
 
 def test_the_rerun_resumes_exactly_once_and_ends_bitwise_like_the_uninterrupted_run(runs):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evenflow.run.adapter import Processes
+from evenflow.run.rerun import rerun_advice
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.ps_cluster import PSTask
@@ -42,6 +43,7 @@ class PSSession:
     shared_cpu: bool = False
     timed: bool = False  # no per-replica step times: free workers take the next step
     summary: dict = field(default_factory=dict)
+    run_dir: Path | None = None  # where the run's checkpoints are (named by a lost server's line)
 
     @property
     def loop(self):
@@ -56,14 +58,14 @@ class PSSession:
         return TFScalarWriter(directory)
 
     def failure(self, error: BaseException) -> BaseException | None:
-        """A parameter server that stopped answering, as one line; else None."""
+        """A parameter server that stopped answering, as one line naming the checkpoint a rerun resumes from;
+        else None."""
         tf = _tf()
         if isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) and "/job:ps" in str(error):
             first = str(error).strip().splitlines()[0][:200]
             return ParameterServerLost(
                 f"a parameter server of the cluster (1 chief, {self.task.workers} worker(s), {self.task.ps} ps) "
-                f"stopped answering ({first}); restart it and run the same command again to resume from the "
-                f"latest checkpoint")
+                f"stopped answering ({first}); restart it and {rerun_advice(self.run_dir)}")
         return None
 
     def close(self, ok: bool) -> None:
@@ -109,4 +111,4 @@ def start_ps_session(p, task: PSTask) -> PSSession:
                      summary={"tensorflow": tf.__version__, "strategy": type(strategy).__name__,
                               "workers": task.workers, "parameter_servers": task.ps, "largest_variable_shard_rows": shards,
                               "variable_bytes": dict(sorted(held.items())),
-                              "optimizer": type(optimizer).__name__})
+                              "optimizer": type(optimizer).__name__}, run_dir=p.run_dir)

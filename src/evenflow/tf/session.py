@@ -37,6 +37,7 @@ class TFSession:
     test_reader: object
     data: object
     summary: dict = field(default_factory=dict)
+    run_dir: Path | None = None  # where the run's checkpoints are (named by a lost peer's line)
 
     @property
     def loop(self):
@@ -51,11 +52,12 @@ class TFSession:
         return TFScalarWriter(directory)
 
     def failure(self, error: BaseException) -> BaseException | None:
-        """A lost peer (one line naming the worker) or a bad record (naming file and record), else None."""
+        """A lost peer (one line naming the worker and the checkpoint a rerun resumes from) or a bad record
+        (naming file and record), else None."""
         from evenflow.tf.session import bad_input
         from evenflow.tf.strategy import collective_failure
 
-        failure = collective_failure(error, self.cluster)
+        failure = collective_failure(error, self.cluster, run_dir=self.run_dir)
         if failure is not None:
             return failure
         return bad_input(self.data, error)
@@ -106,7 +108,7 @@ def start_session(p, cluster):
                      num_weights=int(model.count_params()),
                      state=TFState(model, optimizer, multi_worker=num_workers(strategy) > 1),
                      train_reader=train_reader, test_reader=test_reader, data=p.data,
-                     summary=_facts(strategy, model, trainer, comp))
+                     summary=_facts(strategy, model, trainer, comp), run_dir=p.run_dir)
 
 
 def _facts(strategy, model, trainer, comp) -> dict:

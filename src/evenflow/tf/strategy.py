@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 from evenflow.plan import Topology
 from evenflow.run.options import COMMUNICATIONS, DEFAULT_COLLECTIVE_TIMEOUT
+from evenflow.run.rerun import rerun_advice
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.cluster import Cluster, cluster_from_env
 from evenflow.tf.collective_watch import CollectiveWatch
@@ -253,14 +254,16 @@ class CollectiveFailure(RuntimeError):
     """A collective across workers failed: a peer died, stopped taking part, or timed out."""
 
 
-def collective_failure(error: BaseException, cluster: Cluster,
-                       seconds: float | None = None) -> CollectiveFailure | None:
+def collective_failure(error: BaseException, cluster: Cluster, seconds: float | None = None,
+                       run_dir=None) -> CollectiveFailure | None:
     """A one-line :class:`CollectiveFailure` for a TensorFlow error raised by a lost peer, else None.
 
     Args:
         error: the exception a training step raised.
         cluster: this process's cluster (names the worker in the message).
         seconds: how long the failing call waited, if known.
+        run_dir: the run directory: the line names its newest checkpoint, which a rerun resumes
+            from (:func:`~evenflow.run.rerun.rerun_advice`); None or no checkpoint: it starts over.
     """
     tf = _tf()
     kinds = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
@@ -281,4 +284,4 @@ def collective_failure(error: BaseException, cluster: Cluster,
     return CollectiveFailure(
         f"worker {cluster.index} of {cluster.num_workers} lost the other workers{waited} "
         f"({type(error).__name__}: {reason[:200].rstrip('. ')}): a peer died, stopped or is unreachable. "
-        f"Check the other workers' output, then rerun the same command on every worker")
+        f"Check the other workers' output, then {rerun_advice(run_dir, 'rerun the same command on every worker')}")

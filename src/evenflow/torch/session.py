@@ -44,7 +44,10 @@ class TorchSession:
 
     def failure(self, error: BaseException) -> BaseException | None:
         """A lost peer (:class:`~evenflow.torch.distributed.PeerLostError`), a bad record or a dead loader
-        worker (:class:`~evenflow.torch.worker_errors.LoaderWorkerDied`, naming the newest checkpoint), else None."""
+        worker (:class:`~evenflow.torch.worker_errors.LoaderWorkerDied`), else None.
+
+        A lost peer's and a dead worker's line name the newest checkpoint in ``run_dir``, which the
+        same command resumes from (or say that it starts over)."""
         from evenflow.torch.worker_errors import worker_record_error
 
         bad = worker_record_error(error)  # a bad record met in a loader worker process
@@ -53,7 +56,7 @@ class TorchSession:
         died = self._worker_died(error)
         if died is not None:
             return died
-        lost = self.trainer.peer_error(error)
+        lost = self.trainer.peer_error(error, self.run_dir)
         return lost if lost is not error else None
 
     def _worker_died(self, error: BaseException):

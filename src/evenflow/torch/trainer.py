@@ -19,6 +19,7 @@ from typing import Callable
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.loop import LoopFront, TrainLoop
+from evenflow.run.rerun import rerun_advice
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.torch.distributed import PeerLostError, is_peer_failure
 from evenflow.torch.engine import GRADIENT_SUMS, TorchEngine, TorchReader
@@ -105,18 +106,23 @@ class Trainer(LoopFront):
         except RuntimeError as e:
             raise self.peer_error(e) from e
 
-    def peer_error(self, e: BaseException) -> BaseException:
-        """A :class:`PeerLostError` naming where training stopped, for a collective that lost a rank."""
+    def peer_error(self, e: BaseException, run_dir=None) -> BaseException:
+        """A :class:`PeerLostError` naming where training stopped, for a collective that lost a rank.
+
+        It ends with what a rerun does (:func:`~evenflow.run.rerun.rerun_advice`): resume from the
+        newest checkpoint in ``run_dir`` (default: the directory of the guard :meth:`fit` was given),
+        else start over.
+        """
         if self.world_size == 1 or isinstance(e, PeerLostError) or not is_peer_failure(e):
             return e
         cursor = self.loop.cursor
         where = f"Cursor({cursor.epoch}, {cursor.step})" if cursor is not None else "start-up"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        saved = getattr(getattr(self, "_guard", None), "saved", None)
-        resume = (f"the latest checkpoint is {saved.path}; run the same command again to resume from it"
-                  if saved is not None else "run the same command again to start over")
+        guard = getattr(self, "_guard", None)
+        if run_dir is None and guard is not None:
+            run_dir = guard.checkpointer.run_dir
         return PeerLostError(f"rank {self.rank} of {self.world_size} lost contact with another rank after {where} "
-                             f"({first[:200]}); {resume}")
+                             f"({first[:200]}); {rerun_advice(run_dir)}")
 
 
 def _reader(source, num_workers: int, transform) -> TorchReader:
