@@ -82,22 +82,7 @@ def run(args) -> int:
               f"{misses:>7} {len(e.skipped_steps):>8} {','.join(map(str, e.replica_counts)):>8}  {verdict}",
               file=out)
     for e in epochs:
-        if e.duplicates:
-            print(f"epoch {e.epoch}: duplicated ids: {_ids(e.duplicates[:args.limit], len(e.duplicates))}", file=out)
-        for line in _same_samples(e.epoch, e.data_duplicates, args.limit) if e.data_duplicates else ():
-            print(line, file=out)
-        if e.misses:
-            print(f"epoch {e.epoch}: missed ids: {_ids(e.misses[:args.limit], len(e.misses))}", file=out)
-        if e.bad_steps:
-            print(f"epoch {e.epoch}: steps recorded twice or with replicas missing: "
-                  f"{_ids(e.bad_steps[:args.limit], len(e.bad_steps))}", file=out)
-        if not e.complete:
-            print(f"epoch {e.epoch}: only {e.steps_recorded} of {e.num_steps} steps recorded (the run has not "
-                  f"finished this epoch, was interrupted, or its audit segments were removed)", file=out)
-        if e.skipped_steps:
-            steps = _ids(e.skipped_steps[:args.limit], len(e.skipped_steps))
-            print(f"epoch {e.epoch}: steps skipped as non-finite: {steps} ({len(e.skipped_ids)} samples not "
-                  f"trained; see anomalies.jsonl)", file=out)
+        _details(e, args.limit, out)
     same = [e.data_duplicates for e in epochs if e.data_duplicates]
     if same:
         print("the data held these records more than once (a shard listed twice in its manifest, or a file passed "
@@ -116,6 +101,26 @@ def run(args) -> int:
         print(f"NOT clean: epoch{'s' * (len(bad) != 1)} {', '.join(bad)} of {n} failed the exactly-once check",
               file=out)
     return 0 if clean else 1
+
+
+def _details(e, limit: int, out) -> None:
+    """The lines under the table for epoch ``e``: what it duplicated, missed or skipped."""
+    if e.duplicates:
+        print(f"epoch {e.epoch}: duplicated ids: {_ids(e.duplicates[:limit], len(e.duplicates))}", file=out)
+    for line in _same_samples(e.epoch, e.data_duplicates, limit) if e.data_duplicates else ():
+        print(line, file=out)
+    if e.misses:
+        print(f"epoch {e.epoch}: missed ids: {_ids(e.misses[:limit], len(e.misses))}", file=out)
+    if e.bad_steps:
+        print(f"epoch {e.epoch}: steps recorded twice or with replicas missing: "
+              f"{_ids(e.bad_steps[:limit], len(e.bad_steps))}", file=out)
+    if not e.complete:
+        print(f"epoch {e.epoch}: only {e.steps_recorded} of {e.num_steps} steps recorded (the run has not "
+              f"finished this epoch, was interrupted, or its audit segments were removed)", file=out)
+    if e.skipped_steps:
+        steps = _ids(e.skipped_steps[:limit], len(e.skipped_steps))
+        print(f"epoch {e.epoch}: steps skipped as non-finite: {steps} ({len(e.skipped_ids)} samples not "
+              f"trained; see anomalies.jsonl)", file=out)
 
 
 def _same_samples(epoch: int, groups: list[dict], limit: int) -> list[str]:

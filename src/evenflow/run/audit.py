@@ -216,46 +216,48 @@ def check_audit(run_dir: str | Path) -> list[EpochAudit]:
         epochs.setdefault(int(seg["epoch"]), []).append(seg)
     data = id_map_for_check(run_dir, int(epochs[min(epochs)][0]["num_samples"]))
     same = None if data is None else same_samples(data)
-    out = []
-    for epoch in sorted(epochs):
-        segs = epochs[epoch]
-        n, s_total = int(segs[0]["num_samples"]), int(segs[0]["num_steps"])
-        report = EpochAudit(epoch=epoch, num_steps=s_total, num_samples=n)
-        # (step, replica) -> times recorded; a step is whole when each of its replicas appears once.
-        seen: dict[int, dict[int, int]] = {}
-        replicas_of: dict[int, int] = {}
-        ids_all, skipped_steps, skipped_ids = [], set(), []
-        for seg in segs:
-            r_total = int(seg["num_replicas"])
-            for k, step in enumerate(seg["steps"].tolist()):
-                per = seen.setdefault(step, {})
-                replicas_of.setdefault(step, r_total)
-                if replicas_of[step] != r_total:
-                    report.bad_steps.append(step)
-                for r in seg["replicas"].tolist():
-                    per[r] = per.get(r, 0) + 1
-                row = seg["ids"][k]
-                ids_all.append(row[row >= 0])
-                if seg["skipped"][k]:
-                    skipped_steps.add(step)
-                    skipped_ids.append(row[row >= 0])
-        for step, per in seen.items():
-            if sorted(per) != list(range(replicas_of[step])) or max(per.values()) != 1:
-                report.bad_steps.append(step)
-        ids = np.concatenate(ids_all) if ids_all else np.zeros(0, np.int64)
-        counts = np.bincount(ids, minlength=n) if ids.size else np.zeros(n, np.int64)
-        report.steps_recorded = len(seen)
-        report.samples = int(ids.size)
-        report.duplicates = np.flatnonzero(counts > 1).tolist()
-        if report.complete:
-            report.misses = np.flatnonzero(counts == 0).tolist()
-        report.bad_steps = sorted(set(report.bad_steps))
-        report.skipped_steps = sorted(skipped_steps)
-        report.skipped_ids = np.sort(np.concatenate(skipped_ids)).tolist() if skipped_ids else []
-        report.replica_counts = sorted(set(replicas_of.values()))
-        report.data_duplicates = None if same is None else same.among(ids)
-        out.append(report)
+    out = [_check_epoch(epoch, epochs[epoch], same) for epoch in sorted(epochs)]
     return _with_missing_epochs(Path(run_dir), out)
+
+
+def _check_epoch(epoch: int, segs: list[dict], same) -> EpochAudit:
+    """One epoch's verdict from its segments (``same``: the id map's repeated samples, or None)."""
+    n, s_total = int(segs[0]["num_samples"]), int(segs[0]["num_steps"])
+    report = EpochAudit(epoch=epoch, num_steps=s_total, num_samples=n)
+    # (step, replica) -> times recorded; a step is whole when each of its replicas appears once.
+    seen: dict[int, dict[int, int]] = {}
+    replicas_of: dict[int, int] = {}
+    ids_all, skipped_steps, skipped_ids = [], set(), []
+    for seg in segs:
+        r_total = int(seg["num_replicas"])
+        for k, step in enumerate(seg["steps"].tolist()):
+            per = seen.setdefault(step, {})
+            replicas_of.setdefault(step, r_total)
+            if replicas_of[step] != r_total:
+                report.bad_steps.append(step)
+            for r in seg["replicas"].tolist():
+                per[r] = per.get(r, 0) + 1
+            row = seg["ids"][k]
+            ids_all.append(row[row >= 0])
+            if seg["skipped"][k]:
+                skipped_steps.add(step)
+                skipped_ids.append(row[row >= 0])
+    for step, per in seen.items():
+        if sorted(per) != list(range(replicas_of[step])) or max(per.values()) != 1:
+            report.bad_steps.append(step)
+    ids = np.concatenate(ids_all) if ids_all else np.zeros(0, np.int64)
+    counts = np.bincount(ids, minlength=n) if ids.size else np.zeros(n, np.int64)
+    report.steps_recorded = len(seen)
+    report.samples = int(ids.size)
+    report.duplicates = np.flatnonzero(counts > 1).tolist()
+    if report.complete:
+        report.misses = np.flatnonzero(counts == 0).tolist()
+    report.bad_steps = sorted(set(report.bad_steps))
+    report.skipped_steps = sorted(skipped_steps)
+    report.skipped_ids = np.sort(np.concatenate(skipped_ids)).tolist() if skipped_ids else []
+    report.replica_counts = sorted(set(replicas_of.values()))
+    report.data_duplicates = None if same is None else same.among(ids)
+    return report
 
 
 def _with_missing_epochs(run_dir: Path, found: list[EpochAudit]) -> list[EpochAudit]:
@@ -266,8 +268,8 @@ def _with_missing_epochs(run_dir: Path, found: list[EpochAudit]) -> list[EpochAu
     read or whose checksum does not match is refused: the count it would give is not known.
     """
     path = run_dir / SUMMARY
-    fix = (f"so the audit cannot tell how many epochs the run trained; restore it, or delete it to check the "
-           f"recorded epochs only")
+    fix = ("so the audit cannot tell how many epochs the run trained; restore it, or delete it to check the "
+           "recorded epochs only")
     try:
         summary, ok = read_json_checked(path) if path.exists() else ({}, None)
     except (OSError, ValueError) as e:
