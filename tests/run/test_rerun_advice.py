@@ -41,3 +41,13 @@ def test_with_checkpoints_the_rerun_resumes_from_the_newest_whole_one(tmp_path):
     assert rerun_advice(tmp_path) == f"run the same command again to resume from {newest} (epoch 1 step 4)"
     assert rerun_advice(tmp_path, "rerun the same command on every worker") == (
         f"rerun the same command on every worker to resume from {newest} (epoch 1 step 4)")
+
+
+def test_a_checkpoint_whose_files_do_not_match_their_digests_is_passed_over_as_the_resume_does(tmp_path):
+    ckpt = Checkpointer(tmp_path, _State(), keep=5)
+    older = ckpt.save(ef.Cursor(0, 2))
+    newest = ckpt.save(ef.Cursor(1, 4))
+    (newest / "state.txt").write_text("y")  # same size, another byte: its digest no longer matches
+    assert rerun_advice(tmp_path) == f"run the same command again to resume from {older} (epoch 0 step 2)"
+    (older / "state.txt").unlink()
+    assert rerun_advice(tmp_path) == "run the same command again to start over"

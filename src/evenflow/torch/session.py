@@ -65,15 +65,15 @@ class TorchSession:
         torch raises it from its SIGCHLD handler wherever the training process is (a step, a save),
         or the loader does while it waits for a batch; either way the rank stops at the loop's cursor.
         """
-        from evenflow.run.checkpoints import list_checkpoints
+        from evenflow.run.rerun import newest_checkpoint
         from evenflow.torch.worker_errors import CLI_FLAGS, worker_death, worker_died
 
         death = worker_death(error)
         if death is None:
             return None
         cursor = self.loop.cursor
-        saved = list_checkpoints(self.run_dir) if self.run_dir is not None else []
-        then = (f"Run the same command again to resume from the newest checkpoint, {saved[-1].path}" if saved
+        saved = newest_checkpoint(self.run_dir)
+        then = (f"Run the same command again to resume from the newest checkpoint, {saved.path}" if saved
                 else "Run the same command again to start over")
         return worker_died(death, self.trainer.rank, None if cursor is None else (cursor.epoch, cursor.step), then,
                            CLI_FLAGS)
