@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from evenflow.plan.cursor import Cursor
-from evenflow.run.checkpoint_trust import agreement
+from evenflow.run.checkpoint_trust import agreement, seal
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TORCH = ["--framework", "torch", "--loader-workers", "0"]
@@ -207,3 +207,24 @@ def test_agreement_gives_up_a_checkpoint_another_worker_cannot_restore():
     elsewhere = agreement(_gather_of([ok, np.array([[0.0, 20.0, 1.0]])]))
     with pytest.raises(ValueError, match=r"different checkpoints .* on worker 1\); .*share"):
         elsewhere(Cursor(1, 0), None)
+
+
+@pytest.mark.parametrize("rebalance", ["auto", "off"])
+def test_rebalance_off_at_a_resume_sets_the_checkpoints_measured_weights_aside_and_says_so(tmp_path, rebalance):
+    """A checkpoint carries the replica weights measured so far; --rebalance off resumes on equal shares."""
+    pytest.importorskip("tensorflow")
+    tf_args = ["--framework", "tf", "--replicas", "2"]
+    run_dir = tmp_path / "run"
+    first = _train(run_dir, "--epochs", "1", "--rebalance", "off", framework=tf_args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    meta_path = run_dir / "checkpoints" / NEWEST / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps(seal({**meta, "weights": [1.0, 0.5]})))  # as a rebalanced run leaves it
+    again = _train(run_dir, "--epochs", "2", "--rebalance", rebalance, framework=tf_args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming from {run_dir / 'checkpoints' / NEWEST}" in again.stdout
+    set_aside = "--rebalance off: the checkpoint's measured replica weights 1, 0.5 are not used"
+    kept = "resuming with the measured replica weights 1, 0.5"
+    assert (set_aside in again.stdout) == (rebalance == "off") and (kept in again.stdout) == (rebalance == "auto")
+    last = json.loads((run_dir / "checkpoints" / "ckpt-00002-000000" / "meta.json").read_text())
+    assert (last.get("weights") is None) == (rebalance == "off"), last.get("weights")

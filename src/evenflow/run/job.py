@@ -201,6 +201,11 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
         start = Cursor(0, 0)
         guard.save_initial(start)
     train_plan = p.train_plan
+    if guard.weights is not None and cfg.monitor.rebalance == "off":  # the flag wins over the checkpoint
+        print(f"--rebalance off: the checkpoint's measured replica weights "
+              f"{', '.join(f'{w:g}' for w in guard.weights)} are not used; every replica takes an equal share",
+              file=out)
+        guard.weights = None
     if guard.weights is not None:  # the checkpoint's measured weights: no need to measure them again
         train_plan = p.train_plan.with_topology(Topology(p.train_plan.topology.replicas, guard.weights))
         print(f"resuming with the measured replica weights {', '.join(f'{w:g}' for w in guard.weights)}", file=out)
