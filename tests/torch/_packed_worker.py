@@ -9,7 +9,7 @@ import torch
 
 import evenflow as ef
 from evenflow.data.text import TextData, TextSource
-from evenflow.torch import Trainer, init_distributed, packed_text_cnn
+from evenflow.torch import Trainer, finish_distributed, init_distributed, packed_text_cnn
 
 
 def main(out: str) -> None:
@@ -29,6 +29,7 @@ def main(out: str) -> None:
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     np.savez(out, weights=weights, samples=np.array([r.samples for r in results]),
              loss=np.array([r.loss for r in results]), steps=np.array(plan.num_steps))
+    finish_distributed()  # a gloo group left open can abort the interpreter's exit (SIGABRT)
 
 
 if __name__ == "__main__":
