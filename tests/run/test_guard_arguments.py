@@ -6,26 +6,7 @@ import pytest
 
 import evenflow as ef
 from evenflow.run import Checkpointer, TrainingGuard
-
-
-class _State:
-    """The smallest ModelState: nothing to save."""
-
-    learning_rate = 0.1
-    needs_every_process = False
-
-    def describe(self):
-        return {}
-
-    def is_finite(self):
-        return True
-
-    def write(self, directory):
-        (directory / "state.txt").write_text("x")
-
-    def read(self, directory):
-        pass
-
+from tests.run._tiny_state import TinyState as _State
 
 PLAN = ef.Plan(ef.Index(40), ef.Topology(1), global_batch_size=10)
 

@@ -4,25 +4,7 @@ from __future__ import annotations
 import evenflow as ef
 from evenflow.run import Checkpointer
 from evenflow.run.rerun import rerun_advice
-
-
-class _State:
-    """The smallest ModelState: one file."""
-
-    learning_rate = 0.1
-    needs_every_process = False
-
-    def describe(self):
-        return {}
-
-    def is_finite(self):
-        return True
-
-    def write(self, directory):
-        (directory / "state.txt").write_text("x")
-
-    def read(self, directory):
-        pass
+from tests.run._tiny_state import TinyState as _State
 
 
 def test_without_a_checkpoint_the_rerun_starts_over(tmp_path):
