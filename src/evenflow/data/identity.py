@@ -12,28 +12,16 @@ processes of one run compare when they train from it.
 """
 from __future__ import annotations
 
-import hashlib
 
 import numpy as np
+
+from evenflow.util.digests import digest
 
 __all__ = ["digest", "data_identity", "source_identity"]
 
 # An array up to this size is digested whole; a larger one by its shape, dtype and evenly spaced rows.
 FULL_BYTES = 256 * 2**20
 SAMPLED_ROWS = 65536
-
-
-def digest(*parts) -> str:
-    """32 hex digits over numpy arrays, strings, numbers and None, in order."""
-    h = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            arr = np.ascontiguousarray(part)
-            h.update(f"array:{arr.dtype.str}{arr.shape}|".encode())
-            h.update(arr.tobytes())
-        else:
-            h.update(f"{type(part).__name__}:{part!r}|".encode())
-    return h.hexdigest()
 
 
 def data_identity(content: str, feature_shape, split: dict, keys: tuple = ()) -> str:

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from evenflow.records.frame import FOOTER_BYTES
+from evenflow.util.digests import arrays_checksum
 
 __all__ = ["SAMPLE", "Fingerprint", "bytes_digest", "columns_checksum", "crc_digest", "fingerprint",
            "footer_crcs", "sample_positions"]
@@ -90,9 +91,4 @@ def bytes_digest(raw: bytes) -> str:
 
 def columns_checksum(cols: dict) -> str:
     """Digest of every column of a ``.meta.npz`` but ``checksum`` itself: names, dtypes, shapes, values."""
-    h = hashlib.blake2b(digest_size=16)
-    for key in sorted(k for k in cols if k != "checksum"):
-        arr = np.asarray(cols[key])
-        h.update(f"{key}:{arr.dtype.str}{arr.shape}|".encode())
-        h.update(arr.tobytes())
-    return h.hexdigest()
+    return arrays_checksum(cols, "checksum")

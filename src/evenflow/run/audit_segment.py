@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evenflow.data.identity import digest
 from evenflow.plan.cursor import Cursor
+from evenflow.util.digests import arrays_checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
 __all__ = ["AUDIT_DIR", "SEGMENT", "CHECKSUM", "check_run_dir", "npz_checksum", "save_segment", "load_segment",
@@ -37,8 +37,7 @@ def check_run_dir(run_dir: str | Path) -> None:
 def npz_checksum(arrays: dict[str, np.ndarray]) -> str:
     """32 hex digits over the arrays of an ``.npz`` file other than ``checksum``, name by name in sorted
     order: what an audit segment's and ``audit/ids.npz``'s ``checksum`` array holds."""
-    return digest(*(part for key in sorted(k for k in arrays if k != CHECKSUM)
-                    for part in (key, np.asarray(arrays[key]))))  # as read back: a scalar is a 0-d array
+    return arrays_checksum(arrays, CHECKSUM)
 
 
 def save_segment(path: Path, arrays: dict) -> None:

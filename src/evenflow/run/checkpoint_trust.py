@@ -16,11 +16,12 @@ all of them for the one before.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from evenflow.util.digests import json_digest
 
 __all__ = ["DIGEST", "FILES", "META", "file_digests", "seal", "meta_problem", "files_problem", "agreement"]
 
@@ -50,20 +51,14 @@ def file_digests(directory: Path) -> dict[str, list]:
     return out
 
 
-def _canonical_digest(meta: dict) -> str:
-    body = {k: v for k, v in meta.items() if k != DIGEST}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
-
-
 def seal(meta: dict) -> dict:
     """``meta`` with the digest of its own content under ``digest``."""
-    return {**meta, DIGEST: _canonical_digest(meta)}
+    return {**meta, DIGEST: json_digest(meta, DIGEST)}
 
 
 def meta_problem(meta: dict) -> str | None:
     """Why a sealed ``meta.json`` cannot be trusted (its content changed since the save), or None."""
-    if meta.get(DIGEST) != _canonical_digest(meta):
+    if meta.get(DIGEST) != json_digest(meta, DIGEST):
         return f"{META} does not match its digest: it changed after the save"
     if not isinstance(meta.get(FILES), dict):
         return f"{META} lists no files"

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.util.digests import json_digest
+
 __all__ = ["fsync_dir", "fsync_file", "write_atomic", "drop_partial_line", "write_json", "plain_json", "read_npz",
            "NPZ_READ_ERRORS", "numpy_file_kind", "NUMPY_FILE_KINDS", "line_with_crc", "line_crc",
            "write_json_checked", "read_json_checked", "CHECKSUM_KEY"]
@@ -176,16 +178,11 @@ def line_crc(line: str) -> tuple[str, bool | None]:
 CHECKSUM_KEY = "checksum"
 
 
-def _canonical_crc(obj: dict) -> str:
-    text = json.dumps({k: v for k, v in obj.items() if k != CHECKSUM_KEY}, sort_keys=True, separators=(",", ":"))
-    return f"crc32:{zlib.crc32(text.encode()):08x}"
-
-
 def write_json_checked(path, data: dict) -> None:
-    """:func:`write_json` of ``data`` with a ``"checksum"`` key added: the CRC-32 of its canonical
-    JSON (sorted keys, no spaces), which :func:`read_json_checked` checks. ``data`` is not changed."""
+    """:func:`write_json` of ``data`` with a ``"checksum"`` key added: the digest of its canonical
+    JSON (sorted keys, no spaces, :func:`~evenflow.util.digests.json_digest`), which :func:`read_json_checked` checks. ``data`` is not changed."""
     obj = plain_json(data)
-    obj[CHECKSUM_KEY] = _canonical_crc(obj)
+    obj[CHECKSUM_KEY] = json_digest(obj, CHECKSUM_KEY)
     write_json(path, obj)
 
 
@@ -199,4 +196,4 @@ def read_json_checked(path) -> tuple[object, bool | None]:
     obj = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(obj, dict) or CHECKSUM_KEY not in obj:
         return obj, None
-    return obj, obj[CHECKSUM_KEY] == _canonical_crc(obj)
+    return obj, obj[CHECKSUM_KEY] == json_digest(obj, CHECKSUM_KEY)
