@@ -98,7 +98,7 @@ class TorchSession:
 def start_session(p):
     """A :class:`~evenflow.torch.adapter.TorchSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
     from evenflow.torch._lazy import torch as _torch
-    from evenflow.torch.distributed import check_ranks_agree, init_distributed
+    from evenflow.torch.distributed import check_ranks_agree, finish_distributed, init_distributed
     from evenflow.torch.models import build_model, make_optimizer
     from evenflow.torch.state import TorchState
     from evenflow.torch.trainer import Trainer
@@ -109,7 +109,11 @@ def start_session(p):
     if cfg.checkpoint.deterministic:
         torch.use_deterministic_algorithms(True)
     rank, world, device = init_distributed(None if comp.backend == "auto" else comp.backend, comp.collective_timeout)
-    check_ranks_agree(p.train_plan, p.data.identity, device)  # before DDP broadcasts data-shaped parameters
+    try:
+        check_ranks_agree(p.train_plan, p.data.identity, device)  # before DDP broadcasts data-shaped parameters
+    except ValueError:  # every rank refuses alike: leave the group together (an open gloo group can abort the exit)
+        finish_distributed()
+        raise
     torch.manual_seed(cfg.schedule.seed)
     model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, dropout=cfg.model.dropout)
     num_weights = sum(q.numel() for q in model.parameters() if q.requires_grad)
