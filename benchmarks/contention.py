@@ -63,7 +63,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
 from _common import machine, write_result  # noqa: E402
 
-from evenflow.tf.launcher import free_ports  # noqa: E402
+from evenflow.tf.launch.local import free_ports  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SRC = ROOT.parent / "src"

@@ -1,6 +1,6 @@
 """The cost split of another git revision against this checkout's, on the same inputs, in one process.
 
-A change to ``evenflow.plan.assign_cost`` or ``assign_cost_refine`` that is meant to keep every plan
+A change to ``evenflow.plan.assign.cost`` or ``assign_cost_refine`` that is meant to keep every plan
 has two things to show: the same output, and its speed. This script loads those two modules as
 they are at ``--base`` (``git show``) next to the working tree's, checks that both split the same
 steps identically (uniform and uneven weights), then times them alternately, with numpy's
@@ -32,10 +32,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
 from _common import ROOT, machine, write_result  # noqa: E402
 
-import evenflow.plan.assign_cost as now_split  # noqa: E402
+import evenflow.plan.assign.cost as now_split  # noqa: E402
 
-_REFINE = "src/evenflow/plan/assign_cost_refine.py"
-_SPLIT = "src/evenflow/plan/assign_cost.py"
+_REFINE = "src/evenflow/plan/assign/cost_refine.py"
+_SPLIT = "src/evenflow/plan/assign/cost.py"
 
 
 def _module(name: str, base: str, path: str, replace: tuple[str, str] | None = None) -> types.ModuleType:
@@ -55,7 +55,7 @@ def _module(name: str, base: str, path: str, replace: tuple[str, str] | None = N
 
 def _base_split(base: str) -> types.ModuleType:
     _module("_base_refine", base, _REFINE)
-    return _module("_base_split", base, _SPLIT, ("from evenflow.plan.assign_cost_refine import",
+    return _module("_base_split", base, _SPLIT, ("from evenflow.plan.assign.cost_refine import",
                                                  "from _base_refine import"))
 
 

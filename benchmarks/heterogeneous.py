@@ -84,11 +84,11 @@ def _overhead(tel) -> float:
 
 def run_case(name: str, simulation, args, source, plan, tmp: Path, strategy) -> dict:
     import evenflow as ef
-    from evenflow.plan.speed import RebalanceOptions
+    from evenflow.plan.speed.rebalancer import RebalanceOptions
     from evenflow.report.telemetry import load_telemetry
     from evenflow.tf.models import build_model
     from evenflow.run.monitor import ReplicaMonitor
-    from evenflow.tf.reader import PlanReader
+    from evenflow.tf.input.reader import PlanReader
     from evenflow.tf.trainer import Trainer, make_optimizer
 
     with strategy.scope():
@@ -135,7 +135,7 @@ def main(argv=None) -> dict:
 
     reserve_threads(REPLICAS)
     import evenflow as ef
-    from evenflow.tf.sources import ArraySource
+    from evenflow.tf.input.sources import ArraySource
 
     g = args.global_batch_size
     n = g * args.steps

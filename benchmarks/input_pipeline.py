@@ -103,12 +103,12 @@ def make_jpeg(out_dir: Path) -> Path:
 
 
 def _decode():
-    from evenflow.tf.records_source import decode_images
+    from evenflow.tf.input.records_source import decode_images
     return decode_images(channels=1, shape=IMAGE)
 
 
 def _evenflow_augment():
-    from evenflow.tf import augment
+    from evenflow.tf.input import augment as augment
     return augment.chain(augment.random_crop(PAD, seed=0), augment.flip(seed=0))
 
 
@@ -178,13 +178,13 @@ def best_streams(tf, files, image: bool, feature_key: str, batch: int, decode: s
 
 
 def evenflow_source(path, image: bool, cache: bool):
-    from evenflow.tf.records_source import RecordSource
+    from evenflow.tf.input.records_source import RecordSource
     return RecordSource(path, cache=cache, decode=_decode() if image else None, verify=True)
 
 
 def evenflow_streams(src, batch: int):
     from evenflow.plan import Plan, Topology
-    from evenflow.tf.reader import PlanReader
+    from evenflow.tf.input.reader import PlanReader
     image = src.is_encoded
     plan = Plan(src.index(), Topology(REPLICAS), global_batch_size=batch * REPLICAS, seed=0)
     reader = PlanReader(src, map_fns=[_evenflow_augment()] if image else [])

@@ -7,7 +7,7 @@ with Adam on the same synthetic data and the same plan (global batch G), through
 
 * ``1w x 2r``: one process, MirroredStrategy over 2 logical CPUs (what a user with
   one machine runs);
-* ``2w x 1r``: two processes on 127.0.0.1 started by ``evenflow.tf.launcher.launch``,
+* ``2w x 1r``: two processes on 127.0.0.1 started by ``evenflow.tf.launch.local.launch``,
   MultiWorkerMirroredStrategy, gradients all-reduced over gRPC every step;
 * ``2w x 1r fp16``: the same with ``compression="fp16"`` (half the bytes);
 * ``2w x 1r acc k``: the same with ``accumulate_steps=k`` (one all-reduce per k steps).
@@ -78,7 +78,7 @@ def run_worker(spec: dict) -> None:
     """One worker process: train, time rounds, and (on the chief) write the steps/s."""
     import evenflow as ef
     from evenflow.tf import ArraySource, PlanReader, Trainer, build_model, make_optimizer, topology_of
-    from evenflow.tf.cluster import cluster_from_env
+    from evenflow.tf.launch.cluster import cluster_from_env
     from evenflow.tf.strategy import Communication, is_chief, make_strategy
 
     strategy = make_strategy(spec["replicas"], cluster_from_env(), Communication(timeout_seconds=300.0),
@@ -111,7 +111,7 @@ def run_worker(spec: dict) -> None:
 
 
 def _launch(config: dict, args, workdir: Path, tag: str) -> dict:
-    from evenflow.tf.launcher import LaunchOptions, launch
+    from evenflow.tf.launch.local import LaunchOptions, launch
 
     spec = dict(config, samples=args.samples, features=args.features, global_batch_size=args.global_batch_size,
                 epochs=args.epochs, rounds=args.rounds, seed=args.seed, out=str(workdir / f"{tag}.json"))

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the scripts also run as plain files
 from evenflow.plan.cursor import Cursor  # noqa: E402
-from evenflow.plan.rebalance_options import RebalanceOptions  # noqa: E402
+from evenflow.plan.speed.options import RebalanceOptions  # noqa: E402
 from evenflow.run.monitor import ReplicaMonitor  # noqa: E402
 from evenflow.util.files import line_crc, read_json_checked  # noqa: E402
 

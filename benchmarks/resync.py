@@ -2,7 +2,7 @@
 
 ``--skip-corrupt`` and ``evenflow index`` read past a damaged stretch of a file by looking for
 the next position where a record header with a valid length CRC starts. Side by side on the
-same buffers: evenflow's vectorised search (:func:`evenflow.records.frame_walk.resync`) and the
+same buffers: evenflow's vectorised search (:func:`evenflow.records.tfrecord.walk.resync`) and the
 straightforward per-byte loop (unpack the header at each position, CRC it), on a zeroed stretch
 and on random bytes, each followed by one valid header. Reports ns per byte and the ratio.
 
@@ -23,8 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
 from _common import ROOT, machine, write_result  # noqa: E402
 
-from evenflow.records.crc import masked_crc32c  # noqa: E402
-from evenflow.records.frame_walk import resync  # noqa: E402
+from evenflow.records.tfrecord.crc import masked_crc32c  # noqa: E402
+from evenflow.records.tfrecord.walk import resync  # noqa: E402
 
 _QI = struct.Struct("<QI")
 

@@ -7,7 +7,7 @@ train`` of 2 workers pinned one per core (``evenflow launch --pin-cores``):
 * **Closing input streams** (cases ``train`` and ``eval``). ``tf.distribute`` reads each worker's
   pipeline through a multi-device iterator whose per-device datasets run ``tf.data``'s autotuner;
   deleting one waits for the autotuner's thread to finish a sleep of up to a minute. evenflow turns
-  the autotuner off there (:mod:`evenflow.tf.device_iterators`); ``stock`` leaves it on. The data
+  the autotuner off there (:mod:`evenflow.tf.input.device_iterators`); ``stock`` leaves it on. The data
   and model are ``benchmarks/contention.py``'s (synthetic 32x32 grey images, ``--model cnn``,
   ``--threads 1``, 12 epochs of 20 steps); ``eval`` adds ``--test-fraction 0.2``, an evaluation
   stream opened and deleted every epoch.
@@ -46,7 +46,7 @@ SRC = ROOT.parent / "src"
 ARMS = ("evenflow", "stock")
 CASES = ("train", "eval", "short")
 # The stock arm of each case: install() does nothing (wherever it was imported), or TensorFlow gets the timeout.
-STOCK = {"iterators": "import evenflow.tf.device_iterators as d\nd.install.__code__ = (lambda: False).__code__\n",
+STOCK = {"iterators": "import evenflow.tf.input.device_iterators as d\nd.install.__code__ = (lambda: False).__code__\n",
          "timeout": "import evenflow.tf.strategy as s\ns._untimed = lambda communication: communication.options()\n"}
 
 

@@ -186,7 +186,7 @@ def main(args) -> dict:
     import evenflow as ef
     from evenflow.data import split_indices, stdlib_docs
     from evenflow.tf import PlanReader, Trainer, build_model, make_optimizer
-    from evenflow.tf.text import TextSource, blank_padding_rows
+    from evenflow.tf.input.text import TextSource, blank_padding_rows
 
     data = stdlib_docs()
     train_pos, test_pos = split_indices(data.labels, 0.2, 0)

@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     from evenflow.data.sequences import token_vocabulary
     from evenflow.records import index_file
     from evenflow.tf import PlanReader, Trainer, build_model, make_optimizer, topology_of
-    from evenflow.tf.text import blank_padding_rows
+    from evenflow.tf.input.text import blank_padding_rows
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from evenflow.tf.launcher import free_ports
+from evenflow.tf.launch.local import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"

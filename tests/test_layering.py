@@ -120,7 +120,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 
 def test_the_graph_sees_every_module_and_function_level_imports():
-    assert {"evenflow.plan.plan", "evenflow.records.dataset", "evenflow.data.load", "evenflow.tf.reader",
+    assert {"evenflow.plan.plan", "evenflow.records.dataset", "evenflow.data.load", "evenflow.tf.input.reader",
             "evenflow.torch.loader", "evenflow.util.files"} <= set(MODULES)
     # evenflow.index imports the records layer inside Index.from_records only.
     assert "evenflow.records.dataset" in GRAPH["evenflow.index"][0]

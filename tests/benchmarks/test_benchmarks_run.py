@@ -366,7 +366,7 @@ def test_tf_multiworker_runtime_stock_arms_put_tensorflows_own_behaviour_back(tm
     import sys
 
     bench = _load("tf_multiworker_runtime")
-    probe = ("from evenflow.tf.reader import autotune_off_on_devices\nimport evenflow.tf.device_iterators as d\n"
+    probe = ("from evenflow.tf.input.reader import autotune_off_on_devices\nimport evenflow.tf.input.device_iterators as d\n"
              "from evenflow.tf.strategy import Communication\nimport evenflow.tf.strategy as s\n"
              "print(autotune_off_on_devices(), d.installed(), s._untimed(Communication(timeout_seconds=7)).timeout_seconds)")
     src = str(BENCH.parent / "src")

@@ -63,7 +63,7 @@ def test_index_then_train_on_plain_tfrecords(tmp_path, capsys):
 
 def test_naming_a_corrupt_jpeg_prints_nothing_of_libjpeg(tmp_path, capfd):
     from evenflow.data import convert
-    from evenflow.tf.records_source import RecordSource, decode_images
+    from evenflow.tf.input.records_source import RecordSource, decode_images
     from tests.records.records_helpers import break_image
 
     root = tmp_path / "jpeg"

@@ -12,11 +12,11 @@ from evenflow.data.text import DecodeText
 
 tf = pytest.importorskip("tensorflow")
 from evenflow.tf import PlanReader, tf_source  # noqa: E402
-from evenflow.tf import records_source as tf_records  # noqa: E402
-from evenflow.tf import sources as tf_sources  # noqa: E402
-from evenflow.tf import text as tf_text  # noqa: E402
-from evenflow.tf.numpy_source import NumpySource  # noqa: E402
-from evenflow.tf.source_adapter import reader_source  # noqa: E402
+from evenflow.tf.input import records_source as tf_records  # noqa: E402
+from evenflow.tf.input import sources as tf_sources  # noqa: E402
+from evenflow.tf.input import text as tf_text  # noqa: E402
+from evenflow.tf.input.numpy_source import NumpySource  # noqa: E402
+from evenflow.tf.input.source_adapter import reader_source  # noqa: E402
 
 IDS = [np.array([0]), np.array([3, 1, 3, 0]), np.array([5, 4, 3, 2, 1])]
 

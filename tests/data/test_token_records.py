@@ -13,7 +13,7 @@ from evenflow.data.sequences import PadSequences
 
 tf = pytest.importorskip("tensorflow")
 from evenflow.tf import tf_source  # noqa: E402
-from evenflow.tf.records_source import RecordSource as TFRecordSource  # noqa: E402
+from evenflow.tf.input.records_source import RecordSource as TFRecordSource  # noqa: E402
 
 N = 203
 BIG = [2 ** 31 - 1, 2 ** 31, 2 ** 40, 2 ** 62]

@@ -26,8 +26,8 @@ from evenflow.data.arrays import digits_arrays
 from evenflow.data.identity import source_identity
 from evenflow.data.source import ArraySource, SubsetSource
 from evenflow.run.preflight import check_workers_agree, identity_chunks, plan_vector
-from evenflow.tf.cluster import tf_config
-from evenflow.tf.launcher import free_ports
+from evenflow.tf.launch.cluster import tf_config
+from evenflow.tf.launch.local import free_ports
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ENV = dict(os.environ, PYTHONPATH=str(SRC), PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")

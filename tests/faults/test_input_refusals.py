@@ -139,7 +139,7 @@ def test_the_python_api_refuses_the_same_augmentations():
     from evenflow.data.augment import from_policy
     from evenflow.data.augment_policy import check_fits
     from evenflow.run.data_options import DataOptions
-    from evenflow.tf.augment import from_policy as tf_from_policy  # refuses before TensorFlow is imported
+    from evenflow.tf.input.augment import from_policy as tf_from_policy  # refuses before TensorFlow is imported
 
     for policy in ("brightness=1e300", "brightness=inf"):
         with pytest.raises(ValueError, match=r"brightness must be a number in \[0, 255\]"):

@@ -210,7 +210,7 @@ def test_the_rebalancing_replay_refuses_a_changed_line(run):
         from replay_decisions import replay
     finally:
         sys.path.remove(str(SRC.parent / "benchmarks"))
-    from evenflow.plan.rebalance_options import RebalanceOptions
+    from evenflow.plan.speed.options import RebalanceOptions
 
     path = run / "telemetry.jsonl"
     lines = path.read_text().splitlines()

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from evenflow.tf.cluster import tf_config  # noqa: E402
-from evenflow.tf.launcher import free_ports  # noqa: E402
+from evenflow.tf.launch.cluster import tf_config  # noqa: E402
+from evenflow.tf.launch.local import free_ports  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 pytestmark = pytest.mark.slow

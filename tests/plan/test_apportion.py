@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from evenflow.plan.apportion import replica_counts
+from evenflow.plan.assign.apportion import replica_counts
 
 
 @pytest.mark.parametrize("sizes,shares,expected", [

@@ -1,9 +1,9 @@
-"""Tests of the cost split itself (src/evenflow/plan/assign_cost.py): chunking, lower bound, runs."""
+"""Tests of the cost split itself (src/evenflow/plan/assign/cost.py): chunking, lower bound, runs."""
 import numpy as np
 import pytest
 
-from evenflow.plan import assign_cost as ac
-from evenflow.plan.assign_cost_refine import refine
+from evenflow.plan.assign import cost as ac
+from evenflow.plan.assign.cost_refine import refine
 
 
 def _layout(n_steps, g, r, costs, weights=None, runs=False, seed=0):
@@ -49,7 +49,7 @@ def test_chunks_planned_on_several_cores_match_one_core(monkeypatch, cores):
 def test_one_chunks_refinement_on_several_threads_matches_one_thread(monkeypatch, per_replica, weighted):
     # With one chunk the refinement rates each pass's pairs in blocks on every core; the blocks
     # and the threads must not change a single exchange.
-    from evenflow.plan import assign_cost_refine as rf
+    from evenflow.plan.assign import cost_refine as rf
 
     rng = np.random.default_rng(8)
     r, steps = 64, 12
@@ -141,7 +141,7 @@ def test_a_short_last_step_is_planned_as_it_would_be_alone(g, r, weights):
 def test_the_exchange_search_finds_the_best_exchange_of_every_pair(m, weighted):
     # Exhaustive check of the vectorised search (all m x m pairs for a few slots, a sort above):
     # no exchange or move into a free slot gives a pair a lower maximum than the one chosen.
-    from evenflow.plan import assign_cost_refine as rf
+    from evenflow.plan.assign import cost_refine as rf
 
     rng = np.random.default_rng(6)
     p = 200
@@ -188,7 +188,7 @@ def test_cost_plans_stay_those_of_their_planner_version():
 
 @pytest.mark.parametrize("shape", [(200, 8), (1562, 12), (100, 8), (300, 13), (500, 1), (0, 4), (64, 2)])
 def test_row_max_is_numpys_row_maximum(shape):
-    from evenflow.plan.assign_cost_refine import row_max
+    from evenflow.plan.assign.cost_refine import row_max
 
     a = np.random.default_rng(0).lognormal(0, 1, shape)
     if a.size:

@@ -1,8 +1,8 @@
-"""Tests of the contiguous-runs split (src/evenflow/plan/assign_runs.py)."""
+"""Tests of the contiguous-runs split (src/evenflow/plan/assign/runs.py)."""
 import numpy as np
 import pytest
 
-from evenflow.plan.assign_runs import _clip_cuts, runs_split
+from evenflow.plan.assign.runs import _clip_cuts, runs_split
 
 
 def _clip_one_by_one(cuts, n, slots, one):

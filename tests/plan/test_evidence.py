@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evenflow.plan.evidence import GainEvidence, update_gain
-from evenflow.plan.speed import Rebalancer, RebalanceOptions
+from evenflow.plan.speed.evidence import GainEvidence, update_gain
+from evenflow.plan.speed.rebalancer import Rebalancer, RebalanceOptions
 
 
 def test_the_gain_of_one_update_keeps_its_time_outside_the_compute():

@@ -156,7 +156,7 @@ def test_the_tensorflow_rows_of_a_replica_are_planned_alone_and_equal_the_epochs
     # Count mode: any replica's rows, window by window. Cost mode: a worker's range of replicas
     # (asked once per epoch), window by window; its single replicas share one planned epoch.
     pytest.importorskip("tensorflow")
-    from evenflow.tf import epoch_rows
+    from evenflow.tf.input import epoch_rows as epoch_rows
 
     monkeypatch.setattr(epoch_rows, "WINDOW_SAMPLES", 100)  # windows of 4 steps of 24
     plan = _plan(mode)
@@ -189,7 +189,7 @@ def test_a_subclass_that_plans_its_own_epochs_is_read_through_them():
 @pytest.mark.parametrize("weights", [None, (3, 1, 2), (1, 1, 1, 1, 5)])
 @pytest.mark.parametrize("n,g", [(1003, 24), (960, 24), (7, 5), (100, 100)])
 def test_the_step_grid_gives_the_counts_of_the_whole_epoch_for_any_window(weights, n, g):
-    from evenflow.plan.apportion import replica_counts
+    from evenflow.plan.assign.apportion import replica_counts
     from evenflow.plan.order import step_bounds
     from evenflow.plan.steps import StepGrid
 

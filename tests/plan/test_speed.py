@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import evenflow as ef
-from evenflow.plan.speed import (Rebalancer, RebalanceOptions, SpeedEstimator, feasible_weights, gain,
+from evenflow.plan.speed.rebalancer import (Rebalancer, RebalanceOptions, SpeedEstimator, feasible_weights, gain,
                                  step_imbalance)
 
 
@@ -170,7 +170,7 @@ def test_a_real_change_of_speed_replaces_the_average_once_two_windows_show_it():
 
 
 # -- fixed parts, payback and undo -------------------------------------------------------------
-from evenflow.plan.step_model import ReplanReview, StepModel, best_shares  # noqa: E402
+from evenflow.plan.speed.step_model import ReplanReview, StepModel, best_shares  # noqa: E402
 
 
 def _times(shares, g, a, b, factor):

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from evenflow.plan import assign_cost as ac
-from evenflow.plan.assign_cost_refine import refine
-from evenflow.plan.assign_runs import runs_split
+from evenflow.plan.assign import cost as ac
+from evenflow.plan.assign.cost_refine import refine
+from evenflow.plan.assign.runs import runs_split
 from evenflow.plan.stable_sort import stable_argsort_nonnegative
 
 
@@ -90,7 +90,7 @@ def test_runs_split_skips_the_greedy_only_where_it_could_not_win(costs, r, g, it
 def test_argsort_of_distinct_keys_by_packed_sort_equals_numpys(g):
     # The in-step shuffle of bucketed steps sorts mix64 keys (a bijection: distinct in a row).
     # Rows where keys share their top bits (forced here in every other row) fall back to argsort.
-    from evenflow.plan.bucket import argsort_distinct_rows
+    from evenflow.plan.assign.bucket import argsort_distinct_rows
     from evenflow.plan.shuffle import mix64
 
     rows = 6

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from evenflow.plan import stratified_rounding as rounding
+from evenflow.plan.assign import stratified_rounding as rounding
 
 
 def _deficits(rng, kind, c, r):

@@ -4,7 +4,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evenflow.records.crc import MASK_DELTA, crc32c, masked_crc32c, unmask_crc
+from evenflow.records.tfrecord.crc import MASK_DELTA, crc32c, masked_crc32c, unmask_crc
 
 
 # Check values of CRC-32C (Castagnoli); the last three are the iSCSI test vectors of RFC 3720 B.4.

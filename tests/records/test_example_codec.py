@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 
 from evenflow.records import (ExampleEncoder, ExampleError, FeatureSpec, decode_example, decode_examples,
                               encode_example, infer_specs)
-from evenflow.records.example import _varint
-from evenflow.records.example_proto import example_classes
+from evenflow.records.example.encode import _varint
+from evenflow.records.example.proto import example_classes
 
 tf = pytest.importorskip("tensorflow")
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evenflow.records import RecordError, RecordWriter, iter_records, read_record, scan_file
-from evenflow.records.framing import open_mmap
+from evenflow.records.tfrecord.stream import open_mmap
 
 records_strategy = st.lists(st.binary(max_size=200), max_size=30)
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evenflow.records import ExampleError, FeatureSpec, RecordDataset, RecordError, RecordWriter, decode_examples
-from evenflow.records.example_proto import example_classes
+from evenflow.records.example.proto import example_classes
 from evenflow.records.indexer import index_file
 
 VARLEN = {"tokens": FeatureSpec("int64", (None,)), "f": FeatureSpec("float32", (None,)),

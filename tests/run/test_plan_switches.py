@@ -10,7 +10,7 @@ import numpy as np
 
 import evenflow as ef
 from evenflow.plan.feed import PlanFeed
-from evenflow.plan.speed import Decision
+from evenflow.plan.speed.rebalancer import Decision
 from evenflow.run.engine import Stream
 from evenflow.run.loop import TrainLoop
 

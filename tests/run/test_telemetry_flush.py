@@ -49,7 +49,7 @@ def test_step_lines_reach_the_file_once_a_second_has_passed_and_all_of_them_on_c
 def test_a_check_held_back_by_payback_is_written_and_read_back(tmp_path):
     # The rebalancer predicted a gain that would not repay a re-plan over the steps left: the run
     # writes a "held" line, and the reader keeps it with the number of step lines before it.
-    from evenflow.plan.speed import Decision
+    from evenflow.plan.speed.rebalancer import Decision
     from evenflow.report.telemetry import load_telemetry
 
     m = ReplicaMonitor(2, 8, 10, check_every=1, telemetry=tmp_path / "telemetry.jsonl")

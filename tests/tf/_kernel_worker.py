@@ -21,7 +21,7 @@ import numpy as np
 def _train(strategy, replicas: int, name: str, source, steps_plan):
     import evenflow as ef
     from evenflow.tf import PlanReader, Trainer, build_model, make_optimizer
-    from evenflow.tf.text import blank_padding_rows
+    from evenflow.tf.input.text import blank_padding_rows
 
     shape = (None,) if name == "text_cnn" else (8, 8)
     with strategy.scope():

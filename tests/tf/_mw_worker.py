@@ -30,7 +30,7 @@ def run_train(spec, out):
     """Train with Trainer.fit; save weights, global epoch figures and the ids each local replica read."""
     import evenflow as ef
     from evenflow.tf import ArraySource, PlanReader, Trainer, build_model, make_optimizer, topology_of
-    from evenflow.tf.cluster import cluster_from_env
+    from evenflow.tf.launch.cluster import cluster_from_env
     from evenflow.tf.strategy import Communication, is_chief, make_strategy
 
     cluster = cluster_from_env()

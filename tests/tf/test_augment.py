@@ -6,7 +6,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from evenflow.tf import augment  # noqa: E402
+from evenflow.tf.input import augment  # noqa: E402
 
 H = W = 12
 _IMAGES = np.random.default_rng(0).random((10, H, W, 3)).astype(np.float32)

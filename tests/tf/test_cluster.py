@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from evenflow.tf.cluster import REPLICAS_ENV, Cluster, cluster_from_env, tf_config
+from evenflow.tf.launch.cluster import REPLICAS_ENV, Cluster, cluster_from_env, tf_config
 from evenflow.run.config import load_config
 from evenflow.tf.strategy import DEFAULT_TIMEOUT_SECONDS, Communication
 

@@ -10,7 +10,7 @@ tf = pytest.importorskip("tensorflow")
 from tensorflow.python.data.ops import multi_device_iterator_ops  # noqa: E402
 
 from evenflow.tf import ArraySource, PlanReader  # noqa: E402
-from evenflow.tf import device_iterators  # noqa: E402
+from evenflow.tf.input import device_iterators  # noqa: E402
 
 
 def _autotune_per_device(distributed) -> list:
@@ -50,7 +50,7 @@ def test_the_reader_installs_it_before_distributing(stock):
 
 
 def test_keras_fit_installs_it_before_keras_distributes(stock):
-    from evenflow.tf.keras_fit import _strategy
+    from evenflow.tf.keras.fit import _strategy
 
     with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
         model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(2)])

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from evenflow.cli import main
-from evenflow.tf.launcher import LaunchOptions, free_ports
+from evenflow.tf.launch.local import LaunchOptions, free_ports
 
 # Each worker reads its TF_CONFIG and replicas, reports them, then acts by its index.
 WORKER = """

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evenflow.tf.cluster import tf_config
-from evenflow.tf.launcher import free_ports
+from evenflow.tf.launch.cluster import tf_config
+from evenflow.tf.launch.local import free_ports
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ from evenflow.data.packed import rows_batch
 from evenflow.data.text import TextData, TextSource
 
 tf = pytest.importorskip("tensorflow")
-from evenflow.tf.packed import packed_dataset, packed_text_cnn  # noqa: E402
+from evenflow.tf.input.packed import packed_dataset, packed_text_cnn  # noqa: E402
 
 
 def _data(n=60, seed=4):

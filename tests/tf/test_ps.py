@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from evenflow.run import check_audit
-from evenflow.tf.launcher import free_ports
+from evenflow.tf.launch.local import free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def cluster():
     ports = free_ports(5)
     spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
             "ps": [f"127.0.0.1:{p}" for p in ports[3:5]]}
-    servers = {(kind, i): subprocess.Popen([sys.executable, "-m", "evenflow.tf.ps"], env=_env(spec, kind, i),
+    servers = {(kind, i): subprocess.Popen([sys.executable, "-m", "evenflow.tf.ps.training"], env=_env(spec, kind, i),
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for kind in ("worker", "ps") for i in range(2)}
     try:

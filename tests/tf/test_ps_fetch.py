@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from evenflow.tf.ps_engine import FETCH_TRIES, fetch
+from evenflow.tf.ps.engine import FETCH_TRIES, fetch
 
 
 class _Remote:

@@ -1,4 +1,4 @@
-"""Python callbacks in tf.data pipelines do not hang the process at exit (evenflow.tf.pyfunc).
+"""Python callbacks in tf.data pipelines do not hang the process at exit (evenflow.tf.input.pyfunc).
 
 The gate is process-wide and never reopens, so everything runs in fresh processes with a
 hard timeout: a hang fails the test instead of the suite.
@@ -33,15 +33,15 @@ def test_exit_right_after_reading_from_busy_endless_pipelines(tmp_path):
     # planned on the fly), still filling 16-batch prefetch buffers when the script ends. With plain
     # tf.numpy_function this hung at exit in 11 of 24 runs on the 2-core machine (gdb: the main
     # thread in an iterator destructor, waiting for a call whose thread finalisation had stopped);
-    # with evenflow.tf.pyfunc, 0 of 24. A hang is likely, not certain, so this test can miss one.
+    # with evenflow.tf.input.pyfunc, 0 of 24. A hang is likely, not certain, so this test can miss one.
     from evenflow.cli import main
     assert main(["convert", "builtin:digits", str(tmp_path / "d"), "--shards", "4"]) == 0
     proc = _run(f"""
         import tensorflow as tf
         from evenflow.plan import Plan, Topology
-        from evenflow.tf import pyfunc
-        from evenflow.tf.reader import PlanReader
-        from evenflow.tf.records_source import RecordSource
+        from evenflow.tf.input import pyfunc as pyfunc
+        from evenflow.tf.input.reader import PlanReader
+        from evenflow.tf.input.records_source import RecordSource
         src = RecordSource({str(tmp_path / "d")!r})
         plan = Plan(src.index(), Topology(8), global_batch_size=64, seed=0)
         reader = PlanReader(src, prefetch=16)
@@ -61,7 +61,7 @@ def test_quiesce_lets_running_calls_end_then_fails_new_ones(monkeypatch):
 
     import tensorflow as tf
 
-    from evenflow.tf import pyfunc
+    from evenflow.tf.input import pyfunc as pyfunc
 
     monkeypatch.setattr(pyfunc, "_GATE", pyfunc._Gate())
     started = threading.Event()

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evenflow.tf.cluster import tf_config
-from evenflow.tf.launcher import free_ports
+from evenflow.tf.launch.cluster import tf_config
+from evenflow.tf.launch.local import free_ports
 from evenflow.run.monitor import FIELDS, ReplicaMonitor
 from evenflow.util.files import line_crc
 
@@ -241,7 +241,7 @@ def test_input_wait_counts_only_batches_made_after_the_step_began(tmp_path):
 
 def test_the_monitor_measures_what_opening_the_pipelines_and_a_replan_cost():
     from evenflow.plan import Cursor
-    from evenflow.plan.speed import Decision
+    from evenflow.plan.speed.rebalancer import Decision
 
     mon = ReplicaMonitor(2, 64, 100, check_every=1)
     mon.stream_opened(0.25)

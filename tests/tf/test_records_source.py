@@ -8,8 +8,8 @@ tf = pytest.importorskip("tensorflow")
 
 from evenflow.cli import main as cli_main  # noqa: E402
 from evenflow.plan import Index, Plan, Topology  # noqa: E402
-from evenflow.tf.reader import PlanReader, TensorSource  # noqa: E402
-from evenflow.tf.records_source import RecordSource, decode_images  # noqa: E402
+from evenflow.tf.input.reader import PlanReader, TensorSource  # noqa: E402
+from evenflow.tf.input.records_source import RecordSource, decode_images  # noqa: E402
 from tests.records.records_helpers import break_image, flip_payload_byte  # noqa: E402
 
 

@@ -15,7 +15,7 @@ from evenflow.data.text import PAD, TextData
 tf = pytest.importorskip("tensorflow")
 from evenflow.tf import PlanReader, build_model  # noqa: E402
 from evenflow.tf.models import check_model_input  # noqa: E402
-from evenflow.tf.text import TextSource  # noqa: E402
+from evenflow.tf.input.text import TextSource  # noqa: E402
 
 WORKER = Path(__file__).with_name("_text_worker.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -116,7 +116,7 @@ def test_two_replicas_train_on_batches_of_different_lengths_without_retracing(tm
 
 
 def test_blank_padding_rows_are_skipped_and_leave_real_rows_alone():
-    from evenflow.tf.text import blank_padding_rows
+    from evenflow.tf.input.text import blank_padding_rows
     data = _toy([6, 11, 3])
     model = build_model("text_cnn", (None,), 3)
     full = data.padded()

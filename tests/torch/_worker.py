@@ -62,7 +62,7 @@ class ScriptedMonitor:
         return np.zeros((1, 1))
 
     def absorb(self, gathered, end_of_epoch=False):
-        from evenflow.plan.speed import Decision
+        from evenflow.plan.speed.rebalancer import Decision
 
         reached, self.reached = self.reached, None
         if reached != self.at:

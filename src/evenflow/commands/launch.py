@@ -75,7 +75,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from evenflow.tf.launcher import LaunchOptions, launch
+    from evenflow.tf.launch.local import LaunchOptions, launch
 
     command = list(args.worker_command)
     if command and command[0] == "--":

@@ -120,7 +120,7 @@ def train(config, title: str, command: str) -> int:
 
 def serve_if_server(config) -> int | None:
     """On a worker or parameter-server task of a ``--strategy ps`` cluster, serve until stopped; else None."""
-    from evenflow.tf.ps_cluster import ps_task_from_env, serve
+    from evenflow.tf.ps.cluster import ps_task_from_env, serve
 
     task = ps_task_from_env()
     if task.is_chief:

@@ -1,6 +1,6 @@
 """Stateless augmentations in numpy, keyed by (seed, epoch, sample id): for any numpy consumer.
 
-The numpy counterpart of :mod:`evenflow.tf.augment`, with the same policy text
+The numpy counterpart of :mod:`evenflow.tf.input.augment`, with the same policy text
 (``"crop,rotate=15"``, parsed by :func:`evenflow.data.augment_policy.parse_policy`)
 and the same random numbers: a SplitMix64 hash chained over seed, epoch, stream, id and
 draw number, here in vectorised numpy uint64 arithmetic. So a sample gets the same crop
@@ -45,7 +45,7 @@ def _combine(h: np.ndarray, value) -> np.ndarray:
 def sample_uniform(ids, epoch: int, seed: int, stream: int, count: int) -> np.ndarray:
     """float32 ``[slots, count]`` uniform in [0, 1): a pure function of (seed, epoch, stream, id, draw).
 
-    The numbers of :func:`evenflow.tf.augment.sample_uniform` for the same arguments.
+    The numbers of :func:`evenflow.tf.input.augment.sample_uniform` for the same arguments.
     """
     with np.errstate(over="ignore"):
         h = _combine(np.full(1, _GOLDEN), np.array([seed], np.int64))

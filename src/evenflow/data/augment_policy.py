@@ -1,7 +1,7 @@
 """Augmentation policies: the text of ``evenflow train --augment`` and the random streams, framework-free.
 
 :func:`parse_policy` checks a short text such as ``"crop,rotate=15"`` in pure Python, so a
-bad policy exits 2 before any framework starts. Both :mod:`evenflow.tf.augment` and
+bad policy exits 2 before any framework starts. Both :mod:`evenflow.tf.input.augment` and
 :mod:`evenflow.data.augment` (numpy) build their functions from its result and draw each
 augmentation's numbers from its own stream constant (:data:`STREAMS`), which is what
 makes their draws the same for the same (seed, epoch, sample id).

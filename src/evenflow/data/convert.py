@@ -22,7 +22,7 @@ import numpy as np
 from evenflow.data.convert_builtins import BUILTINS
 from evenflow.data.convert_sources import ConvertSource, open_images, open_npz
 from evenflow.records.errors import RecordError
-from evenflow.records.framing import RecordWriter
+from evenflow.records.tfrecord.stream import RecordWriter
 from evenflow.records.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from evenflow.util.files import fsync_dir
 from evenflow.util.progress import ProgressBar

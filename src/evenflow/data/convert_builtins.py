@@ -13,8 +13,8 @@ import numpy as np
 from evenflow.data.convert_sources import IMAGE_COSTS, IMAGE_FORMATS, ConvertSource, from_arrays, pillow
 from evenflow.data.stdlib_docs import stdlib_docs
 from evenflow.records.errors import RecordError
-from evenflow.records.example import ExampleEncoder
-from evenflow.records.spec import FeatureSpec
+from evenflow.records.example.encode import ExampleEncoder
+from evenflow.records.example.spec import FeatureSpec
 
 __all__ = ["BUILTINS"]
 

@@ -17,8 +17,8 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from evenflow.records.errors import RecordError
-from evenflow.records.example import ExampleEncoder
-from evenflow.records.spec import FeatureSpec, spec_for_array
+from evenflow.records.example.encode import ExampleEncoder
+from evenflow.records.example.spec import FeatureSpec, spec_for_array
 from evenflow.util.files import NPZ_READ_ERRORS, NUMPY_FILE_KINDS, numpy_file_kind, read_npz
 
 __all__ = ["IMAGE_COSTS", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "ConvertSource", "open_images", "open_npz",

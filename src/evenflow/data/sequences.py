@@ -25,7 +25,7 @@ import numpy as np
 from evenflow.data.pad_lengths import check_pad_lengths, padded_length
 from evenflow.data.text import PAD
 from evenflow.records.errors import RecordError
-from evenflow.records.varlen import ListScan
+from evenflow.records.example.varlen import ListScan
 
 __all__ = ["PadSequences", "describe_lists", "pad_sequences", "settle_lists", "token_vocabulary"]
 
@@ -95,7 +95,7 @@ class PadSequences:
 
     What :class:`~evenflow.data.RecordSource` applies to a variable-length feature (by default
     with no ``pad_lengths`` and no ``shift``); ``evenflow.tf.tf_source`` turns it into the
-    TensorFlow map function :func:`evenflow.tf.sequences.pad_sequences`, which gives the same batches.
+    TensorFlow map function :func:`evenflow.tf.input.sequences.pad_sequences`, which gives the same batches.
 
     Args:
         pad_lengths: increasing lengths (in values); a batch is padded to the smallest that

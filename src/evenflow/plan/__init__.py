@@ -3,7 +3,7 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.index import Index
 from evenflow.plan.options import BALANCE_MODES, PlanOptions
 from evenflow.plan.plan import PLANNER_VERSION, EpochPlan, Plan
-from evenflow.plan.rebalance_options import RebalanceOptions
+from evenflow.plan.speed.options import RebalanceOptions
 from evenflow.plan.topology import Topology
 
 __all__ = ["BALANCE_MODES", "PLANNER_VERSION", "Cursor", "EpochPlan", "Index", "Plan", "PlanOptions", "RebalanceOptions",

@@ -10,7 +10,7 @@ Three orderings compose:
 * stratification: each step's class counts are apportioned from the dataset's
   mix, carrying rounding debts forward, so every prefix of steps is within one
   sample per class of the dataset's mix and every step within two;
-* bucketing (:mod:`evenflow.plan.bucket`): windows of ``bucket_window`` steps are
+* bucketing (:mod:`evenflow.plan.assign.bucket`): windows of ``bucket_window`` steps are
   sorted by cost, cut into steps, then the steps are shuffled, so a step holds samples
   of similar cost while the order of steps stays random.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evenflow.plan.bucket import BucketedOrder
+from evenflow.plan.assign.bucket import BucketedOrder
 from evenflow.plan.shuffle import EpochShuffle, stream_keys
 
 __all__ = ["EpochOrder", "epoch_rng", "step_bounds"]

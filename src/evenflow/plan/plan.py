@@ -8,7 +8,7 @@ route of epoch e (-1 marks padding). Planning is split in two halves:
   global step and depends only on index, seed, epoch and global batch size, so it
   is the same for every topology (world-size invariance);
 * the split of each step among replicas (``assign_*``) depends on the topology:
-  counts by weight (:mod:`evenflow.plan.apportion`), then a count, stratified or
+  counts by weight (:mod:`evenflow.plan.assign.apportion`), then a count, stratified or
   cost-balanced assignment.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import dataclasses
 
 import numpy as np
 
-from evenflow.plan.assign_cost import cost_slots
-from evenflow.plan.assign_pack import pack_costs, pack_counts, packed_epoch
+from evenflow.plan.assign.cost import cost_slots
+from evenflow.plan.assign.pack import pack_costs, pack_counts, packed_epoch
 from evenflow.plan.cursor import Cursor, window_steps
 from evenflow.plan.memory import check_epoch_fits
 from evenflow.plan.index import Index

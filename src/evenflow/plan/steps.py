@@ -2,7 +2,7 @@
 
 Every step holds G samples except the last, which holds what is left (or is dropped with
 ``drop_remainder``). So step s starts at ``min(s * G, used)``, and the rotation that deals
-the leftover samples of step s (:mod:`evenflow.plan.apportion`) starts at
+the leftover samples of step s (:mod:`evenflow.plan.assign.apportion`) starts at
 ``s * left_G mod R``, where ``left_G`` is what a full step leaves after the floors: every step
 before s is full. A window of steps costs memory in proportion to the window, and a plan of
 10^11 samples holds no per-step array at all.
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from evenflow.plan.apportion import leftovers, split_counts
+from evenflow.plan.assign.apportion import leftovers, split_counts
 
 __all__ = ["StepGrid"]
 

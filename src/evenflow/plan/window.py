@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from evenflow.plan.assign_cost import assign_cost
-from evenflow.plan.assign_count import assign_contiguous
-from evenflow.plan.assign_stratified import assign_stratified
+from evenflow.plan.assign.cost import assign_cost
+from evenflow.plan.assign.count import assign_contiguous
+from evenflow.plan.assign.stratified import assign_stratified
 from evenflow.plan.memory import check_epoch_fits
 from evenflow.plan.scratch import keep_scratch
 

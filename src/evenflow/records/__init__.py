@@ -9,16 +9,16 @@ nor another part of evenflow but :mod:`evenflow.util`, so the planner and any re
 (tf.data, torch, DALI) can share the same files. Writing datasets (``evenflow convert``)
 and loading them for training live in :mod:`evenflow.data`.
 """
-from evenflow.records.crc import crc32c, masked_crc32c, unmask_crc
+from evenflow.records.tfrecord.crc import crc32c, masked_crc32c, unmask_crc
 from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import BadRecord, RecordError
-from evenflow.records.example import ExampleEncoder, encode_example
-from evenflow.records.example_decode import ExampleError, decode_example, decode_examples, infer_specs
-from evenflow.records.framing import RecordWriter, ScanResult, iter_records, read_record, scan_file
+from evenflow.records.example.encode import ExampleEncoder, encode_example
+from evenflow.records.example.decode import ExampleError, decode_example, decode_examples, infer_specs
+from evenflow.records.tfrecord.stream import RecordWriter, ScanResult, iter_records, read_record, scan_file
 from evenflow.records.indexer import IndexReport, index_file
 from evenflow.records.manifest import Manifest, read_manifest
 from evenflow.records.sidecar import ShardIndex, load_shard_index, parse_idx, write_sidecars
-from evenflow.records.spec import FeatureSpec
+from evenflow.records.example.spec import FeatureSpec
 
 __all__ = [
     "BadRecord",

@@ -11,10 +11,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from evenflow.records.crc import MASK_DELTA, masked_crc32c
-from evenflow.records.crc import _value as crc_value  # CRC-32C of bytes, no checks
+from evenflow.records.tfrecord.crc import MASK_DELTA, masked_crc32c
+from evenflow.records.tfrecord.crc import _value as crc_value  # CRC-32C of bytes, no checks
 from evenflow.records.errors import RecordError
-from evenflow.records.frame import HEADER_BYTES, LENGTH
+from evenflow.records.tfrecord.frame import HEADER_BYTES, LENGTH
 
 __all__ = ["verify_batch"]
 

@@ -18,14 +18,14 @@ from evenflow.records.batch_read import copy_slices, gather_bytes
 from evenflow.records.batch_verify import verify_batch
 from evenflow.records.dataset_open import check_shards, open_shard, resolve_paths, sample_columns
 from evenflow.records.errors import RecordError
-from evenflow.records.example_decode import decode_examples
-from evenflow.records.feature_keys import resolve_specs, training_feature_key
-from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
-from evenflow.records.frame_walk import open_mmap
+from evenflow.records.example.decode import decode_examples
+from evenflow.records.example.feature_keys import resolve_specs, training_feature_key
+from evenflow.records.tfrecord.frame import FRAME_BYTES, HEADER_BYTES
+from evenflow.records.tfrecord.walk import open_mmap
 from evenflow.records.sidecar import ShardIndex
-from evenflow.records.spec import FeatureSpec
+from evenflow.records.example.spec import FeatureSpec
 from evenflow.records.trust import check_content, refuse_copies
-from evenflow.records.varlen import ListScan, scan_list
+from evenflow.records.example.varlen import ListScan, scan_list
 from evenflow.util.ids import sample_ids
 
 __all__ = ["CHECKS", "GATHER_BYTES", "RecordDataset"]
@@ -170,7 +170,7 @@ class RecordDataset:
 
     def scan_list(self, key: str) -> ListScan:
         """Lengths and value range of float32/int64 list feature ``key`` in every record
-        (:func:`~evenflow.records.varlen.scan_list`; read once, then remembered). Without a manifest,
+        (:func:`~evenflow.records.example.varlen.scan_list`; read once, then remembered). Without a manifest,
         a key whose shape was guessed from the first record becomes variable-length (``(None,)``)
         in :attr:`specs` when its lengths differ."""
         if key not in self._lists:

@@ -17,12 +17,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from evenflow.records.crc import masked_crc32c
+from evenflow.records.tfrecord.crc import masked_crc32c
 from evenflow.records.errors import BadRecord, RecordError
 from evenflow.records.fingerprint import sample_positions
-from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
+from evenflow.records.tfrecord.frame import FRAME_BYTES, HEADER_BYTES
 from evenflow.records.manifest import MANIFEST_NAME, Manifest, read_manifest
-from evenflow.records.scan import scan_file
+from evenflow.records.tfrecord.scan import scan_file
 from evenflow.records.sidecar import ShardIndex, load_shard_index, meta_path
 from evenflow.records.trust import check_content, refuse_twice
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from evenflow.records.frame import FOOTER_BYTES
+from evenflow.records.tfrecord.frame import FOOTER_BYTES
 from evenflow.util.digests import arrays_checksum
 
 __all__ = ["SAMPLE", "Fingerprint", "bytes_digest", "columns_checksum", "crc_digest", "fingerprint",

@@ -20,15 +20,15 @@ import numpy as np
 
 from evenflow.records.batch_read import copy_slices
 from evenflow.records.errors import BadRecord, RecordError
-from evenflow.records.example_decode import decode_examples, infer_specs
-from evenflow.records.feature_keys import requested_specs
-from evenflow.records.frame import FRAME_BYTES, HEADER_BYTES
+from evenflow.records.example.decode import decode_examples, infer_specs
+from evenflow.records.example.feature_keys import requested_specs
+from evenflow.records.tfrecord.frame import FRAME_BYTES, HEADER_BYTES
 from evenflow.records.fingerprint import fingerprint
-from evenflow.records.frame_walk import open_mmap
+from evenflow.records.tfrecord.walk import open_mmap
 from evenflow.records.losses import earlier_losses
-from evenflow.records.scan import ScanResult, scan_file
+from evenflow.records.tfrecord.scan import ScanResult, scan_file
 from evenflow.records.sidecar import ShardIndex, kept_numbers, load_shard_index, write_sidecars
-from evenflow.records.spec import FeatureSpec
+from evenflow.records.example.spec import FeatureSpec
 
 __all__ = ["IndexReport", "index_file"]
 

@@ -16,7 +16,7 @@ import numpy as np
 from evenflow.records.dataset_open import indexed_losses
 from evenflow.records.errors import BadRecord, RecordError
 from evenflow.records.idx_text import parse_idx
-from evenflow.records.scan import ScanResult
+from evenflow.records.tfrecord.scan import ScanResult
 from evenflow.records.sidecar import ShardIndex, idx_path, meta_path
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz
 

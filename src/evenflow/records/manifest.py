@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from evenflow.records.errors import RecordError
-from evenflow.records.spec import FeatureSpec
+from evenflow.records.example.spec import FeatureSpec
 
 __all__ = ["MANIFEST_NAME", "Manifest", "ShardEntry", "read_manifest", "write_manifest"]
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from evenflow.records.errors import RecordError
 from evenflow.records.fingerprint import Fingerprint, bytes_digest, fingerprint
-from evenflow.records.frame import FRAME_BYTES
-from evenflow.records.frame_walk import open_mmap
+from evenflow.records.tfrecord.frame import FRAME_BYTES
+from evenflow.records.tfrecord.walk import open_mmap
 from evenflow.records.idx_text import format_idx, parse_idx
 from evenflow.records.sidecar_meta import META_VERSION, meta_text, read_meta, rebuild_command, recorded_content, seal
 

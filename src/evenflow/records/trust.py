@@ -18,8 +18,8 @@ import numpy as np
 
 from evenflow.records.errors import RecordError
 from evenflow.records.fingerprint import crc_digest, footer_crcs, sample_positions
-from evenflow.records.frame import FRAME_BYTES
-from evenflow.records.frame_walk import check_data
+from evenflow.records.tfrecord.frame import FRAME_BYTES
+from evenflow.records.tfrecord.walk import check_data
 from evenflow.records.sidecar import ShardIndex, meta_path
 
 __all__ = ["check_content", "refuse_copies", "refuse_twice"]

@@ -10,7 +10,7 @@ update — and passes the result to :meth:`absorb`, which
 * writes TensorBoard scalars (means over ``log_every`` updates, and over the rest at each
   epoch's end): per replica its real samples, cost, compute seconds, the weight in use; per
   step the input wait and the imbalance,
-* feeds the :class:`~evenflow.plan.speed.Rebalancer`, whose decision — identical on
+* feeds the :class:`~evenflow.plan.speed.rebalancer.Rebalancer`, whose decision — identical on
   every worker, because every worker sees the same gathered numbers — the trainer
   turns into a re-plan of the rest of the epoch.
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
-from evenflow.plan.speed import Decision, RebalanceOptions, Rebalancer
+from evenflow.plan.speed.rebalancer import Decision, RebalanceOptions, Rebalancer
 from evenflow.util.files import drop_partial_line, line_with_crc
 
 __all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]
@@ -58,7 +58,7 @@ class ReplicaMonitor:
         global_batch_size: G (keeps every replica's share of a step >= 1 sample).
         steps_per_epoch: plan steps per epoch.
         costs: per-sample costs of the training set (float ``[N]``), or None: load is counted in samples.
-        rebalance: :class:`~evenflow.plan.speed.RebalanceOptions`.
+        rebalance: :class:`~evenflow.plan.speed.rebalancer.RebalanceOptions`.
         check_every: updates between two checks (all-gathers across workers), >= 1.
         telemetry: path of ``telemetry.jsonl`` to write (the chief's), or None.
         log: an object with ``scalar(tag, value, step)`` (a :class:`~evenflow.tf.runlog.RunLog`), or None.

@@ -272,7 +272,7 @@ class MonitorOptions:
 
     def rebalance_options(self, shared_cpu: bool = False, deterministic: bool = False, sharded: bool = False,
                           single: bool = False):
-        """The :class:`~evenflow.plan.speed.RebalanceOptions` these options describe.
+        """The :class:`~evenflow.plan.speed.rebalancer.RebalanceOptions` these options describe.
 
         ``shared_cpu``: the replicas are logical devices of one CPU (``auto`` is then off,
         unless ``simulate_sample_ms`` emulates devices of their own: ``simulate_slow`` alone
@@ -283,7 +283,7 @@ class MonitorOptions:
         them, so a rank has no compute time of its own (``auto`` is then off). ``single``: the plan
         has one replica, so there is no split to balance (``auto`` is then off).
         """
-        from evenflow.plan.speed import RebalanceOptions
+        from evenflow.plan.speed.rebalancer import RebalanceOptions
 
         auto = (self.emulates_devices or not shared_cpu) and not deterministic and not sharded and not single
         enabled = self.rebalance == "on" or (self.rebalance == "auto" and auto)

@@ -19,21 +19,21 @@ Importing this package does not import TensorFlow; every module imports it insid
 its functions, and says ``pip install 'evenflow[tf]'`` when it is missing.
 """
 from evenflow.tf.adapter import TensorFlow
-from evenflow.tf.cluster import Cluster, cluster_from_env
-from evenflow.tf.keras_data import keras_dataset
-from evenflow.tf.keras_fit import fit
-from evenflow.tf.keras_steps import StepRecorder, exact_steps
+from evenflow.tf.launch.cluster import Cluster, cluster_from_env
+from evenflow.tf.keras.data import keras_dataset
+from evenflow.tf.keras.fit import fit
+from evenflow.tf.keras.steps import StepRecorder, exact_steps
 from evenflow.tf.losses import masked_loss, per_sample_cross_entropy
 from evenflow.tf.models import MODELS, build_model
 from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
-from evenflow.tf.packed import packed_dataset, packed_text_cnn
-from evenflow.tf.reader import PlanReader
-from evenflow.tf.record_chain import RecordChain
-from evenflow.tf.records_source import RecordSource, decode_images
-from evenflow.tf.sample_hash import sample_seeds
-from evenflow.tf.source_adapter import tf_source
-from evenflow.tf.sources import ArraySource, TensorSource
-from evenflow.tf.text import TextSource
+from evenflow.tf.input.packed import packed_dataset, packed_text_cnn
+from evenflow.tf.input.reader import PlanReader
+from evenflow.tf.input.record_chain import RecordChain
+from evenflow.tf.input.records_source import RecordSource, decode_images
+from evenflow.tf.input.sample_hash import sample_seeds
+from evenflow.tf.input.source_adapter import tf_source
+from evenflow.tf.input.sources import ArraySource, TensorSource
+from evenflow.tf.input.text import TextSource
 from evenflow.tf.state import TFState
 from evenflow.tf.strategy import Communication, make_strategy, mirrored_strategy, topology_of
 from evenflow.tf.trainer import EpochResult, EvalResult, Trainer

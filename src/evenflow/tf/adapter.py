@@ -7,7 +7,7 @@ It honours every ``evenflow train`` option except the PyTorch-only ones, which i
 when they are set: ``loader_workers`` (tf.data runs its own threads) and ``backend``
 (the collectives are chosen by ``communication``).
 
-``strategy = "ps"`` trains on a parameter-server cluster instead (:mod:`evenflow.tf.ps_session`):
+``strategy = "ps"`` trains on a parameter-server cluster instead (:mod:`evenflow.tf.ps.session`):
 this process is its chief (workers and parameter servers only serve, see
 :func:`evenflow.commands.train.train`), the plan has one replica, and the options that
 belong to mirrored replicas or to Keras models are refused (:data:`REFUSED_PS`).
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys, flag_text
-from evenflow.tf.cluster import cluster_from_env
-from evenflow.tf.ps_cluster import ps_task_from_env
+from evenflow.tf.launch.cluster import cluster_from_env
+from evenflow.tf.ps.cluster import ps_task_from_env
 
 __all__ = ["TensorFlow", "REFUSED", "REFUSED_PS"]
 
@@ -99,11 +99,11 @@ class TensorFlow:
 
     def start(self, prepared):
         if prepared.config.compute.strategy == "ps":
-            from evenflow.tf.ps_session import start_ps_session
+            from evenflow.tf.ps.session import start_ps_session
 
             return start_ps_session(prepared, ps_task_from_env())
         from evenflow.tf.session import start_session
-        from evenflow.tf.startup import meeting_the_others
+        from evenflow.tf.launch.startup import meeting_the_others
 
         cluster = cluster_from_env()
         # Several workers wait for each other while the strategy is built: within the collective timeout.

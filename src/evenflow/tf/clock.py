@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.pyfunc import wall_clock
+from evenflow.tf.input.pyfunc import wall_clock
 
 __all__ = ["emulated_clock", "now"]
 

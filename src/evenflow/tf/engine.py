@@ -23,7 +23,7 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.run.engine import Stream
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.clock import now
-from evenflow.tf.pyfunc import closing as pipelines_closing
+from evenflow.tf.input.pyfunc import closing as pipelines_closing
 from evenflow.tf.strategy import collective_watch, num_workers, on_cpu
 
 __all__ = ["TFEngine", "LAG", "TIMING_SWITCH_SECONDS"]
@@ -104,7 +104,7 @@ class TFEngine:
         if stream.feed is not None:
             stream.feed.close()  # a request waiting for training to move on returns (an error nobody reads)
         # Dropped mid-way (a rewind or a re-plan): deleting an iterator while the interpreter runs
-        # normally is safe, with or without Python calls in flight (see evenflow.tf.pyfunc).
+        # normally is safe, with or without Python calls in flight (see evenflow.tf.input.pyfunc).
         del stream
 
     def evaluate(self, reader, plan, epoch: int) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Small classifiers chosen by name: ``mlp`` for any input, ``cnn`` for images, ``text_cnn`` for
-variable-length token sequences (:mod:`evenflow.tf.text`).
+variable-length token sequences (:mod:`evenflow.tf.input.text`).
 
 ``cnn`` is built from depthwise-separable convolutions (a depthwise 3x3 filter per
 channel followed by a 1x1 pointwise mix), which need roughly 8-9x fewer
@@ -15,8 +15,8 @@ from typing import Callable
 
 from evenflow.run.models import check_model_input
 from evenflow.tf._lazy import keras as _keras
-from evenflow.tf.packed import packed_text_cnn
-from evenflow.tf.text import text_cnn
+from evenflow.tf.input.packed import packed_text_cnn
+from evenflow.tf.input.text import text_cnn
 
 __all__ = ["MODELS", "build_model", "check_model_input"]
 

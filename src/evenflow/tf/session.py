@@ -15,7 +15,7 @@ import numpy as np
 from evenflow.run.adapter import Processes
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.cluster import Cluster
+from evenflow.tf.launch.cluster import Cluster
 
 __all__ = ["TFSession", "start_session", "make_readers", "bad_input", "replicas_text"]
 
@@ -157,9 +157,9 @@ def make_readers(p):
     rows without tokens); every batch is trimmed to its real rows, so a replica with fewer
     samples computes less.
     """
-    from evenflow.tf.augment import from_policy
-    from evenflow.tf.reader import PlanReader
-    from evenflow.tf.text import blank_padding_rows
+    from evenflow.tf.input.augment import from_policy
+    from evenflow.tf.input.reader import PlanReader
+    from evenflow.tf.input.text import blank_padding_rows
 
     cfg = p.config
     augment = from_policy(cfg.data.augment, p.data.feature_shape, seed=cfg.schedule.seed)
@@ -178,7 +178,7 @@ def bad_input(data, error: BaseException):
     re-reads the records in Python to find it.
     """
     from evenflow.records import RecordError
-    from evenflow.tf.pyfunc import PipelineClosed
+    from evenflow.tf.input.pyfunc import PipelineClosed
 
     if getattr(data, "diagnose", None) is None:
         return None
@@ -192,7 +192,7 @@ def bad_input(data, error: BaseException):
             "RecordError" not in str(error):
         return None
     if data.kind == "records":  # TensorFlow's own reading and image decoding, on the records both splits read
-        from evenflow.tf.source_adapter import tf_source
+        from evenflow.tf.input.source_adapter import tf_source
 
         # The ids of the splits that read these records (an evaluation dataset has records of its own).
         good = np.sort(np.concatenate([s.ids for s in (data.train, data.test)

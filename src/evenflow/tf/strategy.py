@@ -10,7 +10,7 @@ steps/s than the collective all-reduce TensorFlow picks by default.
 Several workers (processes, usually machines) run MultiWorkerMirroredStrategy,
 TensorFlow's own collective runtime: gRPC between workers, all-reduce over all
 replicas of all workers. :func:`make_strategy` picks one or the other from the
-:class:`~evenflow.tf.cluster.Cluster` (``TF_CONFIG``). Two things differ from the
+:class:`~evenflow.tf.launch.cluster.Cluster` (``TF_CONFIG``). Two things differ from the
 stock strategy:
 
 * **Several replicas per worker on a CPU.** Stock MultiWorkerMirroredStrategy
@@ -39,7 +39,7 @@ from evenflow.plan import Topology
 from evenflow.run.options import COMMUNICATIONS, DEFAULT_COLLECTIVE_TIMEOUT
 from evenflow.run.rerun import rerun_advice
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.cluster import Cluster, cluster_from_env
+from evenflow.tf.launch.cluster import Cluster, cluster_from_env
 from evenflow.tf.collective_watch import CollectiveWatch
 from evenflow.tf.devices import replica_devices
 
@@ -138,7 +138,7 @@ def make_strategy(replicas: int, cluster: Cluster | None = None, communication: 
 
     Args:
         replicas: replicas on this worker, >= 1 (the same on every worker).
-        cluster: the workers; default :func:`~evenflow.tf.cluster.cluster_from_env`.
+        cluster: the workers; default :func:`~evenflow.tf.launch.cluster.cluster_from_env`.
         communication: collective options for several workers (ignored for one).
         use_gpus: False forces logical CPU devices even when GPUs exist.
 
@@ -158,7 +158,7 @@ def multi_worker_strategy(cluster: Cluster, replicas: int, communication: Commun
     Blocks until every worker of the cluster has started its strategy.
 
     Args:
-        cluster: a multi-worker :class:`~evenflow.tf.cluster.Cluster`.
+        cluster: a multi-worker :class:`~evenflow.tf.launch.cluster.Cluster`.
         replicas: replicas on this worker (GPUs if present, else logical CPUs), the
             same number on every worker.
         communication: collective options; default :class:`Communication` ``()``.

@@ -111,7 +111,7 @@ class Trainer(LoopFront):
         ``start`` may point into the middle of an epoch (resume from a checkpoint's cursor).
 
         Args:
-            reader: a :class:`~evenflow.tf.reader.PlanReader` over the training source.
+            reader: a :class:`~evenflow.tf.input.reader.PlanReader` over the training source.
             plan: the training plan; its replicas must match the strategy.
             epochs: the epoch to stop before (like Keras's ``epochs``), > ``start.epoch``.
             start: the :class:`~evenflow.plan.cursor.Cursor` to resume from.

@@ -1,0 +1,109 @@
+"""When measured speeds re-plan the rest of an epoch: the options of :class:`~evenflow.plan.speed.rebalancer.Rebalancer`."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["RebalanceOptions"]
+
+
+def _number(value, finite: bool = True) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) and (
+        math.isfinite(value) or not finite)
+
+
+@dataclass(frozen=True)
+class RebalanceOptions:
+    """When measured speeds re-plan the rest of an epoch.
+
+    Args:
+        enabled: re-plan at all (the measurements and telemetry are taken either way).
+        threshold: re-plan when the predicted gain (time of a step under the current
+            weights / under the measured-best weights) exceeds this, > 1.
+        patience: consecutive checks the gain must exceed ``threshold``, >= 1.
+        urgent: a gain above this re-plans at the first check (an imbalance this large is
+            not timing noise), >= ``threshold``.
+        cooldown: checks after a re-plan during which no other one happens, >= 0.
+        smoothing: weight of the newest window in the exponential moving average of
+            seconds per unit, in (0, 1].
+        jump: a window that differs from a replica's average by more than this fraction
+            replaces the average (a device that really changed speed, e.g. throttled, is
+            followed at once instead of over several windows), > 0.
+        resolution: weights are rounded to multiples of this (fastest replica = 1), in (0, 0.5].
+        warmup: steps after the start of a run or a re-plan whose timings are ignored
+            (they include tracing and pipeline start-up), >= 0.
+        payback: a re-plan must be predicted to save this many times its own measured cost
+            (a switch of the pipelines' plan, or pipelines rebuilt and refilled) over the steps
+            left, >= 0 (0: no such check).
+        review: updates after a re-plan whose median step time is compared with the median
+            before it; a re-plan that made steps slower is corrected or undone, >= 1.
+        corrections: a re-plan that made steps slower is first re-aimed from the
+            per-replica lines its own steps measured (see :mod:`evenflow.plan.speed.step_model`), up
+            to this many times in a row, each reviewed against the steps before the first;
+            then undone, >= 0.
+        evidence: with per-update measurements, a gain under ``urgent`` re-plans only when
+            3 in 4 of the last updates of the weights in use, the newest among them, each on
+            its own show a gain above ``threshold``: this many updates for a gain just above
+            it, fewer for larger gains (``evidence * (threshold - 1) / (gain - 1)``, at least
+            3; see :mod:`evenflow.plan.speed.evidence`), so a few slow updates, a process starting on
+            a core, do not move the plan. After a device's confirmed change of speed the
+            updates since the change suffice, >= 1.
+        refine: after a re-plan that its review measured as faster (by more than timing noise),
+            with every replica's line measured, a further move re-plans at a gain above
+            ``1 + refine * (threshold - 1)`` (1.05 by default) instead of ``threshold``, under the
+            same evidence, patience and review. The lines measured at two loads predict a small
+            move better than one load predicts the first. A re-plan too early to review is
+            refined when it came right after a device's confirmed change of speed (it was made on
+            the few updates since), once ``review`` updates ran under it; one in a run's first
+            updates is not (a start-up hiccup looks the same). A further move that measures
+            slower is undone, without holding the next re-plan at ``threshold`` back; one that
+            measures within timing noise ends the refining. In (0, 1] (1: every move needs
+            ``threshold``).
+    """
+
+    enabled: bool = True
+    threshold: float = 1.10
+    patience: int = 2
+    urgent: float = 1.5
+    cooldown: int = 2
+    smoothing: float = 0.5
+    jump: float = 0.5
+    resolution: float = 0.02
+    warmup: int = 1
+    payback: float = 1.5
+    review: int = 16
+    corrections: int = 2
+    evidence: int = 8
+    refine: float = 0.5
+
+    def __post_init__(self):
+        if not isinstance(self.enabled, bool):
+            raise TypeError(f"enabled must be True or False, got {self.enabled!r}")
+        if not (_number(self.threshold) and self.threshold > 1):
+            raise ValueError(f"threshold must be a number > 1 (1.10 = re-plan when 10% faster steps are "
+                             f"predicted), got {self.threshold!r}")
+        if not (_number(self.urgent, finite=False) and self.urgent >= self.threshold):
+            raise ValueError(f"urgent must be a number >= threshold ({self.threshold:g}), got {self.urgent!r}; with "
+                             f"threshold={self.threshold:g} pass urgent={self.threshold:g} or more")
+        if not (_number(self.payback) and self.payback >= 0):
+            raise ValueError(f"payback must be a number >= 0 (2 = a re-plan must save twice its cost), "
+                             f"got {self.payback!r}")
+        for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1), ("corrections", 0),
+                            ("evidence", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if not (_number(self.smoothing) and 0 < self.smoothing <= 1):
+            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
+        if not (_number(self.jump, finite=False) and self.jump > 0):
+            raise ValueError(f"jump must be a number > 0 (0.3 = a 30% change), got {self.jump!r}")
+        if not (_number(self.refine) and 0 < self.refine <= 1):
+            raise ValueError(f"refine must be in (0, 1] (0.5 = a further move needs half the threshold's margin), "
+                             f"got {self.refine!r}")
+        if not (_number(self.resolution) and 0 < self.resolution <= 0.5):
+            raise ValueError(f"resolution must be in (0, 0.5], got {self.resolution!r}")
+
+    @property
+    def refine_threshold(self) -> float:
+        """The gain a further move needs once a re-plan made steps faster (see ``refine``)."""
+        return 1 + self.refine * (self.threshold - 1)

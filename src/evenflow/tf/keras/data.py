@@ -1,0 +1,76 @@
+"""Plan batches for Keras's ``model.fit``/``evaluate``: whole global steps that Keras splits per replica.
+
+Each element of :func:`keras_dataset` is ``(features, label, meta)`` for one global step of
+the plan: the R replicas' batches back to back (``R * slots`` rows in replica order), which
+Keras's even split under ``MirroredStrategy`` hands back to each replica as exactly its row of
+the plan. ``meta`` holds, per row, ``mask`` (1 real, 0 padding), ``global_real_count`` (the
+step's real samples), ``id`` (the sample id, -1 for padding) and ``replica`` (the plan replica
+whose row it is: the exact steps check that each replica got its own). The steps that read ``meta``
+are installed by :func:`~evenflow.tf.keras.steps.exact_steps` (``evenflow.tf.fit`` does both).
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from evenflow.plan import Cursor, Plan
+from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.input.reader import PlanReader
+
+__all__ = ["keras_dataset", "META_KEYS"]
+
+META_KEYS = ("mask", "global_real_count", "id", "replica")
+
+
+def keras_dataset(reader, plan: Plan, epochs: int | None = 1, start: Cursor | None = None, repeat: bool = False):
+    """A ``(features, label, meta)`` dataset of whole global steps of ``plan``.
+
+    Args:
+        reader: a :class:`~evenflow.tf.input.reader.PlanReader` over the plan's source.
+        plan: the plan; its topology must have the strategy's number of replicas
+            (:func:`~evenflow.tf.strategy.topology_of`): the exact steps fail a step whose
+            replica did not get its own row of the plan.
+        epochs: epochs to stream from ``start`` (None: endless). Pass
+            ``steps_per_epoch=plan.num_steps`` to ``fit``.
+        start: optional :class:`~evenflow.plan.cursor.Cursor` to resume from.
+        repeat: repeat the epochs read without end (validation: one pass per ``evaluate``
+            with ``validation_steps=plan.num_steps``).
+
+    Returns:
+        A ``tf.data.Dataset``.
+    """
+    tf = _tf()
+    epochs = _check_arguments(reader, plan, epochs, start, repeat)
+    ds = reader.replica_dataset(plan, None, start=start, epochs=epochs)
+    replica = tf.constant(np.repeat(np.arange(plan.topology.replicas, dtype=np.int64), plan.slots))
+
+    def to_keras(b):
+        rows = tf.shape(b["mask"])[0]
+        meta = {"mask": b["mask"], "global_real_count": tf.fill([rows], tf.cast(b["global_real_count"], tf.int64)),
+                "id": b["id"], "replica": replica}
+        return b["features"], b["label"], meta
+
+    ds = ds.map(to_keras)
+    return ds.repeat() if repeat else ds
+
+
+def _check_arguments(reader, plan, epochs, start, repeat):
+    """``epochs`` as an int (numpy integers taken) or None; the rest refused in one line each."""
+    if not isinstance(reader, PlanReader):
+        hint = "wrap the source in evenflow.tf.PlanReader(source)" if hasattr(reader, "batch") else \
+            "pass evenflow.tf.PlanReader(source)"
+        raise TypeError(f"keras_dataset reads through a PlanReader: {hint}; got {type(reader).__name__}")
+    if reader.trim_padding:
+        raise ValueError("keras_dataset needs the plan's whole rows: Keras splits each global step evenly, so "
+                         "replica r gets its own row only if no padding slot is dropped; use a PlanReader "
+                         "without trim_padding (the exact steps mask the padding out of the loss and metrics)")
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
+    if start is not None and not isinstance(start, Cursor):
+        raise TypeError(f"start must be an evenflow Cursor (evenflow.Cursor(epoch, step)) or None, got {start!r}")
+    if not isinstance(repeat, bool):
+        raise TypeError(f"repeat must be True or False, got {repeat!r}")
+    if isinstance(epochs, numbers.Integral) and not isinstance(epochs, bool):
+        return int(epochs)
+    return epochs

@@ -1,0 +1,281 @@
+"""``evenflow.tf.fit(model, x, y, ...)``: Keras's ``model.fit`` on an evenflow plan, exact on any number of replicas.
+
+A program that calls ``model.fit(x, y, batch_size=64, epochs=5, validation_split=0.1)`` under a
+``MirroredStrategy`` calls ``evenflow.tf.fit(model, x, y, batch_size=64, epochs=5,
+validation_split=0.1)`` instead, with its model, its compiled loss and metrics and its
+callbacks unchanged. evenflow then
+
+* plans every epoch (each sample once, a fair share per replica, seeded shuffling, optional
+  stratification or cost balance) and feeds Keras whole global steps (:func:`keras_dataset`);
+* makes the compiled loss and metrics exact (:func:`~evenflow.tf.keras.steps.exact_steps`):
+  every update, ``loss``, ``val_loss`` and metric is what one device computes on the same samples;
+* with ``output_dir``: holds the directory (one run at a time), writes checkpoints every
+  ``checkpoint_every`` steps and at each epoch's end, the audit trail with ``audit=True``
+  (``evenflow audit OUTPUT_DIR``), ``telemetry.jsonl``, and resumes exactly from the newest
+  checkpoint when called again — mid-epoch too: the rest of that epoch runs as a ``fit`` call of
+  its own, then the remaining epochs;
+* with ``rebalance=True``: measures each replica's step time and moves samples away from a slow
+  one at the next epoch (``fit`` is called again on the new plan).
+
+``model.fit`` does not run under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585); use
+:class:`~evenflow.tf.trainer.Trainer` or ``evenflow train`` across workers.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+from evenflow.data.identity import digest
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.plan import Plan
+from evenflow.plan.speed.rebalancer import RebalanceOptions
+from evenflow.plan.topology import Topology
+from evenflow.run.audit import AuditLog
+from evenflow.run.checkpoints import Checkpointer, list_checkpoints
+from evenflow.run.guard import TrainingGuard
+from evenflow.run.lock import RunDirectory
+from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
+from evenflow.tf._lazy import keras as _keras
+from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
+from evenflow.tf.keras.compiled import check_compiled
+from evenflow.tf.keras.data import keras_dataset
+from evenflow.tf.keras.inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
+from evenflow.tf.keras.run import PlanCallback
+from evenflow.tf.keras.steps import exact_steps, recorder_of
+from evenflow.tf.input.reader import PlanReader
+from evenflow.tf.input.source_adapter import reader_source
+from evenflow.tf.state import TFState
+
+__all__ = ["fit"]
+
+
+KEEP_CHECKPOINTS = 3  # checkpoints a run directory keeps unless told otherwise
+
+
+def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose="auto", callbacks=None,
+        validation_split: float = 0.0, validation_data=None, shuffle: bool = True, seed: int = 0,
+        stratify: bool = False, balance: str = "count", output_dir=None, checkpoint_every: int = 0,
+        keep_checkpoints: int = KEEP_CHECKPOINTS, audit: bool = False, rebalance=False, simulate=None):
+    """Train a compiled Keras model on an evenflow plan (see the module docstring).
+
+    Args:
+        model: a Keras model created and compiled under a ``tf.distribute`` strategy's scope
+            (or without one: one replica).
+        x, y: arrays (or dicts/lists of arrays) as for ``model.fit``; or an evenflow source as
+            ``x`` (:class:`evenflow.data.Source` or :class:`evenflow.tf.TensorSource`) and ``y`` None.
+        batch_size: the global batch size G (summed over replicas, as in ``model.fit``).
+        epochs: train up to the end of this epoch (a resumed run counts the epochs done).
+        verbose, callbacks: passed to ``model.fit``.
+        validation_split: hold out the last fraction of the samples, as ``model.fit`` does.
+        validation_data: ``(x_val, y_val)`` or an evenflow source; each sample counts once.
+        shuffle: must be True: plans shuffle every epoch, seeded by ``seed``.
+        seed: the plan's seed (with the epoch it fixes every sample's place).
+        stratify: keep each step's label mix close to the dataset's (needs integer labels).
+        balance: ``"count"`` or ``"cost"`` (needs a source with costs).
+        output_dir: run directory for checkpoints, the audit trail and ``telemetry.jsonl``; a
+            second call with the same arguments resumes from its newest checkpoint.
+        checkpoint_every: also checkpoint every this many steps of an epoch (0: epoch ends only).
+        keep_checkpoints: checkpoints kept.
+        audit: record every step's sample ids (needs ``output_dir``).
+        rebalance: re-plan from measured per-replica speeds at epoch ends: True, or an
+            :class:`evenflow.plan.RebalanceOptions` (e.g. ``payback=0`` to re-plan whenever
+            the threshold is met, however few steps are left).
+        simulate: an :class:`evenflow.run.Simulation` of slow replicas, to try ``rebalance``
+            where all devices are equally fast (as ``evenflow train --simulate-slow``).
+
+    Returns:
+        A ``keras.callbacks.History`` covering every epoch this call trained.
+    """
+    strategy = _strategy(model)
+    _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints)
+    if not isinstance(rebalance, (bool, RebalanceOptions)):
+        raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
+    source = as_source(x, y, "evenflow.tf.fit")
+    if validation_data is not None and validation_split:
+        raise ValueError("pass validation_data or validation_split, not both (model.fit would silently use "
+                         "validation_data)")
+    train, val = split_validation(source, validation_split)
+    check_stratify(train, stratify)
+    callbacks = as_callbacks(callbacks)
+    if validation_data is not None:
+        val = _validation_source(validation_data)
+    topology = Topology(int(strategy.num_replicas_in_sync))
+    base = Plan(train.index(), topology, global_batch_size=batch_size, seed=seed, stratify=stratify, balance=balance)
+    val_plan = None if val is None else Plan(val.index(), topology, global_batch_size=batch_size)
+    _build(model, strategy, train)
+    if simulate is not None:
+        simulate.check(topology.replicas)
+    recorder = recorder_of(model, simulate) if output_dir is not None or rebalance or simulate is not None else None
+    exact_steps(model, recorder)
+    with contextlib.ExitStack() as stack:
+        run = _Run(model, base, recorder, epochs, rebalance)
+        if output_dir is not None:
+            run.open(stack, Path(output_dir), audit, checkpoint_every, keep_checkpoints, _identity(train, val))
+        elif rebalance:
+            run.monitor = _monitor(base, rebalance, None, False)
+        return run.train(PlanReader(train), val, val_plan, verbose, callbacks)
+
+
+def _strategy(model):
+    tf = _tf()
+    check_compiled(model, "first")
+    strategy = model.distribute_strategy
+    if isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy,
+                             tf.distribute.experimental.MultiWorkerMirroredStrategy)):
+        raise ValueError("Keras's model.fit does not run under MultiWorkerMirroredStrategy (keras-team/keras#20585);"
+                         " use evenflow.tf.Trainer or `evenflow train` across workers")
+    autotune_off_on_devices()  # Keras's per-device iterators: deleting one must not wait up to a minute
+    return strategy
+
+
+def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints) -> None:
+    if shuffle is not True:
+        raise ValueError(f"shuffle must be True: evenflow plans shuffle every epoch, seeded by seed=, got {shuffle!r}")
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be an int >= 0 (steps; 0: epoch ends only), got {checkpoint_every!r}")
+    if output_dir is None and (audit or checkpoint_every):
+        raise ValueError("audit and checkpoint_every write into a run directory: pass output_dir= too")
+    if output_dir is None and keep_checkpoints != KEEP_CHECKPOINTS:
+        raise ValueError(f"keep_checkpoints={keep_checkpoints!r} sets how many checkpoints a run directory keeps, "
+                         f"and there is none: pass output_dir= too, or leave keep_checkpoints out")
+
+
+def _validation_source(data):
+    if isinstance(data, (tuple, list)):
+        if len(data) != 2:
+            raise ValueError(f"validation_data must be (x_val, y_val) or an evenflow source, got a sequence of "
+                             f"{len(data)} items (sample weights are not supported: every sample counts once)")
+        return as_source(data[0], data[1], "validation_data")
+    return as_source(data, None, "validation_data")
+
+
+def _identity(train, val) -> str | None:
+    """A digest of the arrays trained and validated on (None for other sources: only the plan is checked)."""
+    tf = _tf()
+    parts = []
+    for s in (train, val):
+        inner = getattr(s, "source", s)
+        if s is not None and not isinstance(inner, ArrayPair):
+            return None
+        if s is not None:
+            parts += tf.nest.flatten((inner._x, inner._y)) + [repr(getattr(s, "ids", None)), s.num_samples]
+    return digest(*parts)
+
+
+def _build(model, strategy, source) -> None:
+    """Create the model's and optimizer's variables now (a checkpoint restores into them)."""
+    tf = _tf()
+    if not model.built:
+        ids = list(range(min(2, source.num_samples)))
+        sample = reader_source(source).batch(tf.constant(ids, tf.int64))
+        try:
+            with strategy.scope():
+                model(tf.nest.map_structure(tf.convert_to_tensor, sample["features"]), training=False)
+        except Exception as e:
+            raise ValueError(f"the model is not built and calling it on a batch of the data failed "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); build it first, "
+                             f"e.g. model.build((None, *feature_shape)) under strategy.scope()") from None
+    if not model.optimizer.built:
+        with strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+
+
+def _monitor(plan: Plan, rebalance, telemetry: Path | None, append: bool) -> ReplicaMonitor:
+    costs = plan.index.costs if plan.options.balance == "cost" else None
+    options = rebalance if isinstance(rebalance, RebalanceOptions) else RebalanceOptions(enabled=bool(rebalance))
+    return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
+                          rebalance=options, telemetry=telemetry, append=append)
+
+
+class _Run:
+    """The state of one ``fit`` call across the ``model.fit`` calls it makes."""
+
+    def __init__(self, model, base: Plan, recorder, epochs: int, rebalance: bool):
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+        self.model, self.base, self.plan, self.recorder = model, base, base, recorder
+        self.epochs, self.rebalance = epochs, rebalance
+        self.guard = self.monitor = None
+        self.cursor = Cursor(0, 0)
+
+    def open(self, stack, run_dir: Path, audit: bool, every: int, keep: int, identity: str | None) -> None:
+        directory = RunDirectory(run_dir, chief=True)
+        stack.enter_context(directory.held())
+        _check_resume(run_dir, self.base, identity, self.epochs)
+        replicas = self.base.topology.replicas
+        log = AuditLog(run_dir, self.base.index.num_samples, self.base.num_steps, replicas) if audit else None
+        checkpointer = Checkpointer(run_dir, TFState(self.model, self.model.optimizer), keep=keep)
+        self.guard = TrainingGuard(self.base, checkpointer, every=every, audit=log)
+        self.guard.meta = {"framework": "tf", "api": "keras_fit", "data": identity}
+        found = self.guard.resume()
+        if found is not None:
+            self.cursor = found
+            print(f"evenflow.tf.fit: resuming from {run_dir}'s checkpoint at epoch {found.epoch} step {found.step} "
+                  f"(Keras's Epoch {found.epoch + 1}/{self.epochs})"
+                  + (f" (that epoch's figures cover its remaining {self.base.num_steps - found.step} steps)"
+                     if found.step else ""), file=sys.stderr, flush=True)
+            if self.guard.weights is not None:
+                self.plan = self.base.with_topology(Topology(replicas, self.guard.weights))
+        self.monitor = _monitor(self.base, self.rebalance, run_dir / TELEMETRY_FILE, found is not None)
+        directory.started = True
+
+    def train(self, reader, val, val_plan, verbose, callbacks):
+        keras = _keras()
+        history = keras.callbacks.History()
+        history.set_model(self.model)
+        history.epoch, history.history = [], {}
+        val_kw = {} if val is None else {
+            "validation_data": keras_dataset(PlanReader(val), val_plan, epochs=1, repeat=True),
+            "validation_steps": val_plan.num_steps}
+        if self.monitor is not None:  # a re-plan must pay for itself over the steps left
+            self.monitor.total_steps = self.epochs * self.base.num_steps
+        while self.cursor.epoch < self.epochs:
+            cursor = self.cursor
+            stop = cursor.epoch + 1 if cursor.step > 0 else self.epochs
+            watcher = None if self.recorder is None else \
+                PlanCallback.create(self.plan, self.base, self.recorder, cursor, self.guard, self.monitor)
+            h = self.model.fit(keras_dataset(reader, self.plan, epochs=stop - cursor.epoch, start=cursor),
+                               epochs=stop, initial_epoch=cursor.epoch, steps_per_epoch=self.plan.num_steps - cursor.step
+                               if cursor.step > 0 else self.plan.num_steps, verbose=verbose, shuffle=False,
+                               callbacks=([watcher] if watcher is not None else []) + callbacks, **val_kw)
+            history.epoch += list(h.epoch)
+            for k, v in h.history.items():
+                history.history.setdefault(k, []).extend(v)
+            self.cursor = watcher.cursor if watcher is not None else Cursor(stop, 0)
+            if watcher is not None and watcher.replan is not None:
+                self._adopt(watcher.replan)
+            elif self.model.stop_training and self.cursor.epoch < self.epochs:
+                break  # a callback (e.g. EarlyStopping) ended training
+        if self.guard is not None:
+            self.guard.finish(self.cursor)
+        if self.monitor is not None:
+            self.monitor.close()
+        return history
+
+    def _adopt(self, decision) -> None:
+        before = tuple(self.plan.topology.weights or (1.0,) * self.plan.topology.replicas)
+        self.plan = self.base.with_topology(Topology(self.base.topology.replicas, decision.weights))
+        self.monitor.replanned(self.cursor, before, decision)
+        if self.guard is not None:
+            self.guard.weights = tuple(self.plan.topology.weights)
+
+
+def _check_resume(run_dir: Path, plan: Plan, identity: str | None, epochs: int) -> None:
+    found = list_checkpoints(run_dir)
+    if not found:
+        return
+    meta = found[-1].meta
+    if meta.get("api") != "keras_fit":
+        raise ValueError(f"output_dir {run_dir} holds checkpoints of another kind of run ({meta.get('api') or 'evenflow'}"
+                         f" {meta.get('framework', '')}); use another output_dir")
+    if identity is not None and meta.get("data") not in (None, identity):
+        raise ValueError(f"output_dir {run_dir} holds checkpoints trained on other data (digest {meta['data'][:12]}, "
+                         f"this call's {identity[:12]}); use another output_dir, or delete its checkpoints to start over")
+    if meta.get("plan") != plan.fingerprint():
+        raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({meta.get('plan')}, this call plans "
+                         f"{plan.fingerprint()}: the data, batch_size, seed, stratify or the planner's version differ); use another output_dir")
+    if found[-1].cursor.epoch > epochs:
+        raise ValueError(f"epochs must be at least the {found[-1].cursor.epoch} epochs already trained in {run_dir}, "
+                         f"got {epochs}")

@@ -1,0 +1,138 @@
+"""The run around ``model.fit``: audit, checkpoints and telemetry as a Keras callback.
+
+:class:`PlanCallback` reads what each step trained on from the exact steps'
+:class:`~evenflow.tf.keras.steps.StepRecorder` (sample ids, ``[loss sum, hits, real count]``
+and host-clock stamps per replica) and hands it, step by step, to the framework-neutral
+run layer — the same objects ``evenflow train`` drives:
+
+* :class:`~evenflow.run.guard.TrainingGuard`: the audit trail, checkpoints every ``every``
+  steps and at each epoch's end (with the cursor, the epoch's sums so far and the weights in
+  use), so ``evenflow audit`` checks a ``fit`` run and a rerun resumes exactly;
+* :class:`~evenflow.run.monitor.ReplicaMonitor`: ``telemetry.jsonl`` and re-plan decisions
+  from the measured per-replica times. A decision takes effect at the next epoch: the callback
+  stops ``fit`` at the epoch's end, and :func:`evenflow.tf.fit` continues on the new plan.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.plan import Plan
+from evenflow.run.results import Tally
+from evenflow.tf._lazy import keras as _keras
+
+__all__ = ["PlanCallback", "plan_callback"]
+
+
+def _rows(records: list[tuple], replicas: int) -> list[dict]:
+    """Group recorder records into one row per step: each replica's j-th record is step j's."""
+    by_replica: dict[int, list] = {}
+    for rec in records:
+        by_replica.setdefault(rec[0], []).append(rec)
+    steps = {len(v) for v in by_replica.values()}
+    if len(by_replica) != replicas or len(steps) != 1:
+        raise RuntimeError(f"expected one record per replica and step from {replicas} replicas, got "
+                           f"{ {r: len(v) for r, v in sorted(by_replica.items())} }; please report this as a bug")
+    rows = []
+    for j in range(steps.pop()):
+        recs = [by_replica[r][j] for r in range(replicas)]
+        rows.append({"replica": np.arange(replicas, dtype=np.int64), "ids": np.stack([r[1] for r in recs]),
+                     "sums": np.stack([r[2] for r in recs]), "flags": np.zeros((replicas, 3)),
+                     "stamps": np.stack([r[3] for r in recs])})
+    return rows
+
+
+def plan_callback(base):
+    """A :class:`PlanCallback` class deriving from ``keras.callbacks.Callback`` (imported lazily)."""
+
+    class _PlanCallback(PlanCallback, base):
+        def __init__(self, *args, **kwargs):
+            base.__init__(self)
+            PlanCallback.__init__(self, *args, **kwargs)
+
+    return _PlanCallback
+
+
+class PlanCallback:
+    """Feeds each ``fit`` step's records to the guard and the monitor (see the module docstring).
+
+    Create it with :meth:`create` (a ``keras.callbacks.Callback``).
+
+    Args:
+        plan: the plan the ``fit`` call runs (possibly re-planned with measured weights).
+        base: the run's base plan (what re-plans start from).
+        recorder: the :class:`~evenflow.tf.keras.steps.StepRecorder` the exact steps write to.
+        start: the cursor the ``fit`` call starts at.
+        guard: a :class:`~evenflow.run.guard.TrainingGuard`, or None.
+        monitor: a :class:`~evenflow.run.monitor.ReplicaMonitor`, or None.
+
+    Attributes:
+        cursor: how far training got.
+        replan: new weights decided at an epoch's end (``fit`` was stopped there), or None.
+    """
+
+    skip_nonfinite = False  # Keras's fit applies every update
+
+    @classmethod
+    def create(cls, *args, **kwargs):
+        return plan_callback(_keras().callbacks.Callback)(*args, **kwargs)
+
+    def __init__(self, plan: Plan, base: Plan, recorder, start: Cursor, guard=None, monitor=None):
+        self.plan, self.base, self.recorder, self.guard, self.monitor = plan, base, recorder, guard, monitor
+        self.cursor, self.replan = start, None
+        self._start, self._tally, self._began, self._decided = start, None, 0.0, None
+
+    def all_gather(self, rows) -> np.ndarray:
+        return np.asarray(rows, dtype=np.float64)  # one process: model.fit runs under MirroredStrategy only
+
+    # -- Keras hooks ------------------------------------------------------------------------
+    def on_epoch_begin(self, epoch, logs=None):
+        step = self._start.step if epoch == self._start.epoch else 0
+        self.cursor = Cursor(int(epoch), step)
+        partial = self.guard.partial(self.cursor) if self.guard is not None else None
+        self._tally = Tally(self.plan.topology.replicas, partial)
+        self.recorder.drain()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._began = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.time()
+        for row in _rows(self.recorder.drain(), self.plan.topology.replicas):
+            stamps = row.pop("stamps")
+            ready = float(stamps[:, 0].min())
+            row["timing"] = np.column_stack([np.full(len(stamps), min(self._began, ready)), np.full(len(stamps), ready),
+                                             stamps[:, 0], stamps[:, 1], np.full(len(stamps), now)])
+            self._step(row)
+
+    def _step(self, row: dict) -> None:
+        epoch, step = self.cursor.epoch, self.cursor.step
+        self._tally.add(row)
+        if self.guard is not None:
+            self.guard.record(epoch, step, row)
+        self.cursor = Cursor(epoch, step + 1)
+        end = self.cursor.step == self.plan.num_steps
+        if self.monitor is not None:
+            self.monitor.record(epoch, step, row)
+            if self.monitor.due(end):
+                decision = self.monitor.absorb(self.monitor.window(), end_of_epoch=end)
+                if decision is not None and decision.weights is not None:
+                    self._decided = decision
+        if self.guard is not None:
+            if end and self._decided is not None:
+                self.guard.weights = tuple(float(w) for w in self._decided.weights)
+            result = self._tally.result(epoch, self._tally.sums) if end else None
+            self.guard.after_step(self, self.cursor, self._tally, result)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.cursor.step == self.plan.num_steps:
+            self.cursor = Cursor(int(epoch) + 1, 0)
+        if self._decided is not None and self.cursor.step == 0:
+            self.replan, self._decided = self._decided, None
+            self.model.stop_training = True  # evenflow.tf.fit goes on with the new plan
+
+    def on_train_end(self, logs=None):
+        if self.monitor is not None:
+            self.monitor.flush()
