@@ -31,7 +31,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Runs `evenflow train` with Rebalancer.check patched to re-plan once to the true weights.
 _FORCED = """
 import sys
-from evenflow.plan.speed.rebalancer import rebalancer as speed
+from evenflow.plan.speed import rebalancer as speed
 from evenflow.cli import main
 truth, check, done = tuple(float(w) for w in sys.argv[1].split(",")), speed.Rebalancer.check, []
 def forced(self, load, seconds, steps_left=None):

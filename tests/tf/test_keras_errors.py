@@ -259,7 +259,7 @@ def test_the_default_loss_refuses_float_or_one_hot_labels():
 
 
 def test_the_parameter_server_trainer_names_a_model_optimizer_or_strategy_it_cannot_use():
-    from evenflow.tf.ps.training import training as ps
+    from evenflow.tf import ps
 
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     with one.scope():
@@ -273,7 +273,7 @@ def test_the_parameter_server_trainer_names_a_model_optimizer_or_strategy_it_can
     with pytest.raises(TypeError, match="optimizer must be a Keras optimizer .*got str"):
         ps.PSTrainer(one, module, "sgd")
     with pytest.raises(TypeError, match=r"strategy must be a tf.distribute.ParameterServerStrategy "
-                                        r"\(evenflow.tf.ps.training.make_strategy\(\) on the chief\), got OneDeviceStrategy"):
+                                        r"\(evenflow.tf.ps.make_strategy\(\) on the chief\), got OneDeviceStrategy"):
         ps.PSTrainer(one, module, optimizer)
     assert not optimizer.built  # refused before anything was built
 

@@ -76,10 +76,10 @@ def _check_parts(strategy, model, optimizer) -> None:
     tf, keras = _tf(), _keras()
     if isinstance(model, keras.Model):
         raise TypeError("model must be a tf.Module, not a Keras model: Keras 3 layers cannot hold the variables a "
-                        "ParameterServerStrategy splits across servers; use evenflow.tf.ps.training.make_mlp or "
+                        "ParameterServerStrategy splits across servers; use evenflow.tf.ps.make_mlp or "
                         "make_hashed_text, or your own tf.Module with tf.Variables")
     if not isinstance(model, tf.Module) or not callable(model):
-        raise TypeError(f"model must be a callable tf.Module made under strategy.scope() (evenflow.tf.ps.training.make_mlp, "
+        raise TypeError(f"model must be a callable tf.Module made under strategy.scope() (evenflow.tf.ps.make_mlp, "
                         f"make_hashed_text), got {type(model).__name__}")
     if not model.trainable_variables:
         raise ValueError(f"the model {type(model).__name__} has no trainable variables to update")
@@ -87,7 +87,7 @@ def _check_parts(strategy, model, optimizer) -> None:
         raise TypeError(f"optimizer must be a Keras optimizer made under strategy.scope() (keras.optimizers.SGD(0.1), "
                         f"...), got {type(optimizer).__name__}")
     if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
-        raise TypeError(f"strategy must be a tf.distribute.ParameterServerStrategy (evenflow.tf.ps.training.make_strategy() "
+        raise TypeError(f"strategy must be a tf.distribute.ParameterServerStrategy (evenflow.tf.ps.make_strategy() "
                         f"on the chief), got {type(strategy).__name__}")
 
 
