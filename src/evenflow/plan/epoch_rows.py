@@ -32,13 +32,9 @@ def check_epochs(epochs, endless: bool) -> None:
 
 
 def replica_windows(plan: Plan, epoch: int, first: int, replicas: list[int]):
-    """Yield ``(step, rows)`` from step ``first`` of ``epoch`` on, a window at a time: ``rows`` int64
-    ``[steps, len(replicas), slots]`` are those replicas' rows from ``step`` on (step-major).
-
-    Memory follows the asked replicas' rows of a window, not the epoch: count mode (and any one
-    replica) computes only those replicas' positions; cost mode splits each window's steps whole
-    and keeps the asked replicas. For a ``plan.windowed`` plan.
-    """
+    """Yield ``(step, rows)`` from step ``first`` of a ``plan.windowed`` plan's ``epoch`` on, a window at a time:
+    int64 ``rows [steps, len(replicas), slots]`` from ``step`` on. Count mode (or one replica) computes only those
+    replicas' positions; cost mode splits each window's steps whole and keeps the asked replicas."""
     width = max(1, WINDOW_SAMPLES // plan.options.global_batch_size)
     for a in range(first, plan.num_steps, width):
         lo, hi = Cursor(epoch, a), Cursor(epoch, min(a + width, plan.num_steps))

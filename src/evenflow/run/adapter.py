@@ -53,10 +53,8 @@ class Processes:
 
 @dataclass(kw_only=True)
 class Session:
-    """A started framework for one run (see the module docstring): what every framework's session holds.
-
-    Each adapter derives its session from this one and adds only its own fields (its strategy or
-    cluster) and the methods it does differently: :meth:`writer` always, the others where needed.
+    """A started framework for one run (see the module docstring): each adapter's session derives from it,
+    adding its own fields (strategy, cluster) and :meth:`writer`, and overriding what it does differently.
 
     Attributes:
         processes: the final :class:`Processes`.
@@ -65,8 +63,7 @@ class Session:
         description: one line, e.g. ``"4 replicas (cpu:0, ...), MirroredStrategy"``.
         num_weights: the model's trainable parameter count.
         state: the :class:`~evenflow.run.checkpoints.ModelState` checkpoints save and restore.
-        train_reader, test_reader: what the loop reads the training and test sets with (test: None
-            when the run evaluates nothing).
+        train_reader, test_reader: what the loop reads the training and test sets with (test: None or one).
         shared_cpu: the replicas are logical devices sharing one CPU's cores (they have no speed
             of their own: rebalancing ``auto`` stays off).
         summary: framework facts for ``summary.json`` (backend, precision, ...).

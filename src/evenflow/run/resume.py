@@ -65,15 +65,10 @@ def audit_note(cfg: TrainConfig, guard: TrainingGuard, start: Cursor) -> str | N
 
 @dataclass(frozen=True)
 class ResumeWords:
-    """How a front end is named in the lines that refuse a resume (:data:`COMMAND`, or ``evenflow.tf.fit``'s).
+    """How a front end names its options in the lines that refuse a resume (:data:`COMMAND`: ``evenflow train``'s).
 
-    Attributes:
-        output_dir: the option that names the run directory.
-        this: the run being started (``"this run"``).
-        data: what a data digest covers, after a colon ("" to say nothing).
-        plan: what a plan fingerprint covers, before "or the planner's version".
-        epochs: the epochs option as it is written before its value (``"--epochs "``).
-        start_over: how to start over in the same directory.
+    ``data`` is what a data digest covers (after a colon, or ""), ``plan`` what a plan fingerprint
+    covers; ``epochs`` the epochs option as written before its value.
     """
 
     output_dir: str
