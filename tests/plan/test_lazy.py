@@ -136,9 +136,10 @@ def test_window_cursors_are_checked():
 @pytest.mark.parametrize("mode", ["count", "cost weighted", "stratified"])
 def test_the_torch_sampler_reads_windows_that_equal_the_whole_epochs(mode, monkeypatch):
     pytest.importorskip("torch")
+    from evenflow.plan import epoch_rows
     from evenflow.torch import loader
 
-    monkeypatch.setattr(loader, "WINDOW_SAMPLES", 100)  # 4 steps of 24 per window
+    monkeypatch.setattr(epoch_rows, "WINDOW_SAMPLES", 100)  # 4 steps of 24 per window
     plan = _plan(mode)
     start = ef.Cursor(1, 7)
     for rank in range(3):
@@ -155,8 +156,7 @@ def test_the_torch_sampler_reads_windows_that_equal_the_whole_epochs(mode, monke
 def test_the_tensorflow_rows_of_a_replica_are_planned_alone_and_equal_the_epochs(mode, monkeypatch):
     # Count mode: any replica's rows, window by window. Cost mode: a worker's range of replicas
     # (asked once per epoch), window by window; its single replicas share one planned epoch.
-    pytest.importorskip("tensorflow")
-    from evenflow.tf.input import epoch_rows as epoch_rows
+    from evenflow.plan import epoch_rows
 
     monkeypatch.setattr(epoch_rows, "WINDOW_SAMPLES", 100)  # windows of 4 steps of 24
     plan = _plan(mode)

@@ -16,7 +16,7 @@ more folder with one more adapter.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -51,44 +51,56 @@ class Processes:
         return Topology(self.replicas)
 
 
-class Session(Protocol):
-    """A started framework for one run (see the module docstring).
+@dataclass(kw_only=True)
+class Session:
+    """A started framework for one run (see the module docstring): each adapter's session derives from it,
+    adding its own fields (strategy, cluster) and :meth:`writer`, and overriding what it does differently.
 
     Attributes:
         processes: the final :class:`Processes`.
+        trainer: the framework's trainer; its ``loop`` is the session's :attr:`loop`.
         devices: this process's replica devices, e.g. ``["cpu:0", "cpu:1"]``.
         description: one line, e.g. ``"4 replicas (cpu:0, ...), MirroredStrategy"``.
+        num_weights: the model's trainable parameter count.
+        state: the :class:`~evenflow.run.checkpoints.ModelState` checkpoints save and restore.
+        train_reader, test_reader: what the loop reads the training and test sets with (test: None or one).
         shared_cpu: the replicas are logical devices sharing one CPU's cores (they have no speed
             of their own: rebalancing ``auto`` stays off).
-        num_weights: the model's trainable parameter count.
-        loop: the :class:`~evenflow.run.loop.TrainLoop` over this framework's engine.
-        state: the :class:`~evenflow.run.checkpoints.ModelState` checkpoints save and restore.
-        train_reader, test_reader: what the loop reads the training and test sets with.
         summary: framework facts for ``summary.json`` (backend, precision, ...).
+        run_dir: where the run's checkpoints are (named by a failure's line).
     """
 
     processes: Processes
+    trainer: object
     devices: list[str]
     description: str
-    shared_cpu: bool
     num_weights: int
-    loop: object
     state: object
     train_reader: object
     test_reader: object
-    summary: dict
+    shared_cpu: bool = False
+    summary: dict = field(default_factory=dict)
+    run_dir: Path | None = None
+
+    @property
+    def loop(self):
+        """The :class:`~evenflow.run.loop.TrainLoop` over this framework's engine."""
+        return self.trainer.loop
 
     def running(self) -> contextlib.AbstractContextManager:
         """A context the training loop runs in (e.g. a shorter GIL switch interval while timing)."""
+        return contextlib.nullcontext()
 
     def writer(self, directory: Path):
         """A :class:`~evenflow.run.runlog.ScalarWriter` of TensorBoard events in ``directory``."""
+        raise NotImplementedError(f"{type(self).__name__} must say how it writes TensorBoard events")
 
     def failure(self, error: BaseException) -> BaseException | None:
         """The one-line error to report for ``error`` (a lost peer, a bad record), or None to re-raise it."""
+        return None
 
     def close(self, ok: bool) -> None:
-        """End the session (process groups, servers); ``ok`` is False after an error."""
+        """End the session (process groups, servers); ``ok`` is False after an error. Nothing to release here."""
 
 
 class Framework(Protocol):

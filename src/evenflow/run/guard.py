@@ -32,6 +32,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
+from evenflow.plan.topology import Topology
 from evenflow.run.anomaly import AnomalyPolicy
 from evenflow.run.audit import AuditLog
 from evenflow.run.checkpoints import (Checkpointer, CheckpointInfo, NonFiniteModelError, fault_point,
@@ -80,6 +81,24 @@ class TrainingGuard:
         self._confirm_after = max(anomalies.restore_after, 1) if anomalies is not None else 1
 
     # -- start -----------------------------------------------------------------------------------
+    @classmethod
+    def in_run_dir(cls, run_dir, plan: Plan, state, *, keep: int, every: int = 0, audit: bool = False,
+                   meta: dict | None = None, anomalies: AnomalyPolicy | None = None, is_chief: bool = True,
+                   worker: int = 0) -> "TrainingGuard":
+        """The guard of a run directory: ``keep`` checkpoints of ``state`` (a ModelState), the audit trail when
+        ``audit``, and ``meta`` in every checkpoint's meta.json."""
+        checkpointer = Checkpointer(run_dir, state, keep=keep, is_chief=is_chief, worker=worker)
+        log = AuditLog(run_dir, plan.index.num_samples, plan.num_steps, plan.topology.replicas, worker=worker) \
+            if audit else None
+        guard = cls(plan, checkpointer, every=every, audit=log, anomalies=anomalies, is_chief=is_chief)
+        guard.meta = dict(meta or {})
+        return guard
+
+    def plan_in_use(self) -> Plan:
+        """The plan split by the replica weights in use (a checkpoint's measured ones), else the plan itself."""
+        return self.plan if self.weights is None else \
+            self.plan.with_topology(Topology(self.plan.topology.replicas, self.weights))
+
     def resume(self, candidates: list[CheckpointInfo] | None = None, agree=None) -> Cursor | None:
         """Restore the newest checkpoint that loads (if any) and trim the audit to it; returns its cursor.
 

@@ -30,13 +30,12 @@ from evenflow.records.errors import RecordError
 from evenflow.data.augment_policy import check_fits
 from evenflow.plan.options import PlanOptions
 from evenflow.plan.plan import Plan
-from evenflow.plan.topology import Topology
 from evenflow.run.adapter import Framework, Processes
 from evenflow.run.anomaly import ANOMALY_LOG, AnomalyPolicy
-from evenflow.run.audit import AUDIT_DIR, AuditLog
+from evenflow.run.audit import AUDIT_DIR
 from evenflow.run.audit_ids import write_id_map
 from evenflow.run.checkpoint_trust import agreement
-from evenflow.run.checkpoints import CHECKPOINT_DIR, DAMAGED_PREFIX, Checkpointer, CheckpointInfo
+from evenflow.run.checkpoints import CHECKPOINT_DIR, DAMAGED_PREFIX, CheckpointInfo
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
 from evenflow.run.lock import RunDirectory
@@ -200,14 +199,13 @@ def _run(p: Prepared, session, run_dir, out, err, title: str, began: float) -> d
     if start is None:
         start = Cursor(0, 0)
         guard.save_initial(start)
-    train_plan = p.train_plan
     if guard.weights is not None and cfg.monitor.rebalance == "off":  # the flag wins over the checkpoint
         print(f"--rebalance off: the checkpoint's measured replica weights "
               f"{', '.join(f'{w:g}' for w in guard.weights)} are not used; every replica takes an equal share",
               file=out)
         guard.weights = None
-    if guard.weights is not None:  # the checkpoint's measured weights: no need to measure them again
-        train_plan = p.train_plan.with_topology(Topology(p.train_plan.topology.replicas, guard.weights))
+    train_plan = guard.plan_in_use()  # the checkpoint's measured weights: no need to measure them again
+    if guard.weights is not None:
         print(f"resuming with the measured replica weights {', '.join(f'{w:g}' for w in guard.weights)}", file=out)
     print_header(p, session, title, out)
     if start != Cursor(0, 0):
@@ -246,13 +244,10 @@ def _guard(p: Prepared, session) -> TrainingGuard:
     """The run's checkpoints, audit trail and anomaly policy, wired into one TrainingGuard."""
     cfg, procs = p.config, session.processes
     ckpt, anomaly = cfg.checkpoint, cfg.anomaly
-    checkpointer = Checkpointer(p.run_dir, session.state, keep=ckpt.keep_checkpoints, is_chief=procs.is_chief,
-                                worker=procs.index)
-    audit = AuditLog(p.run_dir, p.data.train.num_samples, p.train_plan.num_steps, procs.replicas,
-                     worker=procs.index) if ckpt.audit else None
     policy = AnomalyPolicy(p.run_dir / ANOMALY_LOG if procs.is_chief else None, restore_after=anomaly.restore_after,
                            lr_factor=anomaly.restore_lr_factor, max_restores=anomaly.max_restores)
-    guard = TrainingGuard(p.train_plan, checkpointer, every=ckpt.checkpoint_every, audit=audit, anomalies=policy,
-                          is_chief=procs.is_chief)
-    guard.meta = {"framework": cfg.compute.framework, "data": p.data.identity, "config": run_facts(cfg)}
-    return guard
+    return TrainingGuard.in_run_dir(p.run_dir, p.train_plan, session.state, keep=ckpt.keep_checkpoints,
+                                    every=ckpt.checkpoint_every, audit=ckpt.audit, anomalies=policy,
+                                    is_chief=procs.is_chief, worker=procs.index,
+                                    meta={"framework": cfg.compute.framework, "data": p.data.identity,
+                                          "config": run_facts(cfg)})

@@ -3,12 +3,14 @@
 Before a framework starts, :func:`resumable` lists the run directory's checkpoints up to the
 newest whose digests match, and :func:`check_resume` refuses a checkpoint of other data, another
 plan or framework, or another model, dropout or optimizer (a resume continues the checkpoint's
-model and optimizer), naming the flag. After the restore, :func:`learning_rate_note` honours a
+model and optimizer), naming the flag. The rules every front end shares (:func:`check_same_run`,
+:func:`check_epochs_trained`) name its options through its :class:`ResumeWords`. After the restore, :func:`learning_rate_note` honours a
 changed ``--learning-rate`` and :func:`audit_note` says what a changed ``--audit`` leaves out.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from evenflow.plan.cursor import Cursor
@@ -17,7 +19,8 @@ from evenflow.run.checkpoints import CheckpointInfo, list_checkpoints, none_rest
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
 
-__all__ = ["resumable", "check_resume", "run_facts", "audit_note", "learning_rate_note"]
+__all__ = ["resumable", "check_resume", "check_same_run", "check_epochs_trained", "ResumeWords", "COMMAND", "run_facts",
+           "audit_note", "learning_rate_note"]
 
 
 def resumable(run_dir: Path) -> tuple[CheckpointInfo, ...]:
@@ -60,21 +63,61 @@ def audit_note(cfg: TrainConfig, guard: TrainingGuard, start: Cursor) -> str | N
             f"audit counts these steps as not recorded")
 
 
-def check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str | None,
-                  candidates: tuple[CheckpointInfo, ...]) -> Cursor:
-    """The cursor of the newest restorable checkpoint, if it continues this plan on this data (numpy only)."""
+@dataclass(frozen=True)
+class ResumeWords:
+    """How a front end names its options in the lines that refuse a resume (:data:`COMMAND`: ``evenflow train``'s).
+
+    ``data`` is what a data digest covers (after a colon, or ""), ``plan`` what a plan fingerprint
+    covers; ``epochs`` the epochs option as written before its value.
+    """
+
+    output_dir: str
+    this: str
+    data: str
+    plan: str
+    epochs: str
+    start_over: str
+
+
+COMMAND = ResumeWords("--output-dir", "this run", ": the dataset's content, its feature or label key, the per-sample "
+                      "shape, the held-out split or the evaluation dataset differ",
+                      "the dataset, global batch size, seed, stratification", "--epochs ",
+                      "--no-resume to start over there")
+
+
+def check_same_run(candidates: tuple[CheckpointInfo, ...], plan: Plan, identity: str | None, run_dir: Path,
+                   words: ResumeWords, api: str | None = None) -> CheckpointInfo:
+    """The newest verified of :func:`resumable`'s ``candidates``, unless it is of another kind of run (``api``),
+    of other data or of another plan (numpy only)."""
     latest = next(c for c in reversed(candidates) if c.verified)
-    theirs = latest.meta.get("data")
+    meta = latest.meta
+    if meta.get("api") != api:
+        raise ValueError(f"output_dir {run_dir} holds checkpoints of another kind of run ({meta.get('api') or 'evenflow'}"
+                         f" {meta.get('framework', '')}); use another {words.output_dir}")
+    theirs = meta.get("data")
     if identity is not None and theirs is not None and theirs != identity:
         raise ValueError(f"output_dir {run_dir} holds checkpoints trained on other data (data digest {theirs[:12]}, "
-                         f"this run's {identity[:12]}: the dataset's content, its feature or label key, the "
-                         f"per-sample shape, the held-out split or the evaluation dataset differ); use another "
-                         f"--output-dir, or --no-resume to start over there")
-    theirs = latest.meta.get("plan")
+                         f"{words.this}'s {identity[:12]}{words.data}); use another {words.output_dir}, or "
+                         f"{words.start_over}")
+    theirs = meta.get("plan")
     if theirs != plan.fingerprint():
-        raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({theirs}, this run plans "
-                         f"{plan.fingerprint()}: the dataset, global batch size, seed, stratification or the planner's version differ); "
-                         f"use another --output-dir, or --no-resume to start over there")
+        raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({theirs}, {words.this} plans "
+                         f"{plan.fingerprint()}: {words.plan} or the planner's version differ); use another "
+                         f"{words.output_dir}, or {words.start_over}")
+    return latest
+
+
+def check_epochs_trained(latest: CheckpointInfo, epochs: int, run_dir: Path, words: ResumeWords) -> None:
+    """Refuse to train up to fewer epochs than the checkpoint already trained."""
+    if latest.cursor.epoch > epochs:
+        raise ValueError(f"epochs must be at least the {latest.cursor.epoch} epochs already trained in {run_dir}, "
+                         f"got {epochs}; pass {words.epochs}{latest.cursor.epoch} or more, or {words.start_over}")
+
+
+def check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str | None,
+                 candidates: tuple[CheckpointInfo, ...]) -> Cursor:
+    """The cursor of the newest restorable checkpoint, if it continues this plan on this data (numpy only)."""
+    latest = check_same_run(candidates, plan, identity, run_dir, COMMAND)
     framework = latest.meta.get("framework", config.compute.framework)
     if framework != config.compute.framework:
         raise ValueError(f"output_dir {run_dir} holds checkpoints written with --framework {framework}; resume "
@@ -86,10 +129,7 @@ def check_resume(config: TrainConfig, plan: Plan, run_dir: Path, identity: str |
             raise ValueError(f"output_dir {run_dir} holds checkpoints trained with {flag} {was}, this run has {flag} "
                              f"{now}; a resume continues the checkpoint's model and optimizer: resume with {flag} "
                              f"{was}, or --no-resume to start over there, or use another --output-dir")
-    if latest.cursor.epoch > config.schedule.epochs:
-        raise ValueError(f"epochs must be at least the {latest.cursor.epoch} epochs already trained in {run_dir}, "
-                         f"got {config.schedule.epochs}; pass --epochs {latest.cursor.epoch} or more, or "
-                         f"--no-resume to start over")
+    check_epochs_trained(latest, config.schedule.epochs, run_dir, COMMAND)
     return latest.cursor
 
 

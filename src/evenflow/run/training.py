@@ -9,16 +9,18 @@ nothing to evaluate (``test_fraction`` 0, no ``eval_dataset``) evaluates nothing
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
+from evenflow.plan.speed.rebalancer import RebalanceOptions
 from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
 from evenflow.run.results import EvalResult
 from evenflow.util.progress import ProgressBar
 
-__all__ = ["Trained", "train_and_evaluate", "make_monitor"]
+__all__ = ["Trained", "train_and_evaluate", "make_monitor", "plan_monitor"]
 
 
 @dataclass
@@ -37,16 +39,21 @@ def make_monitor(p, session, log, resumed: bool) -> ReplicaMonitor | None:
     if not cfg.monitor.telemetry or not getattr(session, "timed", True):
         return None  # off, or a session without per-replica step times (parameter servers)
     plan = p.train_plan
+    return plan_monitor(plan, cfg.monitor.rebalance_options(session.shared_cpu, cfg.checkpoint.deterministic,
+                                                            _sharded(p, session), single=plan.topology.replicas == 1),
+                        p.run_dir if procs.is_chief else None, resumed, log=log if procs.is_chief else None,
+                        workers=procs.count, shared_devices=session.shared_cpu and not cfg.monitor.simulation().active,
+                        input_facts=_input_facts(cfg))
+
+
+def plan_monitor(plan: Plan, rebalance: RebalanceOptions, run_dir: Path | None, resumed: bool,
+                 **more) -> ReplicaMonitor:
+    """A :class:`~evenflow.run.monitor.ReplicaMonitor` of ``plan``'s replicas and steps (its costs in cost mode),
+    writing ``telemetry.jsonl`` into ``run_dir`` (None: nowhere), appended to when ``resumed``."""
     costs = plan.index.costs if plan.options.balance == "cost" else None
     return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
-                          rebalance=cfg.monitor.rebalance_options(session.shared_cpu, cfg.checkpoint.deterministic,
-                                                                  _sharded(p, session),
-                                                                  single=plan.topology.replicas == 1),
-                          log=log if procs.is_chief else None,
-                          telemetry=p.run_dir / TELEMETRY_FILE if procs.is_chief else None,
-                          workers=procs.count, append=resumed,
-                          shared_devices=session.shared_cpu and not cfg.monitor.simulation().active,
-                          input_facts=_input_facts(cfg))
+                          rebalance=rebalance, telemetry=None if run_dir is None else Path(run_dir) / TELEMETRY_FILE,
+                          append=resumed, **more)
 
 
 def _input_facts(cfg) -> dict:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from evenflow.run.adapter import Processes
+from evenflow.run.adapter import Session
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.launch.cluster import Cluster
@@ -20,28 +20,13 @@ from evenflow.tf.launch.cluster import Cluster
 __all__ = ["TFSession", "start_session", "make_readers", "bad_input", "replicas_text"]
 
 
-@dataclass
-class TFSession:
+@dataclass(kw_only=True)
+class TFSession(Session):
     """A started TensorFlow run (:class:`evenflow.run.adapter.Session`)."""
 
-    processes: Processes
     cluster: Cluster
     strategy: object
-    trainer: object
-    devices: list[str]
-    description: str
-    shared_cpu: bool
-    num_weights: int
-    state: object
-    train_reader: object
-    test_reader: object
     data: object
-    summary: dict = field(default_factory=dict)
-    run_dir: Path | None = None  # where the run's checkpoints are (named by a lost peer's line)
-
-    @property
-    def loop(self):
-        return self.trainer.loop
 
     def running(self) -> contextlib.AbstractContextManager:
         return self.trainer.engine.running()
@@ -61,9 +46,6 @@ class TFSession:
         if failure is not None:
             return failure
         return bad_input(self.data, error)
-
-    def close(self, ok: bool) -> None:
-        """Nothing to release: TensorFlow's runtime ends with the process."""
 
 
 def start_session(p, cluster):

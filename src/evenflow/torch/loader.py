@@ -36,6 +36,7 @@ import numpy as np
 from evenflow.data.packed import check_packed_source
 from evenflow.data.source import RESERVED_KEYS, Source
 from evenflow.plan import Cursor, Plan
+from evenflow.plan.epoch_rows import replica_windows
 from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import checked_transform, loader_options
@@ -47,7 +48,6 @@ __all__ = ["LoaderWorkerDied", "PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "ra
 
 # Batches each DataLoader worker loads ahead (the DataLoader's own default).
 PREFETCH_FACTOR = 2
-WINDOW_SAMPLES = 1 << 18  # a rank plans this many samples of global steps at a time (at least one step)
 
 
 def rank_and_world_size(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -137,15 +137,11 @@ class PlanSteps:
                 yield epoch, ep.start_step + s, rows[s], int(counts[s]), packing
 
     def _windows(self, epoch: int, first: int):
-        # This rank's rows only, a window of steps at a time: memory in proportion to the window,
-        # whatever the epoch's size (in count mode, without the other ranks' rows either).
+        # This rank's rows only, a window of steps at a time: memory in proportion to the window.
         sizes = self.plan.step_sizes
-        width = max(1, WINDOW_SAMPLES // self.plan.options.global_batch_size)
-        for a in range(first, self.plan.num_steps, width):
-            b = min(a + width, self.plan.num_steps)
-            rows = self.plan.replica_ids(epoch, self.rank, start=Cursor(epoch, a), stop=Cursor(epoch, b))
-            for s in range(b - a):
-                yield epoch, a + s, rows[s], int(sizes[a + s]), None
+        for a, rows in replica_windows(self.plan, epoch, first, [self.rank]):
+            for s in range(len(rows)):
+                yield epoch, a + s, rows[s, 0], int(sizes[a + s]), None
 
 
 class _StepBatches:

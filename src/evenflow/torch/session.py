@@ -6,36 +6,17 @@ first: it fixes rank and world size.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from evenflow.run.adapter import Processes
+from evenflow.run.adapter import Session
 
 __all__ = ["TorchSession", "start_session"]
 
 
-@dataclass
-class TorchSession:
+@dataclass(kw_only=True)
+class TorchSession(Session):
     """A started PyTorch run (:class:`evenflow.run.adapter.Session`)."""
-
-    processes: Processes
-    trainer: object
-    devices: list[str]
-    description: str
-    num_weights: int
-    state: object
-    train_reader: object
-    test_reader: object
-    shared_cpu: bool = False
-    summary: dict = field(default_factory=dict)
-    run_dir: Path | None = None  # where the run's checkpoints are (named by a failure's message)
-
-    @property
-    def loop(self):
-        return self.trainer.loop
-
-    def running(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
 
     def writer(self, directory: Path):
         from evenflow.torch.summary import TorchScalarWriter

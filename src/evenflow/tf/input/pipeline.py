@@ -1,7 +1,7 @@
 """The ``tf.data`` pipeline that turns rows of a plan into batches.
 
 Each element of the input is one row of the plan (``id``, ``global_real_count``,
-``epoch``; see :class:`~evenflow.tf.input.epoch_rows.EpochRows`). :func:`load_batches` loads
+``epoch``; see :class:`~evenflow.plan.epoch_rows.EpochRows`). :func:`load_batches` loads
 the row's samples from the source in one vectorised call, masks the padding slots,
 applies the map functions, optionally stamps when each batch was produced, and prefetches.
 """

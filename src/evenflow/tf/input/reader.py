@@ -29,7 +29,7 @@ each replica still receives exactly its row.
 Padding slots load a valid dummy row (another sample of the same batch) so every
 op sees well-formed data; the mask removes them from loss and metrics.
 
-The rows come from :class:`~evenflow.tf.input.epoch_rows.EpochRows`, which plans each epoch
+The rows come from :class:`~evenflow.plan.epoch_rows.EpochRows`, which plans each epoch
 once for all replicas; :func:`~evenflow.tf.input.pipeline.load_batches` turns them into batches.
 
 Sources follow a three-member protocol: ``num_samples``, ``index()``, ``batch(ids)``. The
@@ -46,12 +46,12 @@ from typing import Sequence
 import numpy as np
 
 from evenflow.plan import Cursor, EpochPlan, Plan
+from evenflow.plan.epoch_rows import EpochRows, check_epochs
 from evenflow.plan.feed import PlanFeed
 from evenflow.run.validate import check_bool
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.chain_fns import check_batch_fn
 from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
-from evenflow.tf.input.epoch_rows import EpochRows, check_epochs
 from evenflow.tf.input.feed_rows import feed_rows
 from evenflow.tf.input.pipeline import MapFn, load_batches
 from evenflow.tf.input.pyfunc import numpy_function

@@ -31,11 +31,10 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.plan.speed.rebalancer import RebalanceOptions
 from evenflow.plan.topology import Topology
-from evenflow.run.audit import AuditLog
-from evenflow.run.checkpoints import Checkpointer, list_checkpoints
 from evenflow.run.guard import TrainingGuard
 from evenflow.run.lock import RunDirectory
-from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
+from evenflow.run.resume import ResumeWords, check_epochs_trained, check_same_run, resumable
+from evenflow.run.training import plan_monitor
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
@@ -52,6 +51,9 @@ __all__ = ["fit"]
 
 
 KEEP_CHECKPOINTS = 3  # checkpoints a run directory keeps unless told otherwise
+# How a refused resume names fit's arguments (evenflow.run.resume.check_same_run).
+KERAS_FIT = ResumeWords("output_dir", "this call", "", "the data, batch_size, seed, stratify", "epochs=",
+                        "delete its checkpoints to start over")
 
 
 def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose="auto", callbacks=None,
@@ -114,7 +116,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         if output_dir is not None:
             run.open(stack, Path(output_dir), audit, checkpoint_every, keep_checkpoints, _identity(train, val))
         elif rebalance:
-            run.monitor = _monitor(base, rebalance, None, False)
+            run.monitor = plan_monitor(base, _rebalance(rebalance), None, False)
         return run.train(PlanReader(train), val, val_plan, verbose, callbacks)
 
 
@@ -182,11 +184,8 @@ def _build(model, strategy, source) -> None:
             model.optimizer.build(model.trainable_variables)
 
 
-def _monitor(plan: Plan, rebalance, telemetry: Path | None, append: bool) -> ReplicaMonitor:
-    costs = plan.index.costs if plan.options.balance == "cost" else None
-    options = rebalance if isinstance(rebalance, RebalanceOptions) else RebalanceOptions(enabled=bool(rebalance))
-    return ReplicaMonitor(plan.topology.replicas, plan.options.global_batch_size, plan.num_steps, costs=costs,
-                          rebalance=options, telemetry=telemetry, append=append)
+def _rebalance(rebalance) -> RebalanceOptions:
+    return rebalance if isinstance(rebalance, RebalanceOptions) else RebalanceOptions(enabled=bool(rebalance))
 
 
 class _Run:
@@ -203,22 +202,22 @@ class _Run:
     def open(self, stack, run_dir: Path, audit: bool, every: int, keep: int, identity: str | None) -> None:
         directory = RunDirectory(run_dir, chief=True)
         stack.enter_context(directory.held())
-        _check_resume(run_dir, self.base, identity, self.epochs)
-        replicas = self.base.topology.replicas
-        log = AuditLog(run_dir, self.base.index.num_samples, self.base.num_steps, replicas) if audit else None
-        checkpointer = Checkpointer(run_dir, TFState(self.model, self.model.optimizer), keep=keep)
-        self.guard = TrainingGuard(self.base, checkpointer, every=every, audit=log)
-        self.guard.meta = {"framework": "tf", "api": "keras_fit", "data": identity}
-        found = self.guard.resume()
+        candidates = resumable(run_dir)
+        if candidates:
+            latest = check_same_run(candidates, self.base, identity, run_dir, KERAS_FIT, api="keras_fit")
+            check_epochs_trained(latest, self.epochs, run_dir, KERAS_FIT)
+        self.guard = TrainingGuard.in_run_dir(run_dir, self.base, TFState(self.model, self.model.optimizer),
+                                              keep=keep, every=every, audit=audit,
+                                              meta={"framework": "tf", "api": "keras_fit", "data": identity})
+        found = self.guard.resume(list(candidates))
         if found is not None:
             self.cursor = found
             print(f"evenflow.tf.fit: resuming from {run_dir}'s checkpoint at epoch {found.epoch} step {found.step} "
                   f"(Keras's Epoch {found.epoch + 1}/{self.epochs})"
                   + (f" (that epoch's figures cover its remaining {self.base.num_steps - found.step} steps)"
                      if found.step else ""), file=sys.stderr, flush=True)
-            if self.guard.weights is not None:
-                self.plan = self.base.with_topology(Topology(replicas, self.guard.weights))
-        self.monitor = _monitor(self.base, self.rebalance, run_dir / TELEMETRY_FILE, found is not None)
+            self.plan = self.guard.plan_in_use()
+        self.monitor = plan_monitor(self.base, _rebalance(self.rebalance), run_dir, found is not None)
         directory.started = True
 
     def train(self, reader, val, val_plan, verbose, callbacks):
@@ -261,21 +260,3 @@ class _Run:
         if self.guard is not None:
             self.guard.weights = tuple(self.plan.topology.weights)
 
-
-def _check_resume(run_dir: Path, plan: Plan, identity: str | None, epochs: int) -> None:
-    found = list_checkpoints(run_dir)
-    if not found:
-        return
-    meta = found[-1].meta
-    if meta.get("api") != "keras_fit":
-        raise ValueError(f"output_dir {run_dir} holds checkpoints of another kind of run ({meta.get('api') or 'evenflow'}"
-                         f" {meta.get('framework', '')}); use another output_dir")
-    if identity is not None and meta.get("data") not in (None, identity):
-        raise ValueError(f"output_dir {run_dir} holds checkpoints trained on other data (digest {meta['data'][:12]}, "
-                         f"this call's {identity[:12]}); use another output_dir, or delete its checkpoints to start over")
-    if meta.get("plan") != plan.fingerprint():
-        raise ValueError(f"output_dir {run_dir} holds checkpoints of another plan ({meta.get('plan')}, this call plans "
-                         f"{plan.fingerprint()}: the data, batch_size, seed, stratify or the planner's version differ); use another output_dir")
-    if found[-1].cursor.epoch > epochs:
-        raise ValueError(f"epochs must be at least the {found[-1].cursor.epoch} epochs already trained in {run_dir}, "
-                         f"got {epochs}")

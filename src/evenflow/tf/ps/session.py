@@ -8,16 +8,15 @@ loop; each plan step becomes a closure that the first free worker runs
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-from evenflow.run.adapter import Processes
+from evenflow.run.adapter import Session
 from evenflow.run.rerun import rerun_advice
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.ps.cluster import PSTask
+from evenflow.tf.session import TFSession
 
 __all__ = ["PSSession", "start_ps_session", "ParameterServerLost"]
 
@@ -26,36 +25,15 @@ class ParameterServerLost(RuntimeError):
     """A parameter server stopped answering: the run stops (exit 1, one line) and resumes when rerun."""
 
 
-@dataclass
-class PSSession:
+@dataclass(kw_only=True)
+class PSSession(Session):
     """A started parameter-server run, on its chief (:class:`evenflow.run.adapter.Session`)."""
 
-    processes: Processes
     task: PSTask
     strategy: object
-    trainer: object
-    devices: list[str]
-    description: str
-    num_weights: int
-    state: object
-    train_reader: object
-    test_reader: object
-    shared_cpu: bool = False
     timed: bool = False  # no per-replica step times: free workers take the next step
-    summary: dict = field(default_factory=dict)
-    run_dir: Path | None = None  # where the run's checkpoints are (named by a lost server's line)
 
-    @property
-    def loop(self):
-        return self.trainer.loop
-
-    def running(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def writer(self, directory: Path):
-        from evenflow.tf.summary import TFScalarWriter
-
-        return TFScalarWriter(directory)
+    writer = TFSession.writer
 
     def failure(self, error: BaseException) -> BaseException | None:
         """A parameter server that stopped answering, as one line naming the checkpoint a rerun resumes from;
@@ -67,9 +45,6 @@ class PSSession:
                 f"a parameter server of the cluster (1 chief, {self.task.workers} worker(s), {self.task.ps} ps) "
                 f"stopped answering ({first}); restart it and {rerun_advice(self.run_dir)}")
         return None
-
-    def close(self, ok: bool) -> None:
-        """Nothing to release: the servers keep serving until their launcher stops them."""
 
 
 def start_ps_session(p, task: PSTask) -> PSSession:

@@ -1,10 +1,11 @@
-"""The rows of the plan each replica's pipeline reads, epoch by epoch.
+"""The rows of the plan each replica reads, epoch by epoch, for any framework's input pipeline.
 
-A replica's pipeline reads row ``ids[:, r, :]`` of each epoch's plan, one step per
-element, with the step's global real count and the epoch alongside. :class:`EpochRows`
-plans each epoch once for the pipelines of all replicas and slices it per replica (or per
-worker, or whole global steps). A windowed plan's rows for one replica (count mode) or for a
-worker's range of replicas (count and cost mode) are planned a window of steps at a time.
+A replica reads row ``ids[:, r, :]`` of each epoch's plan, one step at a time, with the
+step's global real count and the epoch alongside. :class:`EpochRows` plans each epoch once
+for the pipelines of all replicas and slices it per replica (or per worker, or whole global
+steps). A windowed plan's rows for one replica (count mode) or for a worker's range of
+replicas (count and cost mode) are planned a window of :data:`WINDOW_SAMPLES` samples at a
+time (:func:`replica_windows`), so memory follows the window, not the epoch.
 """
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from collections import OrderedDict
 
 import numpy as np
 
-from evenflow.plan import Cursor, EpochPlan, Plan
+from evenflow.plan.cursor import Cursor
+from evenflow.plan.plan import EpochPlan, Plan
 
-__all__ = ["EpochRows", "WINDOW_SAMPLES", "check_epochs"]
+__all__ = ["EpochRows", "WINDOW_SAMPLES", "check_epochs", "replica_windows"]
 
-WINDOW_SAMPLES = 1 << 18  # global-step samples per window when a replica's rows are planned alone
+WINDOW_SAMPLES = 1 << 18  # global-step samples per window when replicas' rows are planned alone (at least one step)
 
 
 def check_epochs(epochs, endless: bool) -> None:
@@ -27,6 +29,19 @@ def check_epochs(epochs, endless: bool) -> None:
         return
     if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0:
         raise ValueError(f"epochs must be {'None (endless) or ' if endless else ''}an int >= 0, got {epochs!r}")
+
+
+def replica_windows(plan: Plan, epoch: int, first: int, replicas: list[int]):
+    """Yield ``(step, rows)`` from step ``first`` of a ``plan.windowed`` plan's ``epoch`` on, a window at a time:
+    int64 ``rows [steps, len(replicas), slots]`` from ``step`` on. Count mode (or one replica) computes only those
+    replicas' positions; cost mode splits each window's steps whole and keeps the asked replicas."""
+    width = max(1, WINDOW_SAMPLES // plan.options.global_batch_size)
+    for a in range(first, plan.num_steps, width):
+        lo, hi = Cursor(epoch, a), Cursor(epoch, min(a + width, plan.num_steps))
+        if plan.options.balance == "count" or len(replicas) == 1:
+            yield a, np.stack([plan.replica_ids(epoch, r, start=lo, stop=hi) for r in replicas], axis=1)
+        else:
+            yield a, plan.epoch(epoch, lo, hi).ids[:, replicas]
 
 
 class EpochRows:
@@ -74,22 +89,12 @@ class EpochRows:
         return np.ascontiguousarray(ids, dtype=np.int64), counts
 
     def _window_rows(self, epoch: int, replica: int | range):
-        # A window of steps at a time: memory in proportion to the asked replicas' rows, not to the
-        # epoch. Count mode computes only those replicas' positions; cost mode splits each window's
-        # steps whole and keeps the asked replicas (a worker's range asks once per epoch, so no
-        # window is planned twice; single replicas of a cost plan share the whole epoch instead).
+        # Single replicas of a cost plan share the whole epoch instead (see rows); a worker's range
+        # asks once per epoch, so no window is planned twice.
         plan = self._plan
         first = self._start.step if epoch == self._start.epoch else 0
-        width = max(1, WINDOW_SAMPLES // plan.options.global_batch_size)
         wanted = [replica] if isinstance(replica, int) else list(replica)
-        parts = []
-        for a in range(first, plan.num_steps, width):
-            lo, hi = Cursor(epoch, a), Cursor(epoch, min(a + width, plan.num_steps))
-            if plan.options.balance == "count":
-                rows = np.stack([plan.replica_ids(epoch, r, start=lo, stop=hi) for r in wanted], axis=1)
-            else:
-                rows = plan.epoch(epoch, lo, hi).ids[:, wanted]
-            parts.append(rows.reshape(-1, plan.slots))  # step-major, as the epoch path
+        parts = [rows.reshape(-1, plan.slots) for _, rows in replica_windows(plan, epoch, first, wanted)]
         ids = np.concatenate(parts) if parts else np.zeros((0, plan.slots), np.int64)
         counts = np.repeat(plan.step_sizes[first:], len(wanted))
         return np.ascontiguousarray(ids, dtype=np.int64), counts
