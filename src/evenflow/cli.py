@@ -68,9 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     _one_line_warnings(args.command)
-    from evenflow.tf._lazy import skip_keras_sklearn_wrappers
-
-    skip_keras_sklearn_wrappers()  # the CLI never uses them; TensorFlow imports faster
     if getattr(args, "verbose", False):
         os.environ["EVENFLOW_VERBOSE"] = "1"  # read where TensorFlow is imported (and by child processes)
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO")  # PyTorch's c10d and DDP info lines
