@@ -198,7 +198,7 @@ class Plan:
         o = self.options
         if type(self).epoch is not Plan.epoch:  # a subclass that plans its own epochs is read through them
             return False
-        return not (o.pack or o.bucket or (o.stratify and o.balance == "count"))
+        return o.assignment in ("count", "cost") and not o.bucket
 
     @property
     def slots(self) -> int:
