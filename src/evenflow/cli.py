@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 
-__all__ = ["main", "COMMANDS", "UsageError"]
+__all__ = ["main", "COMMANDS"]
 
 # name -> module; the order is the order of `evenflow --help`.
 COMMANDS: dict[str, str] = {
@@ -36,10 +36,6 @@ EPILOG = """examples:
   evenflow report runs/a                          # diagnosis + runs/a/report.html from the run's telemetry
   evenflow launch --workers 2 -- evenflow train --config run.toml   # 2 local MultiWorkerMirroredStrategy workers
 """
-
-
-class UsageError(ValueError):
-    """Bad input from the user; the CLI prints it on one line and exits 2."""
 
 
 def _build_parser() -> argparse.ArgumentParser:

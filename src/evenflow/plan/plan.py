@@ -96,10 +96,6 @@ class EpochPlan:
         """int64 ``[num_steps]``: real samples per global step (the loss denominator)."""
         return self.mask.sum(axis=(1, 2))
 
-    def cursor_at(self, s: int) -> Cursor:
-        """The cursor after ``s`` steps of this plan."""
-        return Cursor(self.epoch, self.start_step + s)
-
     def step_ids(self, s: int) -> np.ndarray:
         """Sorted real ids of step ``start_step + s`` (all replicas), int64 ``[n]``."""
         row = self.ids[s].ravel()
