@@ -32,7 +32,9 @@ from evenflow.plan.window import check_window, replica_rows, window_ids
 
 __all__ = ["Plan", "EpochPlan", "PLANNER_VERSION"]
 
-PLANNER_VERSION = 4  # raised whenever the same options route samples differently
+# The version of the planner's routing, in every plan fingerprint: raised whenever the same options route samples
+# differently, so a run directory of another version refuses to resume.
+PLANNER_VERSION = 4
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
