@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 
-__all__ = ["main", "COMMANDS", "UsageError"]
+__all__ = ["main", "COMMANDS"]
 
 # name -> module; the order is the order of `evenflow --help`.
 COMMANDS: dict[str, str] = {
@@ -36,10 +36,6 @@ EPILOG = """examples:
   evenflow report runs/a                          # diagnosis + runs/a/report.html from the run's telemetry
   evenflow launch --workers 2 -- evenflow train --config run.toml   # 2 local MultiWorkerMirroredStrategy workers
 """
-
-
-class UsageError(ValueError):
-    """Bad input from the user; the CLI prints it on one line and exits 2."""
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -68,9 +64,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     _one_line_warnings(args.command)
-    from evenflow.tf._lazy import skip_keras_sklearn_wrappers
-
-    skip_keras_sklearn_wrappers()  # the CLI never uses them; TensorFlow imports faster
     if getattr(args, "verbose", False):
         os.environ["EVENFLOW_VERBOSE"] = "1"  # read where TensorFlow is imported (and by child processes)
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO")  # PyTorch's c10d and DDP info lines

@@ -80,7 +80,17 @@ def framework_adapter(name: str):
         from evenflow.torch.adapter import Torch
         return Torch()
     from evenflow.tf.adapter import TensorFlow
+    tensorflow_for_the_cli()
     return TensorFlow()
+
+
+def tensorflow_for_the_cli() -> None:
+    """Have TensorFlow, when this command imports it, leave out Keras's scikit-learn wrappers: the command never
+    uses them, and TensorFlow imports faster. Called where a command chooses TensorFlow, so other commands and
+    ``--framework torch`` never load :mod:`evenflow.tf`."""
+    from evenflow.tf._lazy import skip_keras_sklearn_wrappers
+
+    skip_keras_sklearn_wrappers()
 
 
 def build_config(path, overrides: dict, defaults: dict | None = None):

@@ -15,6 +15,9 @@ framework.
   split), or with an evaluation dataset of its own as the test source (``eval_dataset``);
 * :func:`convert` — ``evenflow convert``: arrays, image folders and builtins written as
   indexed records.
+
+Public: the names this package exports (its ``__all__``); the modules inside are internal and may
+change without notice, so import from ``evenflow.data``.
 """
 from evenflow.data.arrays import split_indices
 from evenflow.data.convert import ConvertResult, convert

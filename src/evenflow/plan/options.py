@@ -12,6 +12,7 @@ from evenflow.plan.pack import PACK_OVERFLOW
 __all__ = ["PlanOptions", "BALANCE_MODES"]
 
 Balance = Literal["count", "cost"]
+# The values `PlanOptions.balance` accepts.
 BALANCE_MODES: tuple[str, ...] = ("cost", "count")
 
 
@@ -87,6 +88,18 @@ class PlanOptions:
             which = "stratify" if self.stratify else "bucket"
             raise ValueError(f"pack={self.pack} cannot be combined with {which}=True: packs are planned whole, "
                              f"every row {self.pack} tokens wide; turn {which} off or pack=0")
+
+    @property
+    def assignment(self) -> str:
+        """The name of the algorithm that splits each step among replicas: ``"packed"`` (``pack`` > 0),
+        ``"stratified"`` (``stratify`` with count balance), else the balance, ``"cost"`` or ``"count"``.
+
+        :data:`evenflow.plan.window.ASSIGNMENTS` maps the name to its function (a packed plan splits its
+        packs by :data:`evenflow.plan.assign.pack.PACK_SPLITS` of the balance).
+        """
+        if self.pack:
+            return "packed"
+        return "stratified" if self.stratify and self.balance == "count" else self.balance
 
     def _refuse_unused(self) -> None:
         """An option that only shapes bucketed or packed plans, set away from its default on a plan

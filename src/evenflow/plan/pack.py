@@ -90,12 +90,6 @@ class PackLayout:
         return int(self.pack_ptr.shape[0] - 1)
 
     @property
-    def pack_tokens(self) -> np.ndarray:
-        """int64 ``[P]``: real tokens in each pack."""
-        return np.add.reduceat(self.place_len[self.pack_places], self.pack_ptr[:-1]) if self.num_packs else \
-            np.zeros(0, np.int64)
-
-    @property
     def pack_sizes(self) -> np.ndarray:
         """int64 ``[P]``: pieces in each pack."""
         return np.diff(self.pack_ptr)

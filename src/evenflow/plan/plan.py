@@ -32,7 +32,9 @@ from evenflow.plan.window import check_window, replica_rows, window_ids
 
 __all__ = ["Plan", "EpochPlan", "PLANNER_VERSION"]
 
-PLANNER_VERSION = 4  # raised whenever the same options route samples differently
+# The version of the planner's routing, in every plan fingerprint: raised whenever the same options route samples
+# differently, so a run directory of another version refuses to resume.
+PLANNER_VERSION = 4
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -95,10 +97,6 @@ class EpochPlan:
     def global_real_counts(self) -> np.ndarray:
         """int64 ``[num_steps]``: real samples per global step (the loss denominator)."""
         return self.mask.sum(axis=(1, 2))
-
-    def cursor_at(self, s: int) -> Cursor:
-        """The cursor after ``s`` steps of this plan."""
-        return Cursor(self.epoch, self.start_step + s)
 
     def step_ids(self, s: int) -> np.ndarray:
         """Sorted real ids of step ``start_step + s`` (all replicas), int64 ``[n]``."""
@@ -198,7 +196,7 @@ class Plan:
         o = self.options
         if type(self).epoch is not Plan.epoch:  # a subclass that plans its own epochs is read through them
             return False
-        return not (o.pack or o.bucket or (o.stratify and o.balance == "count"))
+        return o.assignment in ("count", "cost") and not o.bucket
 
     @property
     def slots(self) -> int:

@@ -20,7 +20,7 @@ from evenflow.plan.assign.stratified import assign_stratified
 from evenflow.plan.memory import check_epoch_fits
 from evenflow.plan.scratch import keep_scratch
 
-__all__ = ["check_window", "window_ids", "replica_rows"]
+__all__ = ["ASSIGNMENTS", "check_window", "window_ids", "replica_rows"]
 
 
 def check_window(grid, options, first: int, last: int) -> None:
@@ -32,29 +32,44 @@ def check_window(grid, options, first: int, last: int) -> None:
         check_epoch_fits(grid.start(last) - grid.start(first), what="an epoch of" if whole else "a window of")
 
 
+def _count(order, index, options, shares, slots: int, first: int, last: int) -> np.ndarray:
+    grid = order.grid
+    return assign_contiguous(order.steps(first, last), grid.bounds(first, last), grid.counts(shares, first, last),
+                             slots)
+
+
+def _cost(order, index, options, shares, slots: int, first: int, last: int) -> np.ndarray:
+    return assign_cost(order.steps(first, last), order.grid.bounds(first, last), slots, index.cost_or_ones(),
+                       np.asarray(shares), runs=options.bucket)
+
+
+def _stratified(order, index, options, shares, slots: int, first: int, last: int) -> np.ndarray:
+    if order.kept is None:  # planned once per epoch, then sliced by every window
+        grid = order.grid
+        whole = order.steps(0, grid.num_steps)
+        order.kept = assign_stratified(whole, grid.bounds(), grid.counts(shares), slots, index.label_codes,
+                                       index.num_classes)
+    return order.kept[first:last].copy()
+
+
+# PlanOptions.assignment -> the function that lays out a window's steps among replicas (packed plans have their own:
+# evenflow.plan.assign.pack). Each takes (order, index, options, shares, slots, first, last).
+ASSIGNMENTS = {"count": _count, "cost": _cost, "stratified": _stratified}
+
+
 def window_ids(order, index, options, shares: np.ndarray, slots: int, first: int, last: int) -> np.ndarray:
     """int64 ``[last - first, R, slots]``: every replica's rows in steps ``first..last-1``.
 
     The caller checks the window's size first (:func:`check_window`), before the epoch's order is built.
     """
     keep_scratch()
-    grid = order.grid
-    if options.stratify and options.balance == "count":
-        if order.kept is None:  # planned once per epoch, then sliced by every window
-            whole = order.steps(0, grid.num_steps)
-            order.kept = assign_stratified(whole, grid.bounds(), grid.counts(shares), slots, index.label_codes,
-                                           index.num_classes)
-        return order.kept[first:last].copy()
-    samples, sub_bounds = order.steps(first, last), grid.bounds(first, last)
-    if options.balance == "cost":
-        return assign_cost(samples, sub_bounds, slots, index.cost_or_ones(), np.asarray(shares), runs=options.bucket)
-    return assign_contiguous(samples, sub_bounds, grid.counts(shares, first, last), slots)
+    return ASSIGNMENTS[options.assignment](order, index, options, shares, slots, first, last)
 
 
 def replica_rows(order, index, options, shares: np.ndarray, slots: int, replica: int,
                  first: int, last: int) -> np.ndarray:
     """int64 ``[last - first, slots]``: replica ``replica``'s rows in steps ``first..last-1``."""
-    if not (order.random_access and options.balance == "count"):
+    if not (order.random_access and options.assignment == "count"):
         return window_ids(order, index, options, shares, slots, first, last)[:, replica].copy()
     grid = order.grid
     counts = grid.counts(shares, first, last)

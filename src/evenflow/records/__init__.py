@@ -8,6 +8,9 @@ random access by sample id (:class:`RecordDataset`) and the indexer behind
 nor another part of evenflow but :mod:`evenflow.util`, so the planner and any reader
 (tf.data, torch, DALI) can share the same files. Writing datasets (``evenflow convert``)
 and loading them for training live in :mod:`evenflow.data`.
+
+Public: the names this package exports (its ``__all__``); the modules and folders inside are internal
+and may change without notice, so import from ``evenflow.records``.
 """
 from evenflow.records.tfrecord.crc import crc32c, masked_crc32c, unmask_crc
 from evenflow.records.dataset import RecordDataset

@@ -16,6 +16,9 @@ Read it top to bottom in this order:
   :mod:`~evenflow.run.runlog`: checks before the first step, model names, result types, TensorBoard.
 
 Nothing here imports TensorFlow or PyTorch.
+
+Public: the names this package exports (its ``__all__``); the modules above are internal (a reading
+guide, not an import path) and may change without notice, so import from ``evenflow.run``.
 """
 from evenflow.run.adapter import Framework, Processes, Session
 from evenflow.run.anomaly import AnomalyPolicy, TrainingDiverged

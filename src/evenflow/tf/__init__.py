@@ -17,6 +17,9 @@
 
 Importing this package does not import TensorFlow; every module imports it inside
 its functions, and says ``pip install 'evenflow[tf]'`` when it is missing.
+
+Public: the names this package exports (its ``__all__``), and those of :mod:`evenflow.tf.ps`; the modules
+and folders inside are internal and may change without notice, so import from ``evenflow.tf``.
 """
 from evenflow.tf.adapter import TensorFlow
 from evenflow.tf.launch.cluster import Cluster, cluster_from_env

@@ -67,6 +67,7 @@ def _packed(input_shape, num_classes, dtype, dropout: float = 0.0, vocab_size: i
     return packed_text_cnn(num_classes, vocab_size=vocab_size)
 
 
+# The models of `build_model` (and the `model` key of a run) by name.
 MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "text_cnn": text_cnn, "packed_text_cnn": _packed}
 # Built through the API only (it reads packed batches: evenflow.tf.packed_dataset); evenflow train has no packing.
 API_ONLY = ("packed_text_cnn",)

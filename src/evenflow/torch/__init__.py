@@ -26,6 +26,9 @@
 Importing this package does not import PyTorch; every module imports it inside its
 functions, and says ``pip install 'evenflow[torch]'`` when it is missing. Nothing
 here imports TensorFlow.
+
+Public: the names this package exports (its ``__all__``); the modules inside are internal and may
+change without notice, so import from ``evenflow.torch``.
 """
 from evenflow.data.records_source import RecordSource
 from evenflow.data.source import ArraySource, Source

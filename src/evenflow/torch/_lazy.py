@@ -10,6 +10,7 @@ import importlib
 
 __all__ = ["torch", "MissingFrameworkError", "INSTALL_HINT"]
 
+# What the error of a missing PyTorch tells the user to run.
 INSTALL_HINT = "pip install 'evenflow[torch]'"
 
 

@@ -61,6 +61,7 @@ def _packed(input_shape, num_classes, dropout: float = 0.0, vocab_size: int = 25
     return packed_text_cnn(num_classes, vocab_size=vocab_size)
 
 
+# The models of `build_model` (and the `model` key of a run) by name.
 MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "packed_text_cnn": _packed}
 
 
@@ -93,6 +94,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, dropo
     return MODELS[name](tuple(input_shape), int(num_classes), dropout=float(dropout), **extra)
 
 
+# The optimizers of `make_optimizer` (and the `optimizer` key of a run) by name.
 OPTIMIZERS: dict[str, Callable] = {
     "adam": lambda torch, params, lr: torch.optim.Adam(params, lr=lr),
     "sgd": lambda torch, params, lr: torch.optim.SGD(params, lr=lr),

@@ -5,4 +5,7 @@
 * :mod:`evenflow.util.native_log`: a framework's native start-up logging, filtered by level.
 
 Nothing here imports another part of evenflow.
+
+Public: nothing; this package exports no names, and its modules are internal helpers of evenflow
+that may change without notice.
 """

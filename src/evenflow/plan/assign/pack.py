@@ -21,7 +21,7 @@ from evenflow.plan.assign.count import assign_contiguous
 from evenflow.plan.order import epoch_rng, step_bounds
 from evenflow.plan.pack import PackLayout, fill_layout
 
-__all__ = ["pack_costs", "pack_counts", "packed_epoch"]
+__all__ = ["PACK_SPLITS", "pack_costs", "pack_counts", "packed_epoch"]
 
 _STREAM_FILL, _STREAM_PACK_ORDER = 5, 6  # beside the streams of evenflow.plan.order
 
@@ -64,6 +64,18 @@ def _open_packs(packs: np.ndarray, layout: PackLayout, piece_at: np.ndarray, wid
     return ids.reshape(s, r, width), starts.reshape(s, r, width), row.reshape(s, r, width)
 
 
+def _split_count(packs, bounds, counts, rows: int, costs, shares) -> np.ndarray:
+    return assign_contiguous(packs, bounds, counts, rows)
+
+
+def _split_cost(packs, bounds, counts, rows: int, costs, shares) -> np.ndarray:
+    return assign_cost(packs, bounds, rows, costs, shares)
+
+
+# PlanOptions.balance -> how a packed plan splits each step's packs (int64 [S, R, rows] of pack ids).
+PACK_SPLITS = {"count": _split_count, "cost": _split_cost}
+
+
 def packed_epoch(layout: PackLayout, options, shares, epoch: int, first: int, rows: int, width: int,
                  costs: np.ndarray | None = None):
     """Steps ``first..`` of epoch ``epoch``: ``(ids, starts, rows)``, each int64 ``[S, R, width]``.
@@ -82,8 +94,5 @@ def packed_epoch(layout: PackLayout, options, shares, epoch: int, first: int, ro
     bounds = step_bounds(layout.num_packs, options.global_batch_size, options.drop_remainder)
     counts = pack_counts(layout.num_packs, options.global_batch_size, options.drop_remainder, shares)[first:]
     sub_order, sub_bounds = order[int(bounds[first]):int(bounds[-1])], bounds[first:]
-    if options.balance == "cost":
-        packs = assign_cost(sub_order, sub_bounds, rows, costs, np.asarray(shares))
-    else:
-        packs = assign_contiguous(sub_order, sub_bounds, counts, rows)
+    packs = PACK_SPLITS[options.balance](sub_order, sub_bounds, counts, rows, costs, np.asarray(shares))
     return _open_packs(packs, layout, piece_at, width)

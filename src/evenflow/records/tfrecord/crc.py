@@ -8,8 +8,6 @@ can.
 """
 from __future__ import annotations
 
-import struct
-
 __all__ = ["crc32c", "masked_crc32c", "unmask_crc", "MASK_DELTA"]
 
 MASK_DELTA = 0xA282EAD8
@@ -23,7 +21,6 @@ except ModuleNotFoundError as e:  # pragma: no cover - depends on the environmen
         "`pip install 'evenflow[records]'` (or `pip install google-crc32c`)", name=e.name) from e
 
 _value = _gcrc.value
-_pack_u32 = struct.Struct("<I").pack
 
 
 def crc32c(data) -> int:
@@ -41,8 +38,3 @@ def unmask_crc(masked: int) -> int:
     """Inverse of the mask: the plain CRC-32C from a stored masked value."""
     rot = (masked - MASK_DELTA) & _U32
     return ((rot >> 17) | (rot << 15)) & _U32
-
-
-def masked_crc_bytes(data) -> bytes:
-    """The 4 little-endian bytes TFRecord writes for ``data``."""
-    return _pack_u32(masked_crc32c(data))
