@@ -135,7 +135,7 @@ def main(argv=None) -> dict:
 
     reserve_threads(REPLICAS)
     import evenflow as ef
-    from evenflow.tf.input.sources import ArraySource
+    from evenflow.tf import ArraySource
 
     g = args.global_batch_size
     n = g * args.steps

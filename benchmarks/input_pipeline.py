@@ -103,7 +103,7 @@ def make_jpeg(out_dir: Path) -> Path:
 
 
 def _decode():
-    from evenflow.tf.input.records_source import decode_images
+    from evenflow.tf import decode_images
     return decode_images(channels=1, shape=IMAGE)
 
 
@@ -178,7 +178,7 @@ def best_streams(tf, files, image: bool, feature_key: str, batch: int, decode: s
 
 
 def evenflow_source(path, image: bool, cache: bool):
-    from evenflow.tf.input.records_source import RecordSource
+    from evenflow.tf import RecordSource
     return RecordSource(path, cache=cache, decode=_decode() if image else None, verify=True)
 
 

@@ -184,9 +184,9 @@ def main(args) -> dict:
     import keras
 
     import evenflow as ef
-    from evenflow.data import split_indices, stdlib_docs
+    from evenflow.data import TextSource, split_indices, stdlib_docs
     from evenflow.tf import PlanReader, Trainer, build_model, make_optimizer
-    from evenflow.tf.input.text import TextSource, blank_padding_rows
+    from evenflow.tf.input.text import blank_padding_rows
 
     data = stdlib_docs()
     train_pos, test_pos = split_indices(data.labels, 0.2, 0)

@@ -122,8 +122,8 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 def test_the_graph_sees_every_module_and_function_level_imports():
     assert {"evenflow.plan.plan", "evenflow.records.dataset", "evenflow.data.load", "evenflow.tf.input.reader",
             "evenflow.torch.loader", "evenflow.util.files"} <= set(MODULES)
-    # evenflow.index imports the records layer inside Index.from_records only.
-    assert "evenflow.records.dataset" in GRAPH["evenflow.index"][0]
+    # The package's __init__ imports the reader of Index.from_records inside a function only.
+    assert "evenflow.data.records_index" in GRAPH["evenflow"][0]
 
 
 def test_no_import_cycle():
@@ -189,3 +189,21 @@ def test_modules_and_functions_stay_small():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 62:
                 long_functions.append(f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert long_modules == [] and long_functions == []
+
+
+# One class per framework under one name: each adapter's own, never a second class of a `data` or `plan` concept.
+PER_FRAMEWORK = {"MissingFrameworkError", "PackedTextCNN", "Trainer"}
+
+
+def test_one_class_per_public_name():
+    """A public class name is defined in one module (DESIGN.md: "never a second ArraySource"), or once in
+    evenflow.tf and once in evenflow.torch for the names of PER_FRAMEWORK."""
+    where: dict[str, list[str]] = {}
+    for module, path in sorted(MODULES.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(module)
+    twice = {name: modules for name, modules in where.items() if len(modules) > 1}
+    per_framework = {name for name, modules in twice.items() if len(modules) == 2
+                     and _in(modules[0], "evenflow.tf") and _in(modules[1], "evenflow.torch")}
+    assert per_framework == PER_FRAMEWORK and {n: m for n, m in twice.items() if n not in per_framework} == {}

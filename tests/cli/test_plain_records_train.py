@@ -63,13 +63,13 @@ def test_index_then_train_on_plain_tfrecords(tmp_path, capsys):
 
 def test_naming_a_corrupt_jpeg_prints_nothing_of_libjpeg(tmp_path, capfd):
     from evenflow.data import convert
-    from evenflow.tf.input.records_source import RecordSource, decode_images
+    from evenflow.tf import RecordSource, decode_images, tf_source
     from tests.records.records_helpers import break_image
 
     root = tmp_path / "jpeg"
     convert("builtin:digits", root, shards=2, image_format="jpeg")
     offset = break_image(root, 1, 7)
-    source = RecordSource(root, decode=decode_images(channels=1, shape=(32, 32)))
+    source = tf_source(RecordSource(root, decode=decode_images(channels=1, shape=(32, 32))))
     capfd.readouterr()
     error = source.find_bad_record()
     assert error is not None and error.record == 7 and error.offset == offset and error.kind == "image"

@@ -12,10 +12,10 @@ from evenflow.data.text import DecodeText
 
 tf = pytest.importorskip("tensorflow")
 from evenflow.tf import PlanReader, tf_source  # noqa: E402
-from evenflow.tf.input import records_source as tf_records  # noqa: E402
-from evenflow.tf.input import sources as tf_sources  # noqa: E402
-from evenflow.tf.input import text as tf_text  # noqa: E402
 from evenflow.tf.input.numpy_source import NumpySource  # noqa: E402
+from evenflow.tf.input.records_source import RecordTensors  # noqa: E402
+from evenflow.tf.input.sources import ArrayTensors, SubsetTensors  # noqa: E402
+from evenflow.tf.input.text import TextTensors  # noqa: E402
 from evenflow.tf.input.source_adapter import reader_source  # noqa: E402
 
 IDS = [np.array([0]), np.array([3, 1, 3, 0]), np.array([5, 4, 3, 2, 1])]
@@ -70,11 +70,11 @@ def test_arrays_and_subsets_take_the_in_memory_path():
     x, y = np.random.default_rng(0).normal(size=(6, 2, 3)), np.arange(6) % 3
     arrays = ArraySource(x, y, extra={"w": np.arange(6.0)})
     converted = tf_source(arrays)
-    assert isinstance(converted, tf_sources.ArraySource) and converted is tf_source(arrays)
+    assert isinstance(converted, ArrayTensors) and converted is tf_source(arrays)
     assert converted.numpy is arrays and converted.index() == arrays.index()
     assert_same_batches(arrays, converted)
     subset = SubsetSource(arrays, [5, 0, 2, 4, 1, 3])
-    assert isinstance(tf_source(subset), tf_sources.SubsetSource) and tf_source(subset).source is converted
+    assert isinstance(tf_source(subset), SubsetTensors) and tf_source(subset).source is converted
     assert_same_batches(subset, tf_source(subset))
 
 
@@ -82,7 +82,7 @@ def test_arrays_and_subsets_take_the_in_memory_path():
 def test_text_takes_the_ragged_path(pad_lengths):
     text = TextSource(_text([3, 9, 2, 5, 4, 1]), pad_lengths)
     converted = tf_source(text)
-    assert isinstance(converted, tf_text.TextSource) and converted.numpy is text
+    assert isinstance(converted, TextTensors) and converted.numpy is text
     assert_same_batches(text, converted)
     assert converted.index() == text.index()
 
@@ -91,14 +91,14 @@ def test_text_takes_the_ragged_path(pad_lengths):
 def test_numeric_records_take_the_records_path(digits_dir, cache):
     records = RecordSource(digits_dir, cache=cache, verify=True)
     converted = tf_source(records)
-    assert isinstance(converted, tf_records.RecordSource) and converted.numpy is records
+    assert isinstance(converted, RecordTensors) and converted.numpy is records
     assert_same_batches(records, converted)
     split = SubsetSource(records, np.arange(1796, 1790, -1))
     assert tf_source(split).source is converted  # a split shares the converted source and its cache
     assert_same_batches(split, tf_source(split))
     scaled = RecordSource(digits_dir, ids=np.arange(10, 20), scale=1 / 16)
     converted = tf_source(scaled)
-    assert isinstance(converted, tf_sources.SubsetSource) and converted.source.numpy is scaled.full()
+    assert isinstance(converted, SubsetTensors) and converted.source.numpy is scaled.full()
     assert_same_batches(scaled, converted, atol=1e-7)
 
 
@@ -162,3 +162,27 @@ def test_the_reader_takes_numpy_sources_and_tensorflow_sources():
                 np.testing.assert_allclose(b["features"].numpy()[real][:, 0], ids[real] * 1.5)
                 seen += ids[real].tolist()
         assert sorted(seen) == list(range(8))
+
+
+def test_evenflow_tf_exports_the_data_family_itself():
+    import evenflow.data
+    import evenflow.tf
+    for name in ("ArraySource", "RecordSource", "TextSource"):
+        assert getattr(evenflow.tf, name) is getattr(evenflow.data, name)
+
+
+def test_a_subset_of_a_tensorflow_source_of_your_own_reads_it_as_tensors():
+    class TensorOps:  # evenflow.tf.fit's validation split is a SubsetSource of such a source
+        num_samples = 8
+
+        def index(self):
+            return ef.Index(8, labels=np.arange(8) % 2)
+
+        def batch(self, ids):
+            return {"features": tf.cast(ids, tf.float32)[:, None] * 1.5, "label": ids % 2}
+
+    ops = TensorOps()
+    converted = tf_source(SubsetSource(ops, [6, 2, 7]))
+    assert isinstance(converted, SubsetTensors) and converted.source is ops
+    assert converted.index() == ef.Index(3, labels=[0, 0, 1])
+    np.testing.assert_array_equal(converted.batch(tf.constant([2, 0], tf.int64))["features"].numpy()[:, 0], [10.5, 9])

@@ -13,7 +13,6 @@ from evenflow.data.sequences import PadSequences
 
 tf = pytest.importorskip("tensorflow")
 from evenflow.tf import tf_source  # noqa: E402
-from evenflow.tf.input.records_source import RecordSource as TFRecordSource  # noqa: E402
 
 N = 203
 BIG = [2 ** 31 - 1, 2 ** 31, 2 ** 40, 2 ** 62]
@@ -117,7 +116,7 @@ def test_tensorflow_source_gives_the_numpy_batches(records, cache):
                     assert got[key].dtype.as_numpy_dtype == want[key].dtype, key
                     np.testing.assert_array_equal(got[key].numpy(), want[key], err_msg=key)
             _check(want, ids, tokens, labels, *(() if decode is None else (1, decode.pad_lengths)))
-    direct = TFRecordSource(files, feature_key="tokens", label_key="label", cache=cache)
+    direct = tf_source(RecordSource(files, feature_key="tokens", label_key="label", cache=cache))
     _check({k: v.numpy() for k, v in direct.batch(tf.constant(np.arange(N))).items()}, np.arange(N), tokens, labels)
 
 

@@ -35,6 +35,9 @@ def test_convert_and_index_ok(tmp_path, capsys):
     assert report["num_records"] == 1797 and report["num_bad"] == 0
     # Re-indexing kept the label column that convert stored.
     assert ef.Index.from_records(tmp_path / "d").num_classes == 10
+    # One Index class: the planner's, whose from_records reads through the records layer.
+    from evenflow.plan import Index
+    assert ef.Index is Index and Index.from_records(shards) == ef.Index.from_records(tmp_path / "d")
 
 
 def test_convert_json(tmp_path, capsys):

@@ -16,9 +16,9 @@ def main(out: str) -> None:
     strategy = mirrored_strategy(2)
 
     import evenflow as ef
-    from evenflow.data import stdlib_docs
+    from evenflow.data import TextSource, stdlib_docs
     from evenflow.tf import PlanReader, Trainer, build_model, make_optimizer
-    from evenflow.tf.input.text import TextSource, blank_padding_rows
+    from evenflow.tf.input.text import blank_padding_rows
 
     source = TextSource(stdlib_docs().subset(np.arange(0, 6000, 20)))  # 300 sequences
     plan = ef.Plan(source.index(), ef.Topology(2), global_batch_size=32, seed=1, balance="cost", bucket=True)

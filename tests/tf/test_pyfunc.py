@@ -41,7 +41,7 @@ def test_exit_right_after_reading_from_busy_endless_pipelines(tmp_path):
         from evenflow.plan import Plan, Topology
         from evenflow.tf.input import pyfunc as pyfunc
         from evenflow.tf.input.reader import PlanReader
-        from evenflow.tf.input.records_source import RecordSource
+        from evenflow.tf import RecordSource
         src = RecordSource({str(tmp_path / "d")!r})
         plan = Plan(src.index(), Topology(8), global_batch_size=64, seed=0)
         reader = PlanReader(src, prefetch=16)

@@ -1,4 +1,5 @@
-"""RecordSource: records read back through TensorFlow equal the arrays they came from."""
+"""A RecordSource read through TensorFlow (``tf_source``: cached tensors or ``parse_example``) gives the arrays
+the records came from."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,9 @@ tf = pytest.importorskip("tensorflow")
 
 from evenflow.cli import main as cli_main  # noqa: E402
 from evenflow.plan import Index, Plan, Topology  # noqa: E402
+from evenflow.tf import RecordSource, decode_images, tf_source  # noqa: E402
 from evenflow.tf.input.reader import PlanReader, TensorSource  # noqa: E402
-from evenflow.tf.input.records_source import RecordSource, decode_images  # noqa: E402
+from evenflow.tf.input.records_source import RecordTensors  # noqa: E402
 from tests.records.records_helpers import break_image, flip_payload_byte  # noqa: E402
 
 
@@ -18,6 +20,13 @@ def digits_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("records") / "digits"
     assert cli_main(["convert", "builtin:digits", str(out)]) in (0, None)
     return out
+
+
+def tensors(path, **kwargs) -> RecordTensors:
+    """The TensorFlow conversion of a RecordSource (encoded images stay bytes unless ``decode`` is given)."""
+    converted = tf_source(RecordSource(path, raw_images=True, **kwargs))
+    assert isinstance(converted, RecordTensors)
+    return converted
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +38,7 @@ def digits_arrays():
 
 def test_batch_equals_source_arrays(digits_dir, digits_arrays):
     x, y = digits_arrays
-    src = RecordSource(digits_dir, feature_key="x")
+    src = tensors(digits_dir, feature_key="x")
     assert isinstance(src, TensorSource) and src.num_samples == len(y)
     ids = np.array([5, 0, 1796, 5, 42], np.int64)
     b = src.batch(tf.constant(ids))
@@ -41,8 +50,8 @@ def test_batch_equals_source_arrays(digits_dir, digits_arrays):
 
 def test_cache_equals_no_cache(digits_dir):
     ids = tf.constant(np.arange(0, 1797, 7), tf.int64)
-    a = RecordSource(digits_dir).batch(ids)
-    b = RecordSource(digits_dir, cache=True).batch(ids)
+    a = tensors(digits_dir).batch(ids)
+    b = tensors(digits_dir, cache=True).batch(ids)
     for k in ("features", "label"):
         np.testing.assert_array_equal(a[k].numpy(), b[k].numpy())
 
@@ -69,11 +78,11 @@ def test_plan_reader_reads_every_id_once(digits_dir, digits_arrays, cache):
 def test_encoded_images_decode(tmp_path, digits_arrays):
     out = tmp_path / "png"
     cli_main(["convert", "builtin:digits", str(out), "--image-format", "png"])
-    src = RecordSource(out, decode=decode_images(channels=1))
+    src = tensors(out, decode=decode_images(channels=1))  # TensorFlow ops: run in the pipeline as they are
     b = src.batch(tf.constant([3, 9], tf.int64))
     assert "image" not in b and b["features"].shape == (2, 32, 32, 1) and b["features"].dtype == tf.float32
     np.testing.assert_array_equal(b["label"].numpy(), digits_arrays[1][[3, 9]])
-    raw = RecordSource(out, cache=True).batch(tf.constant([3], tf.int64))
+    raw = tensors(out, cache=True).batch(tf.constant([3], tf.int64))
     assert raw["image"].dtype == tf.string and bytes(raw["image"].numpy()[0])[:4] == b"\x89PNG"
 
 
@@ -121,7 +130,7 @@ def test_find_bad_record_names_an_image_that_does_not_decode(tmp_path):
     cli_main(["convert", "builtin:digits", str(out), "--image-format", "jpeg", "--shards", "2"])
     off = break_image(out, 1, 7)
     path = _shard_path(out, 1)
-    src = RecordSource(out, cache=True, decode=decode_images(channels=1, shape=(32, 32)))
+    src = tensors(out, cache=True, decode=decode_images(channels=1, shape=(32, 32)))
     assert src.find_bad_record(np.arange(898)) is None  # shard 0 holds ids 0..897
     err = src.find_bad_record()
     assert isinstance(err, RecordError) and err.kind == "image"

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import evenflow as ef
-from evenflow.data.text import PAD, TextData
+from evenflow.data.text import PAD, TextData, TextSource
 
 tf = pytest.importorskip("tensorflow")
-from evenflow.tf import PlanReader, build_model  # noqa: E402
+from evenflow.tf import PlanReader, build_model, tf_source  # noqa: E402
 from evenflow.tf.models import check_model_input  # noqa: E402
-from evenflow.tf.input.text import TextSource  # noqa: E402
+from evenflow.tf.input.text import TextTensors  # noqa: E402
 
 WORKER = Path(__file__).with_name("_text_worker.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -30,7 +30,8 @@ def _toy(lengths, seed=0) -> TextData:
 
 def test_batches_pad_to_their_own_longest_sequence():
     data = _toy([3, 9, 2, 5, 4, 1])
-    source = TextSource(data)
+    source = tf_source(TextSource(data))
+    assert isinstance(source, TextTensors)
     out = {k: v.numpy() for k, v in source.batch(tf.constant([2, 0, 5], tf.int64)).items()}
     assert out["features"].shape == (3, 3)  # longest of samples 2, 0, 5 is 3 tokens, not the dataset's 9
     np.testing.assert_array_equal(out["features"][1], data.sequence(0))
@@ -40,7 +41,7 @@ def test_batches_pad_to_their_own_longest_sequence():
 
 
 def test_pad_lengths_give_a_small_set_of_shapes():
-    source = TextSource(_toy([3, 9, 2, 5, 4, 1]), pad_lengths=(4, 8, 16))
+    source = tf_source(TextSource(_toy([3, 9, 2, 5, 4, 1]), pad_lengths=(4, 8, 16)))
     shapes = {source.batch(tf.constant(ids, tf.int64))["features"].shape[1] for ids in ([0, 2], [3], [1, 5])}
     assert shapes == {4, 8, 16}
     with pytest.raises(ValueError, match="must reach the longest sequence"):

@@ -15,8 +15,7 @@ import numpy as np
 
 def main(path: str, replicas: int, batch: int, seed: int, epochs: int, out: str) -> None:
     import evenflow as ef
-    from evenflow.tf import PlanReader
-    from evenflow.tf.input.records_source import RecordSource
+    from evenflow.tf import PlanReader, RecordSource
 
     source = RecordSource(path, feature_key="x", label_key="label")
     plan = ef.Plan(source.index(), ef.Topology(replicas), global_batch_size=batch, seed=seed, stratify=True)

@@ -1,4 +1,4 @@
-"""The planner's index of an open records dataset: N, labels and costs from its sidecars."""
+"""The planner's index of a records dataset: N, labels and costs from its sidecars (``Index.from_records``)."""
 from __future__ import annotations
 
 from evenflow.plan.index import Index
@@ -8,17 +8,18 @@ from evenflow.records.errors import RecordError
 __all__ = ["records_index"]
 
 
-def records_index(dataset: RecordDataset, cls: type = Index) -> Index:
-    """The :class:`~evenflow.plan.index.Index` of ``dataset``: ``len(dataset)``, its label and cost columns.
+def records_index(path, **kwargs) -> Index:
+    """The :class:`~evenflow.plan.index.Index` of a records dataset: its length, its label and cost columns.
 
     Args:
-        dataset: an open :class:`~evenflow.records.RecordDataset`.
-        cls: the index class to build (``evenflow.Index`` for its ``from_records``).
+        path: what :class:`~evenflow.records.RecordDataset` opens.
+        **kwargs: passed to :class:`~evenflow.records.RecordDataset`.
 
     Raises:
         RecordError: the dataset holds no record: nothing to plan.
     """
+    dataset = RecordDataset(path, **kwargs)
     if len(dataset) == 0:
         raise RecordError(dataset.manifest_path or dataset.paths[0], "the dataset has no records; nothing to plan",
                           kind="input")
-    return cls(len(dataset), labels=dataset.labels, costs=dataset.costs)
+    return Index(len(dataset), labels=dataset.labels, costs=dataset.costs)

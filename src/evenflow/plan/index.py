@@ -16,6 +16,9 @@ from evenflow.util.distinct import sorted_distinct
 
 __all__ = ["Index"]
 
+# read(path, **kwargs) -> Index, what Index.from_records calls. The planner reads no files: the package's
+# __init__ (evenflow), which Python runs before any module of the package, sets it (read_records_with).
+_records_reader = None
 _CHECK_CHUNK = 1 << 20
 _DISTINCT_MAX = 1 << 22  # distinct labels gathered chunk by chunk up to this many
 
@@ -78,9 +81,6 @@ def _first_where(arr: np.ndarray, test) -> int | None:
 @dataclass(frozen=True, eq=False)
 class Index:
     """What the planner knows about a dataset.
-
-    ``evenflow.Index`` (the package's top level) is this class plus ``from_records``, which
-    reads N, labels and costs from a records dataset's sidecars.
 
     Args:
         num_samples: number of samples N, at least 1. Sample ids are ``0..N-1``.
@@ -176,6 +176,24 @@ class Index:
             object.__setattr__(self, "_fingerprint", h.hexdigest()[:16])
         return self._fingerprint
 
+    @classmethod
+    def from_records(cls, path, **kwargs) -> "Index":
+        """The index of a TFRecord dataset: N, labels and costs from its sidecars.
+
+        Read by the records layer (the ``records`` extra, imported on the first call), which the
+        package's ``__init__`` hands to :func:`read_records_with`.
+
+        Args:
+            path: a dataset directory written by ``evenflow convert`` (or its
+                ``dataset.json``), a TFRecord file, or a list of them, each indexed by
+                ``evenflow index``.
+            **kwargs: passed to :class:`evenflow.records.RecordDataset`, e.g. ``check="headers"``.
+
+        Raises:
+            RecordError: a missing or stale sidecar, or a dataset without records.
+        """
+        return _records_reader(path, **kwargs)
+
     def __eq__(self, other):
         return isinstance(other, Index) and self.fingerprint() == other.fingerprint()
 
@@ -189,3 +207,9 @@ class Index:
         if self.costs is not None:
             parts.append(f"total_cost={float(self.costs.sum()):.6g}")
         return f"Index({', '.join(parts)})"
+
+
+def read_records_with(read) -> None:
+    """Make ``read(path, **kwargs) -> Index`` what :meth:`Index.from_records` calls."""
+    global _records_reader
+    _records_reader = read

@@ -1,7 +1,7 @@
 """Tokens per replica per step, with and without padding, for any batching of variable-length samples.
 
 A replica pads its batch to the batch's longest sample (what
-:class:`evenflow.tf.input.text.TextSource` does), so its work at a step is
+:class:`evenflow.data.TextSource` does), so its work at a step is
 ``longest * real samples`` tokens, of which ``sum(lengths)`` are real. Per step,
 the slowest replica sets the pace: imbalance is ``max_r(padded_r) / mean_r(padded_r)``
 (1.0 = every replica does the same work). Token efficiency is real tokens over

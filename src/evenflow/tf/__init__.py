@@ -1,8 +1,9 @@
 """TensorFlow adapter: execute evenflow plans with ``tf.data`` and ``tf.distribute``.
 
 * :class:`PlanReader` turns a :class:`~evenflow.plan.plan.Plan` into one ``tf.data``
-  pipeline per replica over a :class:`Source` (e.g. :class:`ArraySource`) or any
-  :class:`evenflow.data.Source`, which :func:`tf_source` turns into TensorFlow ops;
+  pipeline per replica over any :class:`evenflow.data.Source` (:class:`ArraySource`,
+  :class:`RecordSource`, :class:`TextSource`, re-exported here from :mod:`evenflow.data`, or your
+  own), which :func:`tf_source` turns into TensorFlow ops, or over a :class:`TensorSource` of yours;
 * :class:`Trainer` runs the custom ``strategy.run`` loop with the masked loss, on the
   framework-neutral :class:`evenflow.run.TrainLoop` (checkpoints, audit, anomaly policy and
   rebalancing through :class:`evenflow.run.TrainingGuard` and :class:`evenflow.run.ReplicaMonitor`);
@@ -21,6 +22,9 @@ its functions, and says ``pip install 'evenflow[tf]'`` when it is missing.
 Public: the names this package exports (its ``__all__``), and those of :mod:`evenflow.tf.ps`; the modules
 and folders inside are internal and may change without notice, so import from ``evenflow.tf``.
 """
+from evenflow.data.records_source import RecordSource
+from evenflow.data.source import ArraySource
+from evenflow.data.text import TextSource
 from evenflow.tf.adapter import TensorFlow
 from evenflow.tf.launch.cluster import Cluster, cluster_from_env
 from evenflow.tf.keras.data import keras_dataset
@@ -32,11 +36,10 @@ from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
 from evenflow.tf.input.packed import packed_dataset, packed_text_cnn
 from evenflow.tf.input.reader import PlanReader
 from evenflow.tf.input.record_chain import RecordChain
-from evenflow.tf.input.records_source import RecordSource, decode_images
+from evenflow.tf.input.records_source import decode_images
 from evenflow.tf.input.sample_hash import sample_seeds
 from evenflow.tf.input.source_adapter import tf_source
-from evenflow.tf.input.sources import ArraySource, TensorSource
-from evenflow.tf.input.text import TextSource
+from evenflow.tf.input.sources import TensorSource
 from evenflow.tf.state import TFState
 from evenflow.tf.strategy import Communication, make_strategy, mirrored_strategy, topology_of
 from evenflow.tf.trainer import EpochResult, EvalResult, Trainer

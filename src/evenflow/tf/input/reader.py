@@ -33,10 +33,9 @@ The rows come from :class:`~evenflow.plan.epoch_rows.EpochRows`, which plans eac
 once for all replicas; :func:`~evenflow.tf.input.pipeline.load_batches` turns them into batches.
 
 Sources follow a three-member protocol: ``num_samples``, ``index()``, ``batch(ids)``. The
-reader takes a TensorFlow source (:class:`~evenflow.tf.input.sources.TensorSource`, e.g.
-:class:`~evenflow.tf.input.sources.ArraySource` or ``evenflow.tf.input.records_source.RecordSource``)
-or any numpy :class:`evenflow.data.Source`, which it turns into TensorFlow ops itself
-(:func:`~evenflow.tf.input.source_adapter.tf_source`).
+reader takes any :class:`evenflow.data.Source` (e.g. an ``ArraySource`` or a ``RecordSource``), which
+it turns into TensorFlow ops itself (:func:`~evenflow.tf.input.source_adapter.tf_source`), or a
+TensorFlow source of your own (:class:`~evenflow.tf.input.sources.TensorSource`).
 """
 from __future__ import annotations
 
@@ -57,10 +56,10 @@ from evenflow.tf.input.pipeline import MapFn, load_batches
 from evenflow.tf.input.pyfunc import numpy_function
 from evenflow.tf.input.source_adapter import reader_source
 # Re-exported: the source protocol is part of the reader's interface.
-from evenflow.tf.input.sources import RESERVED_KEYS, ArraySource, TensorSource
+from evenflow.tf.input.sources import RESERVED_KEYS, TensorSource
 from evenflow.tf.strategy import check_strategy, on_cpu
 
-__all__ = ["TensorSource", "ArraySource", "PlanReader", "RESERVED_KEYS"]
+__all__ = ["TensorSource", "PlanReader", "RESERVED_KEYS"]
 
 
 class PlanReader:
@@ -79,9 +78,9 @@ class PlanReader:
     switches the weights from a later step on.
 
     Args:
-        source: a TensorFlow :class:`TensorSource`, or an :class:`evenflow.data.Source` (numpy), which
-            is read through :func:`~evenflow.tf.input.source_adapter.tf_source`; see
-            :func:`~evenflow.tf.input.source_adapter.reader_source` for how the two are told apart.
+        source: an :class:`evenflow.data.Source` (numpy), which is read through :func:`~evenflow.tf.input.source_adapter.tf_source`; see
+            :func:`~evenflow.tf.input.source_adapter.reader_source` for how it is told apart from a
+            TensorFlow :class:`TensorSource` of your own, which is read as it is.
         map_fns: functions ``fn(batch: dict) -> dict`` applied in order to every
             batch (augmentation, normalisation), or one such function, each with
             ``num_parallel_calls=AUTOTUNE``. They see all batch keys, including

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from evenflow.index import Index
+from evenflow.plan.index import Index
 from evenflow.records.dataset import CHECKS, RecordDataset
 from evenflow.records.errors import RecordError
 from evenflow.tf._lazy import tf as _tf

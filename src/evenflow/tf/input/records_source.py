@@ -1,4 +1,4 @@
-"""A TensorFlow :class:`~evenflow.tf.input.sources.TensorSource` over evenflow records (TFRecord shards + sidecar index).
+"""An :class:`evenflow.data.RecordSource` as TensorFlow ops: :class:`RecordTensors`, and :func:`decode_images`.
 
 ``batch(ids)`` reads the serialized ``tf.train.Example`` payloads of a whole per-replica
 batch with one call to :meth:`RecordDataset.read_batch_bytes` (one ``bytes.join`` of slices
@@ -7,8 +7,8 @@ of the memory-mapped shards, inside ``tf.numpy_function``), splits it into recor
 ``tf.io.parse_example`` whose feature spec comes from the manifest.
 
 The numpy side (reading by record number, checking CRCs once, the cache, naming a bad
-record) is a :class:`evenflow.data.RecordSource` (:attr:`RecordSource.numpy`), which
-``evenflow.tf.tf_source`` also turns into this class.
+record) is the :class:`evenflow.data.RecordSource` itself (:attr:`RecordTensors.numpy`);
+``evenflow.tf.tf_source`` makes this conversion of it.
 
 With ``cache=True`` every record is read and decoded once, by the numpy Example decoder of
 :mod:`evenflow.records` (so a record that does not parse is named before TensorFlow starts),
@@ -17,15 +17,14 @@ tensor ``[N]``; a batch is then two ``tf.gather`` calls: no Python and no parsin
 path (measured against caching the serialized records and against reading by offset:
 see docs/benchmarks.md).
 
-Encoded images (a ``bytes`` feature) come back undecoded under ``"image"``; pass
-``decode=decode_images(...)`` (or add it to the reader's ``map_fns``) to turn them into
-``features``. A variable-length list (:mod:`evenflow.tf.input.sequences`) is parsed as a ragged
-tensor and padded per batch, by default by :func:`~evenflow.tf.input.sequences.pad_sequences`.
+Encoded images (a ``bytes`` feature) of a source made with ``raw_images=True`` come back
+undecoded under ``"image"``; a source made with ``decode=decode_images(...)`` (or a reader with
+it in its ``map_fns``) turns them into ``features`` with TensorFlow's decoder.
 
 Reading happens in TensorFlow's threads, so a bad record surfaces as a TensorFlow error
 that names no record. ``verify=True`` checks the CRCs of every record the first time it is
 read (the whole cache once) and keeps the first :class:`~evenflow.records.RecordError` in
-:attr:`RecordSource.error`; :meth:`RecordSource.find_bad_record` re-reads records in
+:attr:`RecordTensors.error`; :meth:`RecordTensors.find_bad_record` re-reads records in
 Python to name the one that does not read, parse or decode (file, record number,
 byte offset), which is what ``evenflow train`` reports when its pipeline fails.
 """
@@ -37,71 +36,35 @@ from typing import Callable
 import numpy as np
 
 from evenflow.data.images import quiet_native_stderr
-from evenflow.data.records_source import RecordSource as NumpyRecordSource
+from evenflow.data.records_source import RecordSource
 from evenflow.records.errors import RecordError
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.pyfunc import numpy_function
-from evenflow.tf.input.sequences import column_tensor, pad_sequences, parse_feature
+from evenflow.tf.input.sequences import column_tensor, parse_feature
 
-__all__ = ["RecordSource", "decode_images", "serialized_records"]
+__all__ = ["RecordTensors", "decode_images", "serialized_records"]
 
 # Largest static batch whose images decode_images decodes with one op per image written
 # out in the graph; larger or unknown batch sizes use tf.map_fn.
 UNROLL_MAX = 1024
 
 
-class RecordSource:
-    """Random access by sample id to an evenflow records dataset, as TensorFlow tensors.
+class RecordTensors:
+    """Random access by sample id to every record of an :class:`evenflow.data.RecordSource`'s
+    dataset, as TensorFlow tensors.
 
     Args:
-        path_or_dataset: a dataset directory, its ``dataset.json``, or an open
-            :class:`evenflow.records.RecordDataset`.
-        feature_key: the feature returned as ``features`` (for a ``bytes`` feature:
-            returned as ``image``, to be decoded). Default: the manifest's image key, or
-            the only non-label feature.
-        label_key: the integer class feature, returned as ``label``.
-        cache: decode every record once and hold its feature and label in memory.
-        decode: optional ``fn(batch) -> batch`` applied inside :meth:`batch`, e.g.
-            :func:`decode_images`; for a variable-length list the default is
-            :func:`~evenflow.tf.input.sequences.pad_sequences` (it arrives ragged).
-        verify: check the length and data CRCs of each record the first time this
-            source reads it (the whole dataset at once with ``cache``). Once is enough:
-            shards are memory-mapped, and ``evenflow convert`` replaces a file by renaming
-            a new one over it, which leaves an open map on the old data. Checking every read
-            (what ``TFRecordDataset`` does) costs a few µs per record in Python, a large
-            share of the throughput of reading small records by offset (measured: see
-            docs/benchmarks.md). Without ``verify`` a damaged payload that still parses is
-            used as it is.
-
-    Raises:
-        ValueError: a key that the records do not hold, or an ambiguous default
-            ``feature_key``; the message names the dataset file and the key.
+        numpy: the source over every record (``RecordSource.full()``); this conversion shares
+            its CRC bookkeeping, its cache and :attr:`error`.
+        decode: the TensorFlow map function ``fn(batch) -> batch`` that does what the numpy
+            source's ``decode`` does (:func:`decode_images`, a text or sequence decoder), or None.
     """
 
-    def __init__(self, path_or_dataset, feature_key: str | None = None, label_key: str = "label",
-                 cache: bool = False, decode: Callable[[dict], dict] | None = None, verify: bool = False):
-        numpy = NumpyRecordSource(path_or_dataset, feature_key, label_key, cache=cache, verify=verify,
-                                  raw_images=True)
-        self._init(numpy, decode)
-
-    @classmethod
-    def from_source(cls, numpy: NumpyRecordSource, decode: Callable[[dict], dict] | None) -> "RecordSource":
-        """The TensorFlow reader of ``numpy.full()`` (every record of its dataset), with the TensorFlow
-        map function ``decode`` in place of its numpy one; the two share the CRC bookkeeping, the
-        cache and :attr:`error`."""
-        out = cls.__new__(cls)
-        out._init(numpy.full(), decode)
-        return out
-
-    def _init(self, numpy: NumpyRecordSource, decode) -> None:
-        if decode is not None and not callable(decode):
-            raise TypeError(f"decode must be a function batch -> batch, got {type(decode).__name__}")
-        if decode is None and numpy.feature_spec.varlen:
-            decode = pad_sequences()
+    def __init__(self, numpy: RecordSource, decode: Callable[[dict], dict] | None):
         self.numpy, self.decode = numpy, decode
         self.dataset = numpy.dataset
         self.feature_key, self.label_key, self.cache = numpy.feature_key, numpy.label_key, numpy.cache
-        self.verify, self.feature_spec, self.is_encoded = numpy.verify, numpy.feature_spec, numpy.is_encoded
+        self.feature_spec, self.is_encoded = numpy.feature_spec, numpy.is_encoded
         self.num_samples = len(self.dataset)
         self._where = numpy.where
         self._cached = None  # {"feature": tensor [N, ...], "label": int64 [N]} when cached
@@ -123,15 +86,6 @@ class RecordSource:
     def _read(self, ids):
         raw, starts, lengths = self.numpy.read_serialized(ids)
         return np.array(raw, dtype=object), starts, lengths
-
-    def preload(self) -> None:
-        """With ``cache``: read and decode every record now, in numpy (CRCs checked if ``verify``).
-
-        A bad record then raises its :class:`~evenflow.records.RecordError` here, before
-        TensorFlow starts, rather than while a pipeline is traced. No-op without ``cache``.
-        """
-        if self._cached is None:
-            self.numpy.preload()
 
     def _cached_batch(self, ids) -> dict:
         tf = _tf()
@@ -211,8 +165,7 @@ class RecordSource:
         return None
 
     def __repr__(self):
-        return (f"RecordSource({self._where!r}, num_samples={self.num_samples}, feature_key={self.feature_key!r}, "
-                f"cache={self.cache})")
+        return f"RecordTensors({self.numpy!r})"
 
 
 def serialized_records(read: Callable, ids):
@@ -248,7 +201,10 @@ def decode_images(channels: int = 1, size: tuple[int, int] | None = None, key: s
             another size fails the batch.
 
     Returns:
-        ``fn(batch) -> batch`` with ``features`` ``[slots, H, W, channels]``.
+        ``fn(batch) -> batch`` with ``features`` ``[slots, H, W, channels]``. As the ``decode`` of an
+        :class:`evenflow.data.RecordSource` it runs inside the TensorFlow pipeline
+        (``evenflow.tf.tf_source``); numpy readers (PyTorch's) take
+        :class:`evenflow.data.images.DecodeImages` instead.
     """
     if channels not in (1, 3, 4):
         raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}")
@@ -284,4 +240,5 @@ def decode_images(channels: int = 1, size: tuple[int, int] | None = None, key: s
         batch["features"] = tf.cast(images, tf.float32) / 255.0 if scale else images
         return batch
 
+    fn.tensor_ops = True  # what tf_source tells a TensorFlow decode by: it runs in the pipeline as it is
     return fn

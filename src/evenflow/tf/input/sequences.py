@@ -1,7 +1,7 @@
 """Variable-length list features in TensorFlow: parsing, the cached column, and padding per batch.
 
 The TensorFlow side of :mod:`evenflow.data.sequences`, used by
-:class:`~evenflow.tf.input.records_source.RecordSource`: a variable-length float32/int64 list
+:class:`~evenflow.tf.input.records_source.RecordTensors`: a variable-length float32/int64 list
 (spec shape ``(None,)``) is parsed with ``tf.io.RaggedFeature`` (or gathered from one ragged
 tensor when the dataset is cached), so a replica's batch arrives as a ragged tensor
 ``[slots, None]``; :func:`pad_sequences` pads it to the longest list of that batch (or the

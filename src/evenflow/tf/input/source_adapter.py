@@ -4,21 +4,22 @@ A neutral source returns numpy arrays; the :class:`~evenflow.tf.input.reader.Pla
 source whose ``batch(ids)`` is TensorFlow ops it can run inside ``tf.data``.
 :func:`tf_source` converts one into the other, by the fastest path its kind allows:
 
-* :class:`evenflow.data.ArraySource` -> :class:`~evenflow.tf.input.sources.ArraySource` (the same
+* :class:`evenflow.data.ArraySource` -> :class:`~evenflow.tf.input.sources.ArrayTensors` (the same
   arrays, one ``tf.gather`` each);
-* :class:`evenflow.data.SubsetSource` -> :class:`~evenflow.tf.input.sources.SubsetSource` of the
+* :class:`evenflow.data.SubsetSource` -> :class:`~evenflow.tf.input.sources.SubsetTensors` of the
   converted full source (so a train and a test split share one converted source);
-* :class:`evenflow.data.TextSource` -> :class:`~evenflow.tf.input.text.TextSource` (a ragged tensor);
-* :class:`evenflow.data.RecordSource` -> :class:`~evenflow.tf.input.records_source.RecordSource`
+* :class:`evenflow.data.TextSource` -> :class:`~evenflow.tf.input.text.TextTensors` (a ragged tensor);
+* :class:`evenflow.data.RecordSource` -> :class:`~evenflow.tf.input.records_source.RecordTensors`
   (cached tensors or ``parse_example``), with TensorFlow's image decoding for
   :class:`~evenflow.data.images.DecodeImages`, :func:`~evenflow.tf.input.text.decode_text` for
   :class:`~evenflow.data.text.DecodeText` and :func:`~evenflow.tf.input.sequences.pad_sequences` for
-  :class:`~evenflow.data.sequences.PadSequences`;
+  :class:`~evenflow.data.sequences.PadSequences`; a ``decode`` that already is TensorFlow ops
+  (:func:`~evenflow.tf.input.records_source.decode_images`) runs as it is;
 * any other source (or a record source with a numpy ``decode`` of its own) ->
   :class:`NumpySource`, its ``batch`` run in :func:`evenflow.tf.input.pyfunc.numpy_function`.
 
 Conversions are remembered per source object, so converting the same source twice gives
-the same TensorFlow source (one cache, one :attr:`RecordSource.error`).
+the same TensorFlow source (one cache, one :attr:`RecordTensors.error`).
 """
 from __future__ import annotations
 
@@ -27,24 +28,21 @@ import weakref
 import numpy as np
 
 from evenflow.data.images import DecodeImages
-from evenflow.data.records_source import RecordSource as NumpyRecordSource
+from evenflow.data.records_source import RecordSource
 from evenflow.data.sequences import PadSequences
-from evenflow.data.source import ArraySource as NumpyArraySource
-from evenflow.data.source import Source as NumpySourceProtocol
-from evenflow.data.source import SubsetSource as NumpySubsetSource
-from evenflow.data.text import DecodeText
-from evenflow.data.text import TextSource as NumpyTextSource
+from evenflow.data.source import ArraySource, Source, SubsetSource
+from evenflow.data.text import DecodeText, TextSource
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.numpy_source import NumpySource
-from evenflow.tf.input.records_source import RecordSource, decode_images
+from evenflow.tf.input.records_source import RecordTensors, decode_images
 from evenflow.tf.input.sequences import pad_sequences
-from evenflow.tf.input.sources import ArraySource, TensorSource, SubsetSource
-from evenflow.tf.input.text import TextSource, decode_text
+from evenflow.tf.input.sources import ArrayTensors, SubsetTensors, TensorSource
+from evenflow.tf.input.text import TextTensors, decode_text
 
 __all__ = ["reader_source", "tf_source"]
 
-_TF_CLASSES = (ArraySource, SubsetSource, RecordSource, TextSource, NumpySource)
-_NUMPY_CLASSES = (NumpyArraySource, NumpySubsetSource, NumpyTextSource, NumpyRecordSource)
+_TF_CLASSES = (ArrayTensors, SubsetTensors, RecordTensors, TextTensors, NumpySource)
+_NUMPY_CLASSES = (ArraySource, SubsetSource, TextSource, RecordSource)
 _UNSUPPORTED = object()  # a record decode with no TensorFlow twin: use the numpy_function path
 # source -> its TensorFlow source. Weak keys: a conversion lives as long as the source it came from.
 _CONVERTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -63,7 +61,7 @@ def tf_source(source):
     """
     if isinstance(source, _TF_CLASSES):
         return source
-    if not isinstance(source, NumpySourceProtocol):
+    if not isinstance(source, Source):
         raise TypeError(f"source must follow the evenflow.data.Source protocol (num_samples, index(), batch(ids)), "
                         f"got {type(source).__name__}")
     try:
@@ -76,24 +74,26 @@ def tf_source(source):
 
 
 def _convert(source):
-    if isinstance(source, NumpyArraySource):
-        return ArraySource.from_source(source)
-    if isinstance(source, NumpySubsetSource):
-        return SubsetSource(tf_source(source.source), source.ids)
-    if isinstance(source, NumpyTextSource):
-        return TextSource.from_source(source)
-    if isinstance(source, NumpyRecordSource):
+    if isinstance(source, ArraySource):
+        return ArrayTensors(source)
+    if isinstance(source, SubsetSource):  # the full source may be TensorFlow ops of its own (evenflow.tf.fit's)
+        return SubsetTensors(source, reader_source(source.source), source.ids)
+    if isinstance(source, TextSource):
+        return TextTensors(source)
+    if isinstance(source, RecordSource):
         if source.records is not None:
-            return SubsetSource(tf_source(source.full()), source.records)
+            return SubsetTensors(source, tf_source(source.full()), source.records)
         decode = _tf_decode(source)
         if decode is not _UNSUPPORTED:
-            return RecordSource.from_source(source, decode)
+            return RecordTensors(source, decode)
     return NumpySource(source)
 
 
-def _tf_decode(source: NumpyRecordSource):
+def _tf_decode(source: RecordSource):
     """The TensorFlow map function that does what ``source`` does after decoding its Examples."""
     d = source.decode
+    if getattr(d, "tensor_ops", False):  # evenflow.tf.decode_images: TensorFlow ops already
+        return d
     if source.is_encoded:
         if d is None:  # raw_images: the bytes stay under "image"
             return None

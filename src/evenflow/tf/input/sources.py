@@ -1,26 +1,22 @@
-"""Sources as TensorFlow ops: the reader's :class:`TensorSource` protocol, arrays and subsets in memory.
+"""Sources as TensorFlow ops: the reader's :class:`TensorSource` protocol, arrays and subsets as tensors.
 
 A TensorFlow source is random access by sample id, one whole batch at a time, like an
 :class:`evenflow.data.Source`, but its ``batch(ids)`` takes an int64 tensor and returns
 tensors, because the :class:`~evenflow.tf.input.reader.PlanReader` calls it inside a ``tf.data``
-map function. :class:`ArraySource` serves numpy arrays from memory with one ``tf.gather``
-per array; :class:`SubsetSource` renumbers the samples of another source. Any neutral
-source becomes one of these (or a ``tf.numpy_function`` around its ``batch``) through
+map function. :class:`ArrayTensors` serves the arrays of an :class:`evenflow.data.ArraySource`
+with one ``tf.gather`` per array; :class:`SubsetTensors` renumbers the samples of another
+TensorFlow source. Both are conversions, made by
 :func:`evenflow.tf.input.source_adapter.tf_source`, which the reader calls itself.
 """
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-
-from evenflow.data import source as neutral
-from evenflow.data.source import RESERVED_KEYS
+from evenflow.data.source import RESERVED_KEYS, ArraySource
 from evenflow.plan.index import Index
 from evenflow.tf._lazy import tf as _tf
-from evenflow.util.distinct import all_distinct
 
-__all__ = ["TensorSource", "ArraySource", "SubsetSource", "RESERVED_KEYS"]
+__all__ = ["TensorSource", "ArrayTensors", "SubsetTensors", "RESERVED_KEYS"]
 
 
 @runtime_checkable
@@ -47,48 +43,18 @@ class TensorSource(Protocol):
         """
 
 
-class ArraySource:
-    """A TensorFlow :class:`TensorSource` over numpy arrays held in memory.
+class ArrayTensors:
+    """The arrays of an :class:`evenflow.data.ArraySource` as a :class:`TensorSource`.
 
-    The arrays become tensors on first use (not in the constructor), so a source
-    can be built and validated before TensorFlow's devices are configured.
-    Suited to data that fits in memory a few times over: the arrays are copied
-    once into TensorFlow's host memory.
-
-    Args:
-        features: array ``[N, ...]`` of any numeric dtype (float64 becomes float32).
-        labels: integer array ``[N]``.
-        costs: optional non-negative array ``[N]`` passed to the index.
-        extra: optional dict of further ``[N, ...]`` arrays to return with each batch.
-
-    Raises:
-        ValueError, TypeError: as :class:`evenflow.data.ArraySource`, which checks the arrays.
+    The arrays become tensors on first use (not when converted), so a source can be
+    converted before TensorFlow's devices are configured; they are copied once into
+    TensorFlow's host memory.
     """
 
-    def __init__(self, features, labels, costs=None, extra: dict | None = None):
-        self._init(neutral.ArraySource(features, labels, costs=costs, extra=extra))
-
-    def _init(self, numpy: neutral.ArraySource) -> None:
+    def __init__(self, numpy: ArraySource):
         self.numpy = numpy  # the numpy source: its arrays, checked
         self.num_samples = numpy.num_samples
         self._tensors: dict | None = None
-
-    @classmethod
-    def from_source(cls, source: neutral.ArraySource) -> "ArraySource":
-        """The TensorFlow view of a numpy :class:`evenflow.data.ArraySource` (the same arrays, not copied)."""
-        out = cls.__new__(cls)
-        out._init(source)
-        return out
-
-    @property
-    def feature_shape(self) -> tuple[int, ...]:
-        """Shape of one sample's features."""
-        return self.numpy.feature_shape
-
-    @property
-    def labels(self) -> np.ndarray:
-        """int64 ``[N]``."""
-        return self.numpy.labels
 
     def index(self) -> Index:
         return self.numpy.index()
@@ -104,37 +70,29 @@ class ArraySource:
         return {k: tf.gather(t, ids) for k, t in self._tensors.items()}
 
     def __repr__(self):
-        return f"ArraySource(num_samples={self.num_samples}, feature_shape={self.feature_shape})"
+        return f"ArrayTensors({self.numpy!r})"
 
 
-class SubsetSource:
-    """The samples ``ids`` of another TensorFlow :class:`TensorSource`, renumbered ``0..len(ids)-1``.
-
-    How a train/test split of one records dataset becomes two sources that share the
-    files (and, with ``RecordSource(cache=True)``, one in-memory copy): sample ``i`` of
-    the subset is sample ``ids[i]`` of ``source``.
+class SubsetTensors:
+    """The conversion of a subset (an :class:`evenflow.data.SubsetSource`, or an
+    :class:`evenflow.data.RecordSource` with ``ids``): sample ``i`` is sample ``ids[i]`` of the
+    converted full source, so a train and a test split share one converted source (and, with
+    ``RecordSource(cache=True)``, one in-memory copy).
 
     Args:
-        source: the full :class:`TensorSource`.
-        ids: int array ``[n]`` of distinct sample ids of ``source``, n >= 1.
+        numpy: the subset as :mod:`evenflow.data` holds it: its ``ids`` are checked and its
+            ``index()`` is this source's.
+        source: the converted full :class:`TensorSource`.
+        ids: int64 ``[n]``, the subset's ids in ``source``.
     """
 
-    def __init__(self, source: TensorSource, ids):
-        if not isinstance(source, TensorSource):
-            raise TypeError(f"source must follow the evenflow.tf.TensorSource protocol, got {type(source).__name__}")
-        ids = np.asarray(ids)
-        if ids.ndim != 1 or ids.size < 1 or ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be a non-empty 1-D integer array, got {ids.dtype} of shape {ids.shape}")
-        if ids.min() < 0 or ids.max() >= source.num_samples or not all_distinct(ids):
-            raise ValueError(f"ids must be distinct sample ids in 0..{source.num_samples - 1}")
-        self.source, self.ids = source, ids.astype(np.int64)
-        self.num_samples = int(ids.size)
+    def __init__(self, numpy, source: TensorSource, ids):
+        self.numpy, self.source, self.ids = numpy, source, ids
+        self.num_samples = numpy.num_samples
         self._ids = None  # tf.int64 [n], made on first use (after the strategy fixed the devices)
 
     def index(self) -> Index:
-        full = self.source.index()
-        return Index(self.num_samples, labels=None if full.labels is None else full.labels[self.ids],
-                     costs=None if full.costs is None else full.costs[self.ids])
+        return self.numpy.index()
 
     def batch(self, ids) -> dict:
         tf = _tf()
@@ -144,4 +102,4 @@ class SubsetSource:
         return self.source.batch(tf.gather(self._ids, ids))
 
     def __repr__(self):
-        return f"SubsetSource({self.source!r}, num_samples={self.num_samples})"
+        return f"SubsetTensors({self.source!r}, num_samples={self.num_samples})"

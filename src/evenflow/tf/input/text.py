@@ -1,9 +1,8 @@
 """Variable-length sequences in TensorFlow, and a small text classifier that ignores padding.
 
-:class:`TextSource` is the TensorFlow reader of a :class:`~evenflow.data.text.TextData`
-(what ``evenflow.tf.tf_source`` makes of an :class:`evenflow.data.TextSource`): the
-sequences live in one ragged tensor and ``batch(ids)`` gathers one replica's rows and
-pads them only to the longest sequence *of that batch* (0 = padding), or to the next of
+:class:`TextTensors` is what ``evenflow.tf.tf_source`` makes of an :class:`evenflow.data.TextSource`:
+the sequences live in one ragged tensor and ``batch(ids)`` gathers one replica's rows and pads
+them only to the longest sequence *of that batch* (0 = padding), or to the next of
 ``pad_lengths``, as :mod:`evenflow.data.text` defines. :func:`decode_text` does the
 same for the bytes of text records.
 
@@ -27,47 +26,26 @@ import functools
 
 import numpy as np
 
-from evenflow.data.text import PAD, VOCAB_SIZE, TextData
-from evenflow.data.text import TextSource as NumpyTextSource
+from evenflow.data.text import PAD, VOCAB_SIZE, TextSource
 from evenflow.plan.index import Index
 from evenflow.run.models import EMBED_SIZE
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["TextSource", "blank_padding_rows", "decode_text", "padded_length", "text_cnn"]
+__all__ = ["TextTensors", "blank_padding_rows", "decode_text", "padded_length", "text_cnn"]
 
 
-class TextSource:
-    """A TensorFlow :class:`~evenflow.tf.input.sources.TensorSource` of token sequences, padded per batch.
+class TextTensors:
+    """An :class:`evenflow.data.TextSource` as a TensorFlow :class:`~evenflow.tf.input.sources.TensorSource`.
 
-    The TensorFlow reader of an :class:`evenflow.data.TextSource`: the same arguments and the
-    same batches (see there), with the sequences in one ragged tensor, so ``batch(ids)`` gathers
-    one replica's rows and pads them inside the pipeline.
+    The same batches (see there), with the sequences in one ragged tensor, so ``batch(ids)``
+    gathers one replica's rows and pads them inside the pipeline.
     """
 
-    def __init__(self, data: TextData, pad_lengths: tuple[int, ...] | None = None):
-        self._init(NumpyTextSource(data, pad_lengths))
-
-    @classmethod
-    def from_source(cls, source: NumpyTextSource) -> "TextSource":
-        """The TensorFlow reader of a numpy :class:`evenflow.data.TextSource`."""
-        out = cls.__new__(cls)
-        out._init(source)
-        return out
-
-    def _init(self, source: NumpyTextSource) -> None:
-        self.data, self.pad_lengths = source.data, source.pad_lengths
-        self.num_samples = source.num_samples
-        self.numpy = source  # the numpy source: its data and checked pad lengths
+    def __init__(self, numpy: TextSource):
+        self.numpy = numpy  # the numpy source: its data and checked pad lengths
+        self.data, self.pad_lengths, self.num_samples = numpy.data, numpy.pad_lengths, numpy.num_samples
         self._tensors = None
-
-    @property
-    def feature_shape(self) -> tuple:
-        return (None,)
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self.data.labels
 
     def index(self) -> Index:
         return self.numpy.index()
@@ -75,7 +53,7 @@ class TextSource:
     def batch(self, ids) -> dict:
         tf = _tf()
         if self._tensors is None:
-            # Eager tensors captured by the traced map function (see ArraySource.batch).
+            # Eager tensors captured by the traced map function (see ArrayTensors.batch).
             with tf.init_scope(), tf.device("/cpu:0"):
                 rows = tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(self.data.id_dtype)),
                                                        tf.constant(self.data.offsets), validate=False)
@@ -88,7 +66,7 @@ class TextSource:
         return {"features": features, "label": tf.gather(labels, ids), "length": length}
 
     def __repr__(self):
-        return f"TextSource(num_samples={self.num_samples}, pad_lengths={self.pad_lengths})"
+        return f"TextTensors({self.numpy!r})"
 
 
 def padded_length(length, pad_lengths):
@@ -105,10 +83,10 @@ def decode_text(pad_lengths: tuple[int, ...] | None = None, key: str = "image"):
     """A map function: UTF-8 bytes ``batch[key]`` (tf.string ``[slots]``) -> token ids, padded per batch.
 
     For text records written by ``evenflow convert`` (one ``bytes`` feature per
-    record, which :class:`~evenflow.tf.input.records_source.RecordSource` returns under
+    record, which :class:`~evenflow.tf.input.records_source.RecordTensors` returns under
     ``"image"``): the TensorFlow twin of :class:`evenflow.data.text.DecodeText`. Token
     ids are ``byte + 1`` as in :mod:`evenflow.data.text`, padded with 0 like
-    :meth:`TextSource.batch`, so the batch is the same one the builtin dataset gives for
+    :meth:`TextTensors.batch`, so the batch is the same one the builtin dataset gives for
     the same samples.
 
     Args:

@@ -16,11 +16,10 @@ import math
 
 import numpy as np
 
-from evenflow.data.source import Source
+from evenflow.data.source import Source, SubsetSource
 from evenflow.plan.index import Index
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.input.sources import SubsetSource, TensorSource
 
 __all__ = ["ArrayPair", "as_source", "split_validation"]
 
@@ -115,7 +114,7 @@ def _as_array(a) -> np.ndarray:
 
 def as_source(x, y, what: str):
     """A TensorFlow source from ``x, y`` arrays, or ``x`` itself when it is an evenflow source (``y`` None)."""
-    if isinstance(x, (Source, TensorSource)) and hasattr(x, "batch") and not isinstance(x, np.ndarray):
+    if isinstance(x, Source) and hasattr(x, "batch") and not isinstance(x, np.ndarray):
         if y is not None:
             raise ValueError(f"{what}: y must be None when x is an evenflow source (it holds the labels), "
                              f"got {type(y).__name__}")
@@ -146,14 +145,7 @@ def split_validation(source, fraction: float):
     if split_at < 1 or split_at >= n:
         raise ValueError(f"validation_split={fraction} of {n} samples leaves {split_at} to train and {n - split_at} "
                          f"to validate; both need at least 1: use more samples or another fraction")
-    return _subset(source, np.arange(split_at)), _subset(source, np.arange(split_at, n))
-
-
-def _subset(source, ids: np.ndarray):
-    if isinstance(source, TensorSource):
-        return SubsetSource(source, ids)
-    from evenflow.data.source import SubsetSource as NumpySubset
-    return NumpySubset(source, ids)
+    return SubsetSource(source, np.arange(split_at)), SubsetSource(source, np.arange(split_at, n))
 
 
 def as_callbacks(callbacks) -> list:
