@@ -40,3 +40,14 @@ def test_choosing_tensorflow_leaves_out_keras_sklearn_wrappers():
     done = subprocess.run([sys.executable, "-c", "import sys; " + code], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=str(SRC)), check=True)
     assert done.stdout.split() == ["False", "True", "False"]
+
+
+def test_a_framework_is_a_folder_with_an_adapter():
+    """--framework takes every folder of evenflow with an adapter.py, and gets that folder's ADAPTER."""
+    code = ("from evenflow.run.options import FRAMEWORKS; from evenflow.commands.train import framework_adapter; "
+            "print(*FRAMEWORKS, *[framework_adapter(n).name for n in FRAMEWORKS])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(SRC)), check=True)
+    folders = sorted(p.parent.name for p in (SRC / "evenflow").glob("*/adapter.py") if p.parent.name != "run")
+    assert folders == ["tf", "torch"]
+    assert done.stdout.split() == folders + folders

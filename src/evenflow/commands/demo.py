@@ -54,9 +54,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from evenflow.commands.train import tensorflow_for_the_cli, train
+    from evenflow.commands.train import train
 
-    tensorflow_for_the_cli()  # the demo trains with TensorFlow
     config = load_config(None, overrides=flag_values(args), defaults=DEMO_DEFAULTS)
     if args.replicas is None:
         # Without --replicas: one replica per GPU where there are GPUs, else 4 logical CPUs.

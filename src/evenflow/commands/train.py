@@ -75,22 +75,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def framework_adapter(name: str):
-    """The adapter of ``--framework name`` (imports nothing of the framework itself yet)."""
-    if name == "torch":
-        from evenflow.torch.adapter import Torch
-        return Torch()
-    from evenflow.tf.adapter import TensorFlow
-    tensorflow_for_the_cli()
-    return TensorFlow()
+    """The adapter of ``--framework name``: ``evenflow.<name>.adapter.ADAPTER()`` (a framework is one folder).
 
+    Imports nothing of the framework itself yet.
+    """
+    import importlib
 
-def tensorflow_for_the_cli() -> None:
-    """Have TensorFlow, when this command imports it, leave out Keras's scikit-learn wrappers: the command never
-    uses them, and TensorFlow imports faster. Called where a command chooses TensorFlow, so other commands and
-    ``--framework torch`` never load :mod:`evenflow.tf`."""
-    from evenflow.tf._lazy import skip_keras_sklearn_wrappers
-
-    skip_keras_sklearn_wrappers()
+    return importlib.import_module(f"evenflow.{name}.adapter").ADAPTER()
 
 
 def build_config(path, overrides: dict, defaults: dict | None = None):

@@ -9,6 +9,7 @@ which option is decided by the framework adapters (``refusals``), never silently
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from evenflow.run.data_options import DataOptions
 from evenflow.run.loop import MAX_ACCUMULATE_STEPS
@@ -20,7 +21,9 @@ __all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions",
            "OPTIMIZER_NAMES", "PRECISIONS", "COMPRESSIONS", "COMMUNICATIONS", "BACKENDS",
            "DEFAULT_COLLECTIVE_TIMEOUT", "REBALANCE_MODES"]
 
-FRAMEWORKS: tuple[str, ...] = ("tf", "torch")
+# A framework is a folder of evenflow holding an adapter.py (tf/, torch/); run/adapter.py is the interface.
+FRAMEWORKS: tuple[str, ...] = tuple(sorted(p.parent.name for p in Path(__file__).resolve().parents[1].glob("*/adapter.py")
+                                           if p.parent.name != "run"))
 MODEL_NAMES: tuple[str, ...] = ("cnn", "hashed_text", "mlp", "text_cnn")
 OPTIMIZER_NAMES: tuple[str, ...] = ("adam", "sgd")
 PRECISIONS: tuple[str, ...] = ("float32", "mixed_bfloat16", "mixed_float16")

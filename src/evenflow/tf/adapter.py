@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys, flag_text
+from evenflow.tf._lazy import skip_keras_sklearn_wrappers
 from evenflow.tf.launch.cluster import cluster_from_env
 from evenflow.tf.ps.cluster import ps_task_from_env
 
-__all__ = ["TensorFlow", "REFUSED", "REFUSED_PS"]
+__all__ = ["TensorFlow", "ADAPTER", "REFUSED", "REFUSED_PS"]
 
 # Options TensorFlow cannot honour, with the reason and what to do instead.
 REFUSED = {
@@ -48,9 +49,16 @@ BETWEEN_WORKERS = ("communication", "bytes_per_pack", "collective_timeout")
 
 
 class TensorFlow:
-    """The TensorFlow framework adapter (see the module docstring)."""
+    """The TensorFlow framework adapter (see the module docstring).
+
+    Made when a command chooses TensorFlow; TensorFlow, when it is imported later, then leaves out Keras's
+    scikit-learn wrappers (evenflow never uses them, and TensorFlow imports faster).
+    """
 
     name = "tf"
+
+    def __init__(self):
+        skip_keras_sklearn_wrappers()
 
     def refusals(self, config, processes: Processes) -> list[str]:
         changed = changed_keys(config)
@@ -110,3 +118,6 @@ class TensorFlow:
         on_stop = prepared.directory.discard_unstarted if prepared.directory is not None else None
         with meeting_the_others(cluster, prepared.config.compute.collective_timeout, on_stop=on_stop):
             return start_session(prepared, cluster)
+
+
+ADAPTER = TensorFlow  # what `evenflow train --framework tf` makes (commands.train.framework_adapter)

@@ -17,7 +17,7 @@ import os
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys, flag_text
 
-__all__ = ["Torch", "REFUSED"]
+__all__ = ["Torch", "ADAPTER", "REFUSED"]
 
 # (option, value or None for any set value) -> the reason and what to do instead.
 REFUSED = {
@@ -102,3 +102,6 @@ class Torch:
         from evenflow.torch.session import start_session
 
         return start_session(prepared)
+
+
+ADAPTER = Torch  # what `evenflow train --framework torch` makes (commands.train.framework_adapter)
