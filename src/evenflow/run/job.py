@@ -245,13 +245,12 @@ def _events_dir(run_dir: Path, resumed: bool) -> Path:
 def _guard(p: Prepared, session) -> TrainingGuard:
     """The run's checkpoints, audit trail and anomaly policy, wired into one TrainingGuard."""
     cfg, procs = p.config, session.processes
-    ckpt, anomaly = cfg.checkpoint, cfg.anomaly
+    ckpt = cfg.checkpoint
     checkpointer = Checkpointer(p.run_dir, session.state, keep=ckpt.keep_checkpoints, is_chief=procs.is_chief,
                                 worker=procs.index)
     audit = AuditLog(p.run_dir, p.data.train.num_samples, p.train_plan.num_steps, procs.replicas,
                      worker=procs.index) if ckpt.audit else None
-    policy = AnomalyPolicy(p.run_dir / ANOMALY_LOG if procs.is_chief else None, restore_after=anomaly.restore_after,
-                           lr_factor=anomaly.restore_lr_factor, max_restores=anomaly.max_restores)
+    policy = AnomalyPolicy(p.run_dir / ANOMALY_LOG if procs.is_chief else None, cfg.anomaly)
     guard = TrainingGuard(p.train_plan, checkpointer, every=ckpt.checkpoint_every, audit=audit, anomalies=policy,
                           is_chief=procs.is_chief)
     guard.meta = {"framework": cfg.compute.framework, "data": p.data.identity, "config": run_facts(cfg)}

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.run.adapter import Processes
+from evenflow.run.step_options import StepOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.launch.cluster import Cluster
@@ -98,9 +99,7 @@ def start_session(p, cluster):
         model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, comp.precision,
                             dropout=cfg.model.dropout, vocab_size=p.data.vocab_size)
         optimizer = make_optimizer(cfg.optimizer.optimizer, cfg.optimizer.learning_rate, comp.precision)
-    trainer = Trainer(strategy, model, optimizer, skip_nonfinite=cfg.anomaly.skip_nonfinite,
-                      accumulate_steps=comp.accumulate_steps, compression=comp.gradient_compression,
-                      timing=cfg.monitor.telemetry, simulate=simulation)
+    trainer = Trainer.from_options(strategy, model, optimizer, StepOptions.of_config(cfg))
     train_reader, test_reader = make_readers(p)
     processes = p.processes
     return TFSession(processes=processes, cluster=cluster, strategy=strategy, trainer=trainer, devices=devices,
