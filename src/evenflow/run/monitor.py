@@ -87,8 +87,8 @@ class ReplicaMonitor:
         self._tb: list[np.ndarray] = []  # absorbed rows [R, FIELDS] not yet written to TensorBoard
         self._last_at = 0
         self.costs = None if costs is None else np.asarray(costs, np.float64)
-        self.rebalancer = Rebalancer(self.replicas, RebalanceOptions() if rebalance is None else rebalance,
-                                     global_batch_size)
+        rebalance = RebalanceOptions() if rebalance is None else rebalance
+        self.rebalancer = Rebalancer(self.replicas, rebalance, global_batch_size)
         self.log = log
         self.global_step = 0          # updates recorded over this process's run
         self.total_steps: int | None = None  # plan steps of the whole run, when the loop knows them
