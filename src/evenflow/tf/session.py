@@ -118,7 +118,7 @@ def _facts(strategy, model, trainer, comp) -> dict:
              "op_determinism": _op_determinism(),
              "compute_dtype": str((model.layers[0] if model.layers else model).dtype_policy.compute_dtype),
              "dropout_layers": _count_dropout(model),
-             "gradient_dtype": "float16" if trainer.compression == "fp16" else "float32",
+             "gradient_dtype": "float16" if trainer.options.compute.gradient_compression == "fp16" else "float32",
              "accumulate_steps": trainer.loop.accumulate_steps,
              "optimizer": type(getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)).__name__}
     from evenflow.tf.strategy import collective_watch

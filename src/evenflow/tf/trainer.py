@@ -71,6 +71,7 @@ class Trainer(LoopFront):
     (``evenflow train``'s).
 
     Attributes:
+        options: the :class:`~evenflow.run.step_options.StepOptions` its steps run with.
         plan: the plan :meth:`fit` runs now (the one passed in, or a re-plan with measured weights).
         replans: ``(cursor, weights)`` of each re-plan.
         cursor: how far training got.
@@ -119,9 +120,6 @@ class Trainer(LoopFront):
         self.step = ReplicaStep(strategy, model, optimizer, loss_fn, options)
         self.engine = TFEngine(strategy, self.step)
         self.loop = TrainLoop(self.engine, options.compute.accumulate_steps)
-        self.skip_nonfinite, self.accumulate_steps = options.anomaly.skip_nonfinite, options.compute.accumulate_steps
-        self.compression, self.timing, self.simulate = options.compute.gradient_compression, options.timing, \
-            options.simulate
 
     def gather_rows(self, local_rows: np.ndarray) -> np.ndarray:
         """All workers' float64 rows: ``[local replicas, k]`` -> ``[all replicas, k]`` (a collective)."""
