@@ -207,3 +207,74 @@ def test_one_class_per_public_name():
     per_framework = {name for name, modules in twice.items() if len(modules) == 2
                      and _in(modules[0], "evenflow.tf") and _in(modules[1], "evenflow.torch")}
     assert per_framework == PER_FRAMEWORK and {n: m for n, m in twice.items() if n not in per_framework} == {}
+
+
+OPTION_FILES = ("run/options.py", "run/data_options.py")
+# Public signatures that keep a default of their own for a parameter named like a run option, each a
+# different concept that shares the name (kept short: everything else reads its default from the
+# option dataclasses, or takes them whole). "file:function" -> the parameters, and why.
+OWN_DEFAULTS = {
+    # The plan contract (evenflow.Plan's seed, stratify, balance), forwarded to the plans these build.
+    "tf/keras/fit.py:fit": {"seed", "stratify", "balance",
+                            "epochs",      # model.fit's epochs=1: fit mirrors Keras's signature
+                            "rebalance"},  # True/False or a RebalanceOptions, not MonitorOptions' on/off/auto
+    "torch/dataset_loader.py:plan_loader": {"seed", "stratify"},
+    # How many epochs one tf.data pipeline streams (1), not how long a run trains.
+    "tf/keras/data.py:keras_dataset": {"epochs"},
+    "tf/input/packed.py:packed_dataset": {"epochs"},
+    "tf/input/reader.py:worker_dataset": {"epochs"},
+    # The tf.data conversions of sources (tf/input): an augment op's seed keys that op alone, a records
+    # source's label key is a feature name of its files, and the text model's dropout is its own.
+    "tf/input/augment.py:*": {"seed"},
+    "tf/input/record_chain.py:__init__": {"seed"},
+    "tf/input/records_source.py:__init__": {"label_key"},
+    "tf/input/text.py:*": {"dropout"},
+}
+
+
+def _option_fields() -> tuple[set[str], set[str]]:
+    """``(field names, class names)`` of the run's option dataclasses."""
+    names, classes = set(), set()
+    for rel in OPTION_FILES:
+        for node in ast.parse((SRC / ROOT / rel).read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Options"):
+                classes.add(node.name)
+                names |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+    return names, classes
+
+
+def _restated_defaults() -> list[str]:
+    """Parameters named like a run option, with a default that is not None and not read from its dataclass."""
+    names, classes = _option_fields()
+    found = []
+    for package in ("run", "tf", "torch", "commands"):
+        for path in sorted((SRC / ROOT / package).rglob("*.py")):
+            rel = path.relative_to(SRC / ROOT).as_posix()
+            if rel in OPTION_FILES:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                a = node.args
+                positional = a.posonlyargs + a.args
+                pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+                pairs += [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+                allowed = OWN_DEFAULTS.get(f"{rel}:{node.name}", set()) | OWN_DEFAULTS.get(f"{rel}:*", set())
+                for arg, default in pairs:
+                    if arg.arg not in names or arg.arg in allowed:
+                        continue
+                    if isinstance(default, ast.Constant) and default.value is None:
+                        continue  # "not given": the callee takes the dataclass's value, or the thing is absent
+                    if (isinstance(default, ast.Attribute) and default.attr == arg.arg
+                            and isinstance(default.value, ast.Name) and default.value.id in classes):
+                        continue  # ComputeOptions.precision: the one default, read from its dataclass
+                    found.append(f"{rel}:{node.name}({arg.arg}={ast.unparse(default)})")
+    return found
+
+
+def test_run_option_defaults_are_declared_once_in_their_dataclasses():
+    """Options travel as their frozen dataclasses: no function restates a run option's default."""
+    names, classes = _option_fields()
+    assert {"skip_nonfinite", "accumulate_steps", "precision", "dropout", "seed", "epochs"} <= names
+    assert {"ComputeOptions", "AnomalyOptions", "DataOptions"} <= classes
+    assert _restated_defaults() == []

@@ -128,7 +128,7 @@ def test_many_switches_in_one_stream_keep_every_sample_once_per_epoch_and_follow
     weights = [(1.0, 0.5, 0.25), (0.25, 1.0, 1.0), (1.0, 1.0, 1.0), (0.1, 1.0, 0.1), (1.0, 0.2, 1.0)]
     monitor = ScriptedMonitor(3, at=[2, 6, 12, 20, 27], weights=weights)
     engine = FeedEngine(3, ahead=3)
-    loop = TrainLoop(engine)
+    loop = TrainLoop(engine, 1)
     loop.fit(None, plan, epochs=3, monitor=monitor)
     assert engine.opened == 1  # five re-plans, no reopening
     assert len(loop.replans) == 5

@@ -58,7 +58,7 @@ def empty_replica_steps(strategy, single) -> dict:
 
 def suspects(strategy) -> list[int]:
     import evenflow as ef
-    from evenflow.run import AnomalyPolicy, Checkpointer, TrainingGuard
+    from evenflow.run import AnomalyOptions, AnomalyPolicy, Checkpointer, TrainingGuard
     from evenflow.tf import ArraySource, PlanReader, TFState, Trainer, build_model, make_optimizer
 
     rng = np.random.default_rng(1)
@@ -73,7 +73,7 @@ def suspects(strategy) -> list[int]:
     with tempfile.TemporaryDirectory() as d:
         run_dir = Path(d)
         guard = TrainingGuard(plan, Checkpointer(run_dir, TFState(model, optimizer)),
-                              anomalies=AnomalyPolicy(run_dir / "anomalies.jsonl", restore_after=0))
+                              anomalies=AnomalyPolicy(run_dir / "anomalies.jsonl", AnomalyOptions(restore_after=0)))
         guard.save_initial(ef.Cursor(0, 0))
         trainer.fit(PlanReader(source, trim_padding=True), plan, 1, guard=guard)
         events = [json.loads(line) for line in (run_dir / "anomalies.jsonl").read_text().splitlines()]

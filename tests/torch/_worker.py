@@ -83,7 +83,7 @@ def main(spec: dict, prefix: str) -> None:
     import torch
 
     import evenflow as ef
-    from evenflow.run import AnomalyPolicy, Checkpointer, TrainingGuard
+    from evenflow.run import AnomalyOptions, AnomalyPolicy, Checkpointer, TrainingGuard
     from evenflow.torch import ArraySource, PeerLostError, TorchState, Trainer, build_model, init_distributed
 
     torch.set_num_threads(1)
@@ -107,7 +107,7 @@ def main(spec: dict, prefix: str) -> None:
     run_dir = spec.get("checkpoint_dir") or f"{prefix}-run-{rank}"
     checkpointer = Checkpointer(run_dir, TorchState(model, optimizer, rank=rank, world=world), keep=3,
                                 is_chief=rank == 0, worker=rank)
-    anomalies = AnomalyPolicy(f"{prefix}-{rank}-anomalies.jsonl", restore_after=0)
+    anomalies = AnomalyPolicy(f"{prefix}-{rank}-anomalies.jsonl", AnomalyOptions(restore_after=0))
     guard = TrainingGuard(plan, checkpointer, every=spec.get("checkpoint_every", 0), anomalies=anomalies,
                           is_chief=rank == 0)
     start = guard.resume() if spec.get("resume") else None

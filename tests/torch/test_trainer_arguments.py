@@ -69,3 +69,16 @@ def test_a_mean_reduced_loss_is_refused_where_it_would_count_padding():
                                              r"got shape \(\); pass reduction='none'"):
             call(_trainer(loss_fn=torch.nn.CrossEntropyLoss()))
     assert _trainer(loss_fn=torch.nn.CrossEntropyLoss(reduction="none")).fit(source, plan, 1)[0].samples == 40
+
+
+def test_the_keyword_defaults_are_the_run_options_and_from_options_takes_them_whole():
+    from evenflow.run.options import AnomalyOptions, ComputeOptions
+    from evenflow.run.step_options import StepOptions
+
+    assert _trainer().options == StepOptions(ComputeOptions(framework="torch"), AnomalyOptions(), False, None)
+    model = torch.nn.Linear(8, 3)
+    options = StepOptions(ComputeOptions(framework="torch", accumulate_steps=2, precision="mixed_bfloat16"),
+                          AnomalyOptions(skip_nonfinite=False), False, None)
+    trainer = Trainer.from_options(model, torch.optim.SGD(model.parameters(), 0.1), options)
+    assert trainer.loop.accumulate_steps == 2 and trainer.engine.precision == "mixed_bfloat16"
+    assert trainer.engine.skip_nonfinite is False and trainer.options == options

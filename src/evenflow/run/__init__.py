@@ -7,7 +7,8 @@ Read it top to bottom in this order:
 * :mod:`~evenflow.run.adapter`: the interface a framework implements (:class:`Framework`, :class:`Session`);
 * :mod:`~evenflow.run.job`: one run end to end (:func:`run_training`): prepare, start, train, summarize;
 * :mod:`~evenflow.run.training`, :mod:`~evenflow.run.summary`: the training part and what the run reports;
-* :mod:`~evenflow.run.loop`: the training loop every framework runs (:class:`TrainLoop` over an :class:`Engine`);
+* :mod:`~evenflow.run.loop`, :mod:`~evenflow.run.step_options`: the training loop every framework runs
+  (:class:`TrainLoop` over an :class:`Engine`) and the options its engines take, whole;
 * :mod:`~evenflow.run.guard`, :mod:`~evenflow.run.checkpoints`, :mod:`~evenflow.run.audit`,
   :mod:`~evenflow.run.audit_ids`, :mod:`~evenflow.run.anomaly`: crash-safe checkpoints, the audit trail and
   its map back to the data's files and records, non-finite steps;
@@ -29,12 +30,13 @@ from evenflow.run.guard import TrainingGuard
 from evenflow.run.job import prepare, run_training
 from evenflow.run.loop import Engine, TrainLoop
 from evenflow.run.monitor import ReplicaMonitor
+from evenflow.run.options import AnomalyOptions
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.run.simulate import Simulation, SlowReplica
 
 __all__ = [
-    "AnomalyPolicy", "AuditLog", "Checkpointer", "Engine", "EpochResult", "EvalResult", "Framework", "ModelState",
-    "NonFiniteModelError", "Processes", "ReplicaMonitor", "Session", "Simulation", "SlowReplica", "TrainConfig",
-    "TrainLoop", "TrainingDiverged", "TrainingGuard", "check_audit", "list_checkpoints", "load_config", "prepare",
+    "AnomalyOptions", "AnomalyPolicy", "AuditLog", "Checkpointer", "Engine", "EpochResult", "EvalResult",
+    "Framework", "ModelState", "NonFiniteModelError", "Processes", "ReplicaMonitor", "Session", "Simulation",
+    "SlowReplica", "TrainConfig", "TrainLoop", "TrainingDiverged", "TrainingGuard", "check_audit", "list_checkpoints", "load_config", "prepare",
     "run_training",
 ]

@@ -9,7 +9,7 @@ the trainer); this host-side policy then
   received) and the replicas that saw it;
 * counts consecutive anomalous steps; after ``restore_after`` of them the run
   restores its last good checkpoint and multiplies the learning rate by
-  ``lr_factor`` (a diverging model, not a bad sample, is the likely cause);
+  ``restore_lr_factor`` (a diverging model, not a bad sample, is the likely cause);
 * does not count, while replaying the steps up to where it restored, anomalies
   that come back: steps that fail again after a restore with a lower learning
   rate are bad data, so they are skipped and training goes on;
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.plan.cursor import Cursor
+from evenflow.run.options import AnomalyOptions
 
 __all__ = ["AnomalyPolicy", "TrainingDiverged", "ANOMALY_LOG"]
 
@@ -42,15 +43,20 @@ class AnomalyPolicy:
 
     Args:
         log_path: the JSON-lines log, or None to keep no log (non-chief workers).
-        restore_after: consecutive anomalous steps that trigger a restore, >= 1; 0 never restores.
-        lr_factor: learning-rate multiplier applied at each restore, in (0, 1].
-        max_restores: restores allowed in a run before :class:`TrainingDiverged`.
+        options: :class:`~evenflow.run.options.AnomalyOptions`: ``restore_after`` (consecutive anomalous
+            steps that trigger a restore; 0 never restores), ``restore_lr_factor`` (the learning-rate
+            multiplier at each restore) and ``max_restores`` (restores allowed before
+            :class:`TrainingDiverged`); None: its defaults.
     """
 
-    def __init__(self, log_path: str | Path | None, restore_after: int = 3, lr_factor: float = 0.5,
-                 max_restores: int = 3):
+    def __init__(self, log_path: str | Path | None, options: AnomalyOptions | None = None):
+        options = AnomalyOptions() if options is None else options
+        if not isinstance(options, AnomalyOptions):
+            raise TypeError(f"options must be an evenflow AnomalyOptions, got {type(options).__name__}; e.g. "
+                            f"AnomalyPolicy(path, AnomalyOptions(restore_after=3))")
         self.log_path = None if log_path is None else Path(log_path)
-        self.restore_after, self.lr_factor, self.max_restores = restore_after, lr_factor, max_restores
+        self.restore_after, self.lr_factor = options.restore_after, options.restore_lr_factor
+        self.max_restores = options.max_restores
         self.streak = 0   # consecutive anomalous steps that count towards a restore
         self.run = 0      # consecutive anomalous steps, replayed ones included (no checkpoint meanwhile)
         self.anomalies = 0

@@ -243,9 +243,8 @@ def _events_dir(run_dir: Path, resumed: bool) -> Path:
 def _guard(p: Prepared, session) -> TrainingGuard:
     """The run's checkpoints, audit trail and anomaly policy, wired into one TrainingGuard."""
     cfg, procs = p.config, session.processes
-    ckpt, anomaly = cfg.checkpoint, cfg.anomaly
-    policy = AnomalyPolicy(p.run_dir / ANOMALY_LOG if procs.is_chief else None, restore_after=anomaly.restore_after,
-                           lr_factor=anomaly.restore_lr_factor, max_restores=anomaly.max_restores)
+    ckpt = cfg.checkpoint
+    policy = AnomalyPolicy(p.run_dir / ANOMALY_LOG if procs.is_chief else None, cfg.anomaly)
     return TrainingGuard.in_run_dir(p.run_dir, p.train_plan, session.state, keep=ckpt.keep_checkpoints,
                                     every=ckpt.checkpoint_every, audit=ckpt.audit, anomalies=policy,
                                     is_chief=procs.is_chief, worker=procs.index,

@@ -63,7 +63,7 @@ class TrainLoop:
         replans: ``(cursor, weights)`` of every re-plan.
     """
 
-    def __init__(self, engine: Engine, accumulate_steps: int = 1):
+    def __init__(self, engine: Engine, accumulate_steps: int):
         check_accumulate_steps(accumulate_steps)
         self.engine, self.accumulate_steps = engine, int(accumulate_steps)
         self.switches = PlanSwitches(engine)

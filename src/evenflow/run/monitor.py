@@ -58,7 +58,7 @@ class ReplicaMonitor:
         global_batch_size: G (keeps every replica's share of a step >= 1 sample).
         steps_per_epoch: plan steps per epoch.
         costs: per-sample costs of the training set (float ``[N]``), or None: load is counted in samples.
-        rebalance: :class:`~evenflow.plan.speed.rebalancer.RebalanceOptions`.
+        rebalance: :class:`~evenflow.plan.speed.rebalancer.RebalanceOptions` (None: its defaults).
         check_every: updates between two checks (all-gathers across workers), >= 1.
         telemetry: path of ``telemetry.jsonl`` to write (the chief's), or None.
         log: an object with ``scalar(tag, value, step)`` (a :class:`~evenflow.tf.runlog.RunLog`), or None.
@@ -76,7 +76,7 @@ class ReplicaMonitor:
     """
 
     def __init__(self, replicas: int, global_batch_size: int, steps_per_epoch: int, costs: np.ndarray | None = None,
-                 rebalance: RebalanceOptions = RebalanceOptions(), check_every: int = 2,
+                 rebalance: RebalanceOptions | None = None, check_every: int = 2,
                  telemetry: str | Path | None = None, log=None, workers: int = 1, append: bool = False,
                  log_every: int = 25, shared_devices: bool = False, input_facts: dict | None = None):
         for name, value in (("check_every", check_every), ("log_every", log_every)):
@@ -87,6 +87,7 @@ class ReplicaMonitor:
         self._tb: list[np.ndarray] = []  # absorbed rows [R, FIELDS] not yet written to TensorBoard
         self._last_at = 0
         self.costs = None if costs is None else np.asarray(costs, np.float64)
+        rebalance = RebalanceOptions() if rebalance is None else rebalance
         self.rebalancer = Rebalancer(self.replicas, rebalance, global_batch_size)
         self.log = log
         self.global_step = 0          # updates recorded over this process's run

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evenflow.run.data_options import DataOptions
-from evenflow.run.loop import MAX_ACCUMULATE_STEPS
-from evenflow.run.validate import (LEARNING_RATES, MAX_GLOBAL_BATCH, MAX_SEED, check_bool, check_choice, check_finite,
-                                   check_float, check_int, check_learning_rate, check_str)
+from evenflow.run.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED, check_bool,
+                                   check_choice, check_finite, check_float, check_int, check_learning_rate, check_str)
 
 __all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions", "ComputeOptions",
            "OutputOptions", "CheckpointOptions", "AnomalyOptions", "MonitorOptions", "FRAMEWORKS", "MODEL_NAMES",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from evenflow.run.models import check_model_input
+from evenflow.run.options import ComputeOptions, ModelOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf.input.packed import packed_text_cnn
 from evenflow.tf.input.text import text_cnn
@@ -25,7 +26,7 @@ def _dropout(layers, rate: float, dtype) -> list:
     return [layers.Dropout(rate, dtype=dtype)] if rate > 0 else []
 
 
-def _mlp(input_shape, num_classes, dtype, hidden: int = 128, dropout: float = 0.0):
+def _mlp(input_shape, num_classes, dtype, *, dropout: float, hidden: int = 128):
     keras = _keras()
     layers = keras.layers
     return keras.Sequential([
@@ -38,7 +39,7 @@ def _mlp(input_shape, num_classes, dtype, hidden: int = 128, dropout: float = 0.
     ], name="mlp")
 
 
-def _cnn(input_shape, num_classes, dtype, width: int = 32, dropout: float = 0.0):
+def _cnn(input_shape, num_classes, dtype, *, dropout: float, width: int = 32):
     keras = _keras()
     layers = keras.layers
     stack = [keras.Input(shape=input_shape)]
@@ -57,7 +58,7 @@ def _cnn(input_shape, num_classes, dtype, width: int = 32, dropout: float = 0.0)
     return keras.Sequential(stack, name="cnn")
 
 
-def _packed(input_shape, num_classes, dtype, dropout: float = 0.0, vocab_size: int = 257):
+def _packed(input_shape, num_classes, dtype, *, dropout: float, vocab_size: int = 257):
     if len(tuple(input_shape)) != 1:
         raise ValueError(f"model 'packed_text_cnn' needs token sequences (per-sample shape (length,)), got "
                          f"{tuple(input_shape)}")
@@ -72,8 +73,9 @@ MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "text_cnn": text_cnn, "
 # Built through the API only (it reads packed batches: evenflow.tf.packed_dataset); evenflow train has no packing.
 API_ONLY = ("packed_text_cnn",)
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, precision: str = "float32",
-                dropout: float = 0.0, vocab_size: int | None = None):
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
+                precision: str = ComputeOptions.precision, dropout: float = ModelOptions.dropout,
+                vocab_size: int | None = None):
     """Build (not compile) model ``name``; call it inside ``strategy.scope()``.
 
     Args:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from evenflow.run.options import ComputeOptions
 from evenflow.tf._lazy import keras as _keras
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "presum_gradients"]
@@ -14,7 +15,7 @@ OPTIMIZERS: dict[str, Callable] = {
 }
 
 
-def make_optimizer(name: str, learning_rate: float, precision: str = "float32"):
+def make_optimizer(name: str, learning_rate: float, precision: str = ComputeOptions.precision):
     """A Keras optimizer by name; wrapped for dynamic loss scaling under ``mixed_float16``.
 
     Call it inside ``strategy.scope()``: the optimizer remembers the strategy it was

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from evenflow.run.options import COMPRESSIONS
+from evenflow.run.step_options import StepOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.losses import check_per_sample, masked_loss, per_sample_cross_entropy
+from evenflow.tf.losses import check_per_sample, masked_loss
 from evenflow.tf.optimizers import presum_gradients
 from evenflow.tf.clock import emulated_clock
 
 __all__ = ["ReplicaStep", "COMPRESSIONS", "masked_sums"]
-
-# Gradient compression before the all-reduce: the dtype the gradients travel in.
-COMPRESSIONS: tuple[str, ...] = ("none", "fp16")
 
 
 class ReplicaStep:
@@ -44,22 +43,19 @@ class ReplicaStep:
         model: a built ``keras.Model`` mapping features to logits.
         optimizer: a Keras 3 optimizer (a ``LossScaleOptimizer`` under ``mixed_float16``).
         loss_fn: ``fn(labels, logits) -> [slots]`` per-sample loss.
-        skip_nonfinite: skip the update of a step that is non-finite on any replica.
-        compression: ``"none"`` or ``"fp16"``.
-        timing: stamp each replica's start and gradients (for the monitor).
-        simulate: an active :class:`~evenflow.run.simulate.Simulation`, or None.
+        options: :class:`~evenflow.run.step_options.StepOptions`: ``anomaly.skip_nonfinite`` (skip the
+            update of a step that is non-finite on any replica), ``compute.gradient_compression``,
+            ``timing`` (stamp each replica's start and gradients, for the monitor) and ``simulate``
+            (an active :class:`~evenflow.run.simulate.Simulation`, or None).
     """
 
-    def __init__(self, strategy, model, optimizer, loss_fn=per_sample_cross_entropy, skip_nonfinite: bool = True,
-                 compression: str = "none", timing: bool = False, simulate=None):
+    def __init__(self, strategy, model, optimizer, loss_fn, options: StepOptions):
         tf = _tf()
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
-        self.skip_nonfinite, self.compression = bool(skip_nonfinite), compression
-        self.timing, self.simulate = bool(timing), simulate
+        self.skip_nonfinite, self.compression = options.anomaly.skip_nonfinite, options.compute.gradient_compression
+        self.timing, self.simulate = bool(options.timing), options.simulate
         self._loss_scaled = isinstance(optimizer, _keras().optimizers.LossScaleOptimizer)
-        presum_gradients(optimizer, compression != "none")
+        presum_gradients(optimizer, self.compression != "none")
         with strategy.scope():
             # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
             optimizer.build(model.trainable_variables)

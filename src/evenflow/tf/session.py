@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from evenflow.run.adapter import Session
+from evenflow.run.step_options import StepOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.launch.cluster import Cluster
@@ -80,9 +81,7 @@ def start_session(p, cluster):
         model = build_model(cfg.model.model, p.data.feature_shape, p.data.num_classes, comp.precision,
                             dropout=cfg.model.dropout, vocab_size=p.data.vocab_size)
         optimizer = make_optimizer(cfg.optimizer.optimizer, cfg.optimizer.learning_rate, comp.precision)
-    trainer = Trainer(strategy, model, optimizer, skip_nonfinite=cfg.anomaly.skip_nonfinite,
-                      accumulate_steps=comp.accumulate_steps, compression=comp.gradient_compression,
-                      timing=cfg.monitor.telemetry, simulate=simulation)
+    trainer = Trainer.from_options(strategy, model, optimizer, StepOptions.of_config(cfg))
     train_reader, test_reader = make_readers(p)
     processes = p.processes
     return TFSession(processes=processes, cluster=cluster, strategy=strategy, trainer=trainer, devices=devices,
@@ -101,7 +100,7 @@ def _facts(strategy, model, trainer, comp) -> dict:
              "op_determinism": _op_determinism(),
              "compute_dtype": str((model.layers[0] if model.layers else model).dtype_policy.compute_dtype),
              "dropout_layers": _count_dropout(model),
-             "gradient_dtype": "float16" if trainer.compression == "fp16" else "float32",
+             "gradient_dtype": "float16" if trainer.options.compute.gradient_compression == "fp16" else "float32",
              "accumulate_steps": trainer.loop.accumulate_steps,
              "optimizer": type(getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)).__name__}
     from evenflow.tf.strategy import collective_watch

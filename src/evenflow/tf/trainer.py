@@ -18,6 +18,7 @@ end, so every worker reports the same global figures.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -25,7 +26,9 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.loop import MAX_ACCUMULATE_STEPS, LoopFront, TrainLoop, check_accumulate_steps
+from evenflow.run.options import AnomalyOptions, ComputeOptions
 from evenflow.run.simulate import Simulation
+from evenflow.run.step_options import StepOptions
 from evenflow.run.validate import check_bool
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.tf._lazy import keras as _keras
@@ -63,40 +66,60 @@ class Trainer(LoopFront):
         timing: time every replica's step (needed by a monitor).
         simulate: an :class:`~evenflow.run.simulate.Simulation` of slow devices (needs ``timing``).
 
+    The defaults of ``skip_nonfinite``, ``accumulate_steps`` and ``compression`` are those of
+    :class:`~evenflow.run.options.AnomalyOptions` and :class:`~evenflow.run.options.ComputeOptions`
+    (``evenflow train``'s).
+
     Attributes:
+        options: the :class:`~evenflow.run.step_options.StepOptions` its steps run with.
         plan: the plan :meth:`fit` runs now (the one passed in, or a re-plan with measured weights).
         replans: ``(cursor, weights)`` of each re-plan.
         cursor: how far training got.
     """
 
-    def __init__(self, strategy, model, optimizer, loss_fn=per_sample_cross_entropy, skip_nonfinite: bool = True,
-                 accumulate_steps: int = 1, compression: str = "none", timing: bool = False, simulate=None):
+    def __init__(self, strategy, model, optimizer, loss_fn=per_sample_cross_entropy,
+                 skip_nonfinite: bool = AnomalyOptions.skip_nonfinite,
+                 accumulate_steps: int = ComputeOptions.accumulate_steps,
+                 compression: str = ComputeOptions.gradient_compression, timing: bool = False, simulate=None):
         _check_parts(strategy, model, optimizer)
-        check_accumulate_steps(accumulate_steps)  # every argument before the step touches the optimizer
+        accumulate_steps = check_accumulate_steps(accumulate_steps)  # all arguments before the step builds
         skip_nonfinite, timing = check_bool("skip_nonfinite", skip_nonfinite), check_bool("timing", timing)
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+        if simulate is not None and not isinstance(simulate, Simulation):
+            raise TypeError(f"simulate must be an evenflow Simulation or None, got {type(simulate).__name__}")
+        options = StepOptions(ComputeOptions(accumulate_steps=accumulate_steps, gradient_compression=compression),
+                              AnomalyOptions(skip_nonfinite=skip_nonfinite), timing, simulate)
+        self._start(strategy, model, optimizer, loss_fn, options)
+
+    @classmethod
+    def from_options(cls, strategy, model, optimizer, options: StepOptions,
+                     loss_fn=per_sample_cross_entropy) -> Trainer:
+        """A trainer set up by a run's options, whole (what ``evenflow train`` builds)."""
+        _check_parts(strategy, model, optimizer)
+        trainer = cls.__new__(cls)
+        trainer._start(strategy, model, optimizer, loss_fn, options)
+        return trainer
+
+    def _start(self, strategy, model, optimizer, loss_fn, options: StepOptions) -> None:
         if not callable(loss_fn):
             raise TypeError(f"loss_fn must be a function (labels, logits) -> per-sample loss [slots], got "
                             f"{type(loss_fn).__name__}; e.g. evenflow.tf.per_sample_cross_entropy (the default)")
-        if simulate is not None and not isinstance(simulate, Simulation):
-            raise TypeError(f"simulate must be an evenflow Simulation or None, got {type(simulate).__name__}")
         if model.built is False or not model.trainable_variables:
             raise ValueError(f"the model {getattr(model, 'name', type(model).__name__)!r} has no variables yet; "
                              f"build it before creating the Trainer (call it once on a batch, or give it an "
                              f"Input layer), inside strategy.scope()")
+        simulate = options.simulate
         if simulate is not None and simulate.active:
-            if not timing:
+            if not options.timing:
                 raise ValueError("simulate needs timing=True: its delays are measured like real compute")
             simulate.check(int(strategy.num_replicas_in_sync))
         else:
-            simulate = None
-        self.strategy, self.model, self.optimizer = strategy, model, optimizer
-        self.step = ReplicaStep(strategy, model, optimizer, loss_fn, skip_nonfinite=skip_nonfinite,
-                                compression=compression, timing=timing, simulate=simulate)
+            options = replace(options, simulate=None)
+        self.strategy, self.model, self.optimizer, self.options = strategy, model, optimizer, options
+        self.step = ReplicaStep(strategy, model, optimizer, loss_fn, options)
         self.engine = TFEngine(strategy, self.step)
-        self.loop = TrainLoop(self.engine, accumulate_steps)
-        self.skip_nonfinite, self.accumulate_steps, self.compression = bool(skip_nonfinite), accumulate_steps, \
-            compression
-        self.timing, self.simulate = bool(timing), simulate
+        self.loop = TrainLoop(self.engine, options.compute.accumulate_steps)
 
     def gather_rows(self, local_rows: np.ndarray) -> np.ndarray:
         """All workers' float64 rows: ``[local replicas, k]`` -> ``[all replicas, k]`` (a collective)."""

@@ -7,6 +7,7 @@
 * :func:`checked_transform`: a loader ``transform`` returns the batch dict with the keys
   evenflow reads and every row it was given (one per slot: the plan counts each sample).
 * :func:`loader_options`: ``PlanLoader``'s worker, prefetch and memory options.
+* :func:`check_precision`: the trainer runs in ``float32`` or ``mixed_bfloat16``.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from evenflow.torch._lazy import torch as _torch
 
-__all__ = ["READ_KEYS", "checked_transform", "class_hits", "loader_options", "logits_of"]
+__all__ = ["READ_KEYS", "check_precision", "checked_transform", "class_hits", "loader_options", "logits_of"]
 
 # The keys of a batch that evenflow reads after a transform (the loader, then the trainer).
 READ_KEYS = ("id", "mask", "global_real_count", "epoch", "step", "features", "label")
@@ -86,3 +87,9 @@ def loader_options(num_workers, prefetch_factor, multiprocessing_context, pin_me
     if transform is not None and not callable(transform):
         raise TypeError(f"transform must be a function batch -> batch, got {type(transform).__name__}")
     return int(num_workers), None if prefetch_factor is None else int(prefetch_factor)
+
+
+def check_precision(precision: str) -> None:
+    """Refuse a precision PyTorch's engine does not run, naming the two it does."""
+    if precision not in ("float32", "mixed_bfloat16"):
+        raise ValueError(f"precision must be float32 or mixed_bfloat16 with PyTorch, got {precision!r}")

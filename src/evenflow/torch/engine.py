@@ -34,17 +34,18 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.feed import PlanFeed
 from evenflow.run.engine import Stream
+from evenflow.run.options import COMPRESSIONS, ComputeOptions
+from evenflow.run.step_options import StepOptions
 from evenflow.torch._lazy import torch as _torch
-from evenflow.torch.checks import class_hits, logits_of
+from evenflow.torch.checks import check_precision, class_hits, logits_of
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
-from evenflow.torch.losses import check_per_sample, masked_loss, per_sample_cross_entropy
+from evenflow.torch.losses import check_per_sample, masked_loss
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
 
-__all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS", "COMPRESSIONS"]
+__all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS", "COMPRESSIONS", "check_precision"]
 
 GRADIENT_SUMS = ("ordered", "ring")
-COMPRESSIONS = ("none", "fp16")
 
 
 class TorchReader:
@@ -71,28 +72,25 @@ class TorchEngine:
         model: a ``torch.nn.Module`` mapping features to logits.
         optimizer: a ``torch.optim`` optimizer over ``model.parameters()``.
         loss_fn: ``fn(logits, labels) -> [slots]`` per-sample loss.
-        device: where the model runs (default cpu).
+        device: where the model runs (None: cpu).
         gradient_sum: ``"ordered"`` (all-gather, then add in rank order: the same bits whatever
             DDP's bucket layout, so a resumed run is bitwise equal to an uninterrupted one) or
             ``"ring"`` (all-reduce SUM: less traffic for large models; resumes agree to rounding).
-        compression: ``"none"`` or ``"fp16"``.
-        bucket_bytes: DDP bucket size in bytes (0: DDP's default).
-        skip_nonfinite: skip (on every rank) an update whose loss or gradients are non-finite.
-        timing: time every update (needed by a monitor).
-        simulate: an active :class:`~evenflow.run.simulate.Simulation`, or None.
-        precision: ``"float32"`` or ``"mixed_bfloat16"``.
+        options: :class:`~evenflow.run.step_options.StepOptions`: ``compute.gradient_compression``
+            (``"none"`` or ``"fp16"``), ``compute.bytes_per_pack`` (the DDP bucket size in bytes; 0: DDP's
+            default), ``compute.precision`` (``"float32"`` or ``"mixed_bfloat16"``),
+            ``anomaly.skip_nonfinite`` (skip, on every rank, an update whose loss or gradients are
+            non-finite), ``timing`` (time every update, for a monitor) and ``simulate`` (an active
+            :class:`~evenflow.run.simulate.Simulation`, or None).
     """
 
-    def __init__(self, model, optimizer, *, loss_fn=per_sample_cross_entropy, device=None,
-                 gradient_sum: str = "ordered", compression: str = "none", bucket_bytes: int = 0,
-                 skip_nonfinite: bool = True, timing: bool = False, simulate=None, precision: str = "float32"):
+    def __init__(self, model, optimizer, loss_fn, device, gradient_sum: str, options: StepOptions):
         torch = _torch()
+        compute = options.compute
+        compression, bucket_bytes, precision = compute.gradient_compression, compute.bytes_per_pack, compute.precision
         if gradient_sum not in GRADIENT_SUMS:
             raise ValueError(f"gradient_sum must be one of {', '.join(GRADIENT_SUMS)}, got {gradient_sum!r}")
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
-        if precision not in ("float32", "mixed_bfloat16"):
-            raise ValueError(f"precision must be float32 or mixed_bfloat16 with PyTorch, got {precision!r}")
+        check_precision(precision)
         _check_model(model, optimizer)
         self.rank, self.world = rank_and_world_size()
         self.device = torch.device("cpu") if device is None else torch.device(device)
@@ -100,7 +98,7 @@ class TorchEngine:
         self.optimizer, self.loss_fn = optimizer, loss_fn
         self.ddp, self.sharded = self.model, is_sharded(self.model)
         if self.sharded:
-            _check_sharded(gradient_sum, compression, bucket_bytes, simulate)
+            _check_sharded(gradient_sum, compute, options.simulate)
             sum_gradients(self.model)  # a model the user sharded by hand adds the ranks' gradients too
         elif self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -110,8 +108,8 @@ class TorchEngine:
         self._grads_ready = None  # when DDP handed this rank's last gradient bucket to the hook
         self.local_replicas, self.num_processes, self.lag = 1, self.world, 0
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
-        self.timing, self.skip_nonfinite, self.simulate = bool(timing), bool(skip_nonfinite), simulate
-        self.precision = precision
+        self.timing, self.skip_nonfinite = bool(options.timing), options.anomaly.skip_nonfinite
+        self.simulate, self.precision = options.simulate, precision
         self.stream = None  # the training stream open now: its loader workers end with it (close)
 
     # -- the loop's interface --------------------------------------------------------------------
@@ -249,10 +247,12 @@ class TorchEngine:
         return np.array([[float(local.max() > 0), float(anomaly), float(skipped)]])
 
 
-def _check_sharded(gradient_sum: str, compression: str, bucket_bytes: int, simulate) -> None:
+def _check_sharded(gradient_sum: str, compute: ComputeOptions, simulate) -> None:
     """Refuse what only DDP does: its gradient hooks and buckets, and emulated devices (timed per rank)."""
-    for name, value, default in (("gradient_sum", gradient_sum, "ordered"), ("compression", compression, "none"),
-                                 ("bucket_bytes", bucket_bytes, 0)):
+    unset = ComputeOptions()
+    for name, value, default in (("gradient_sum", gradient_sum, "ordered"),
+                                 ("compression", compute.gradient_compression, unset.gradient_compression),
+                                 ("bucket_bytes", compute.bytes_per_pack, unset.bytes_per_pack)):
         if value != default:
             raise ValueError(f"{name}={value!r} sets DDP's gradient all-reduce, but the model is sharded (FSDP "
                              f"reduce-scatters its gradients); leave {name} at {default!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from evenflow.run.options import ModelOptions
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.text import packed_text_cnn
 
@@ -24,7 +25,7 @@ def _dropout(nn, rate: float) -> list:
     return [nn.Dropout(rate)] if rate > 0 else []
 
 
-def _mlp(input_shape, num_classes, hidden: int = 128, dropout: float = 0.0):
+def _mlp(input_shape, num_classes, *, dropout: float, hidden: int = 128):
     nn = _torch().nn
     size = 1
     for d in input_shape:
@@ -37,7 +38,7 @@ def _separable(nn, cin, cout, stride=1):
     return [nn.Conv2d(cin, cin, 3, stride=stride, padding=1, groups=cin), nn.Conv2d(cin, cout, 1), nn.ReLU()]
 
 
-def _cnn(input_shape, num_classes, width: int = 32, dropout: float = 0.0):
+def _cnn(input_shape, num_classes, *, dropout: float, width: int = 32):
     torch = _torch()
     nn = torch.nn
     channels = int(input_shape[2]) if len(input_shape) == 3 else 1
@@ -55,7 +56,7 @@ def _cnn(input_shape, num_classes, width: int = 32, dropout: float = 0.0):
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), *_dropout(nn, dropout), nn.Linear(2 * width, num_classes))
 
 
-def _packed(input_shape, num_classes, dropout: float = 0.0, vocab_size: int = 257):
+def _packed(input_shape, num_classes, *, dropout: float, vocab_size: int = 257):
     if dropout:
         raise ValueError(f"model 'packed_text_cnn' has no dropout, got dropout {dropout}")
     return packed_text_cnn(num_classes, vocab_size=vocab_size)
@@ -78,7 +79,7 @@ def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
                          f"{tuple(input_shape)}; reshape the features or use model 'mlp'")
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, dropout: float = 0.0,
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, dropout: float = ModelOptions.dropout,
                 vocab_size: int | None = None):
     """A ``torch.nn.Module`` mapping ``[batch, *input_shape]`` float32 to logits ``[batch, num_classes]``.
 

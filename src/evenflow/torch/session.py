@@ -78,6 +78,7 @@ class TorchSession(Session):
 
 def start_session(p):
     """A :class:`~evenflow.torch.adapter.TorchSession` for the :class:`~evenflow.run.job.Prepared` run ``p``."""
+    from evenflow.run.step_options import StepOptions
     from evenflow.torch._lazy import torch as _torch
     from evenflow.torch.distributed import check_ranks_agree, finish_distributed, init_distributed
     from evenflow.torch.models import build_model, make_optimizer
@@ -103,10 +104,7 @@ def start_session(p):
 
         shard_model(model, device)
     optimizer = make_optimizer(cfg.optimizer.optimizer, model.parameters(), cfg.optimizer.learning_rate)
-    trainer = Trainer(model, optimizer, device=device, accumulate_steps=comp.accumulate_steps,
-                      compression=comp.gradient_compression, bucket_bytes=comp.bytes_per_pack,
-                      skip_nonfinite=cfg.anomaly.skip_nonfinite, timing=cfg.monitor.telemetry,
-                      simulate=cfg.monitor.simulation(), precision=comp.precision)
+    trainer = Trainer.from_options(model, optimizer, StepOptions.of_config(cfg), device=device)
     train_reader, test_reader = _readers(p)
     backend = torch.distributed.get_backend() if world > 1 else "none"
     kind = "FSDP, parameters sharded" if comp.shard_parameters and world > 1 else "DDP"

@@ -14,15 +14,19 @@ sums once, so every test sample counts exactly once.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.loop import LoopFront, TrainLoop
+from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.rerun import rerun_advice
 from evenflow.run.results import EpochResult, EvalResult
+from evenflow.run.step_options import StepOptions
+from evenflow.run.validate import check_accumulate_steps
 from evenflow.torch.distributed import PeerLostError, is_peer_failure
-from evenflow.torch.engine import GRADIENT_SUMS, TorchEngine, TorchReader
+from evenflow.torch.engine import GRADIENT_SUMS, TorchEngine, TorchReader, check_precision
 from evenflow.torch.losses import per_sample_cross_entropy
 
 __all__ = ["Trainer", "EpochResult", "EvalResult", "GRADIENT_SUMS"]
@@ -47,24 +51,47 @@ class Trainer(LoopFront):
         timing: time every update (needed by a monitor).
         simulate: a :class:`~evenflow.run.simulate.Simulation` of slow devices (needs ``timing``).
         precision: ``"float32"`` or ``"mixed_bfloat16"``.
+
+    The defaults of ``accumulate_steps``, ``compression``, ``bucket_bytes``, ``skip_nonfinite`` and
+    ``precision`` are those of :class:`~evenflow.run.options.ComputeOptions` and
+    :class:`~evenflow.run.options.AnomalyOptions` (``evenflow train``'s).
     """
 
     def __init__(self, model, optimizer, *, loss_fn: Callable = per_sample_cross_entropy, device=None,
-                 gradient_sum: str = "ordered", accumulate_steps: int = 1, compression: str = "none",
-                 bucket_bytes: int = 0, skip_nonfinite: bool = True, timing: bool = False, simulate=None,
-                 precision: str = "float32"):
+                 gradient_sum: str = "ordered", accumulate_steps: int = ComputeOptions.accumulate_steps,
+                 compression: str = ComputeOptions.gradient_compression,
+                 bucket_bytes: int = ComputeOptions.bytes_per_pack,
+                 skip_nonfinite: bool = AnomalyOptions.skip_nonfinite, timing: bool = False, simulate=None,
+                 precision: str = ComputeOptions.precision):
+        accumulate_steps = check_accumulate_steps(accumulate_steps)
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+        check_precision(precision)
+        compute = ComputeOptions(framework="torch", accumulate_steps=accumulate_steps, gradient_compression=compression,
+                                 bytes_per_pack=bucket_bytes, precision=precision)
+        self._start(model, optimizer, loss_fn, device, gradient_sum,
+                    StepOptions(compute, AnomalyOptions(skip_nonfinite=skip_nonfinite), bool(timing), simulate))
+
+    @classmethod
+    def from_options(cls, model, optimizer, options: StepOptions, *, device=None,
+                     loss_fn: Callable = per_sample_cross_entropy) -> Trainer:
+        """A trainer set up by a run's options, whole (what ``evenflow train`` builds); gradients sum in order."""
+        trainer = cls.__new__(cls)
+        trainer._start(model, optimizer, loss_fn, device, "ordered", options)
+        return trainer
+
+    def _start(self, model, optimizer, loss_fn, device, gradient_sum: str, options: StepOptions) -> None:
+        simulate = options.simulate
         if simulate is not None and simulate.active:
-            if not timing:
+            if not options.timing:
                 raise ValueError("simulate needs timing=True: its delays are measured like real compute")
         else:
-            simulate = None
-        self.engine = TorchEngine(model, optimizer, loss_fn=loss_fn, device=device, gradient_sum=gradient_sum,
-                                  compression=compression, bucket_bytes=bucket_bytes, skip_nonfinite=skip_nonfinite,
-                                  timing=timing, simulate=simulate, precision=precision)
-        if simulate is not None:
-            simulate.check(self.engine.world)
-        self.loop = TrainLoop(self.engine, accumulate_steps)
-        self.model, self.optimizer = self.engine.model, optimizer
+            options = replace(options, simulate=None)
+        self.engine = TorchEngine(model, optimizer, loss_fn, device, gradient_sum, options)
+        if options.simulate is not None:
+            options.simulate.check(self.engine.world)
+        self.loop = TrainLoop(self.engine, options.compute.accumulate_steps)
+        self.model, self.optimizer, self.options = self.engine.model, optimizer, options
         self.rank, self.world_size, self.device = self.engine.rank, self.engine.world, self.engine.device
 
     def fit(self, source, plan: Plan, epochs: int, start: Cursor | None = None, *, num_workers: int = 0,

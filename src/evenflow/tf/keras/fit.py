@@ -33,6 +33,7 @@ from evenflow.plan.speed.rebalancer import RebalanceOptions
 from evenflow.plan.topology import Topology
 from evenflow.run.guard import TrainingGuard
 from evenflow.run.lock import RunDirectory
+from evenflow.run.options import CheckpointOptions
 from evenflow.run.resume import ResumeWords, check_epochs_trained, check_same_run, resumable
 from evenflow.run.training import plan_monitor
 from evenflow.tf._lazy import keras as _keras
@@ -50,16 +51,16 @@ from evenflow.tf.state import TFState
 __all__ = ["fit"]
 
 
-KEEP_CHECKPOINTS = 3  # checkpoints a run directory keeps unless told otherwise
 # How a refused resume names fit's arguments (evenflow.run.resume.check_same_run).
 KERAS_FIT = ResumeWords("output_dir", "this call", "", "the data, batch_size, seed, stratify", "epochs=",
                         "delete its checkpoints to start over")
 
 
 def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose="auto", callbacks=None,
-        validation_split: float = 0.0, validation_data=None, shuffle: bool = True, seed: int = 0,
-        stratify: bool = False, balance: str = "count", output_dir=None, checkpoint_every: int = 0,
-        keep_checkpoints: int = KEEP_CHECKPOINTS, audit: bool = False, rebalance=False, simulate=None):
+        validation_split: float = 0.0, validation_data=None, shuffle: bool = True, seed: int = 0, output_dir=None,
+        stratify: bool = False, balance: str = "count", checkpoint_every: int = CheckpointOptions.checkpoint_every,
+        keep_checkpoints: int = CheckpointOptions.keep_checkpoints, audit: bool = CheckpointOptions.audit,
+        rebalance=False, simulate=None):
     """Train a compiled Keras model on an evenflow plan (see the module docstring).
 
     Args:
@@ -78,9 +79,8 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         balance: ``"count"`` or ``"cost"`` (needs a source with costs).
         output_dir: run directory for checkpoints, the audit trail and ``telemetry.jsonl``; a
             second call with the same arguments resumes from its newest checkpoint.
-        checkpoint_every: also checkpoint every this many steps of an epoch (0: epoch ends only).
-        keep_checkpoints: checkpoints kept.
-        audit: record every step's sample ids (needs ``output_dir``).
+        checkpoint_every, keep_checkpoints, audit: also checkpoint every this many steps of an epoch (0: epoch
+            ends only), keep this many, record every step's sample ids (defaults: ``evenflow train``'s).
         rebalance: re-plan from measured per-replica speeds at epoch ends: True, or an
             :class:`evenflow.plan.RebalanceOptions` (e.g. ``payback=0`` to re-plan whenever
             the threshold is met, however few steps are left).
@@ -139,7 +139,7 @@ def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoint
         raise ValueError(f"checkpoint_every must be an int >= 0 (steps; 0: epoch ends only), got {checkpoint_every!r}")
     if output_dir is None and (audit or checkpoint_every):
         raise ValueError("audit and checkpoint_every write into a run directory: pass output_dir= too")
-    if output_dir is None and keep_checkpoints != KEEP_CHECKPOINTS:
+    if output_dir is None and keep_checkpoints != CheckpointOptions.keep_checkpoints:
         raise ValueError(f"keep_checkpoints={keep_checkpoints!r} sets how many checkpoints a run directory keeps, "
                          f"and there is none: pass output_dir= too, or leave keep_checkpoints out")
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.run.engine import Stream
+from evenflow.run.options import AnomalyOptions
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.replica_step import masked_sums
 
@@ -103,20 +104,20 @@ class PSEngine:
         model: a callable ``tf.Module`` (features -> logits) created under ``strategy.scope()``.
         optimizer: a Keras optimizer created under ``strategy.scope()`` and built on the model's
             trainable variables.
-        coordinator: its ``ClusterCoordinator`` (default: a new one).
         in_flight: steps scheduled ahead of the one the chief reads, >= 1.
-        skip_nonfinite: do not apply a step whose loss or gradients are non-finite.
+        anomaly: :class:`~evenflow.run.options.AnomalyOptions`; with ``skip_nonfinite``, a step whose
+            loss or gradients are non-finite is not applied.
+        coordinator: its ``ClusterCoordinator`` (None: a new one).
     """
 
-    def __init__(self, strategy, model, optimizer, coordinator=None, in_flight: int = 4,
-                 skip_nonfinite: bool = True):
+    def __init__(self, strategy, model, optimizer, in_flight: int, anomaly: AnomalyOptions, coordinator=None):
         tf = _tf()
         if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
             raise ValueError(f"in_flight must be an int >= 1, got {in_flight!r}")
         self.strategy, self.model, self.optimizer = strategy, model, optimizer
         self.coordinator = coordinator or tf.distribute.coordinator.ClusterCoordinator(strategy)
         self.local_replicas, self.num_processes, self.lag = 1, 1, in_flight
-        self.timing, self.skip_nonfinite, self.can_switch = False, bool(skip_nonfinite), False
+        self.timing, self.skip_nonfinite, self.can_switch = False, anomaly.skip_nonfinite, False
         self._train = tf.function(self._train_closure)
         self._eval = tf.function(self._eval_closure)
 

@@ -11,6 +11,7 @@ random ops, so every run with the same seed starts from the same weights.
 """
 from __future__ import annotations
 
+from evenflow.run.options import ScheduleOptions
 from evenflow.tf._lazy import tf as _tf
 
 __all__ = ["make_mlp", "make_hashed_text", "HASH_BUCKETS", "HASH_DIM"]
@@ -24,7 +25,7 @@ def _glorot(tf, shape, seed: int, i: int):
     return tf.random.stateless_uniform(shape, seed=[seed, i], minval=-limit, maxval=limit)
 
 
-def make_mlp(input_size: int, num_classes: int, hidden: int = 128, seed: int = 0):
+def make_mlp(input_size: int, num_classes: int, hidden: int = 128, seed: int = ScheduleOptions.seed):
     """A ``tf.Module`` classifier: flatten, two hidden ReLU layers of ``hidden``, logits.
 
     Glorot-uniform kernels drawn from ``seed``, zero biases. Call under ``strategy.scope()``.
@@ -52,7 +53,7 @@ def make_mlp(input_size: int, num_classes: int, hidden: int = 128, seed: int = 0
 
 
 def make_hashed_text(num_classes: int, buckets: int = HASH_BUCKETS, dim: int = HASH_DIM, hidden: int = 128,
-                     seed: int = 0):
+                     seed: int = ScheduleOptions.seed):
     """A hashed character-trigram classifier; its inputs are ``(tokens [B, T] int, length [B] int)``.
 
     Trigram ``(a, b, c)`` of a sequence's first ``length`` tokens goes to bucket

@@ -15,6 +15,7 @@ optimizer updates them.
 from __future__ import annotations
 
 from evenflow.run.loop import LoopFront, TrainLoop
+from evenflow.run.options import AnomalyOptions
 from evenflow.tf._lazy import keras as _keras, tf as _tf
 from evenflow.tf.ps.engine import PSEngine, PSReader
 from evenflow.tf.ps.models import make_hashed_text, make_mlp
@@ -46,14 +47,17 @@ class PSTrainer(LoopFront):
         model: a callable ``tf.Module`` made under ``strategy.scope()``.
         optimizer: a Keras optimizer made under ``strategy.scope()`` (built here on the model's variables).
         in_flight: steps scheduled ahead of the one the chief reads.
-        skip_nonfinite: do not apply a step whose loss or gradients are non-finite.
+        skip_nonfinite: do not apply a step whose loss or gradients are non-finite (default
+            :class:`~evenflow.run.options.AnomalyOptions`'s).
     """
 
-    def __init__(self, strategy, model, optimizer, in_flight: int = 4, skip_nonfinite: bool = True):
+    def __init__(self, strategy, model, optimizer, in_flight: int = 4,
+                 skip_nonfinite: bool = AnomalyOptions.skip_nonfinite):
         _check_parts(strategy, model, optimizer)
+        anomaly = AnomalyOptions(skip_nonfinite=skip_nonfinite)
         with strategy.scope():
             optimizer.build(model.trainable_variables)
-        self.engine = PSEngine(strategy, model, optimizer, in_flight=in_flight, skip_nonfinite=skip_nonfinite)
+        self.engine = PSEngine(strategy, model, optimizer, in_flight, anomaly)
         self.loop = TrainLoop(self.engine, 1)
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
 
