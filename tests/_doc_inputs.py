@@ -2,8 +2,9 @@
 
     python tests/_doc_inputs.py NAME     # NAME: own_records, token_records, convert_inputs, npz_data
 
-Used by tests/test_doc_blocks.py before it runs a page's blocks. Nothing here imports TensorFlow:
-TFRecord files are written with evenflow.records, byte for byte what tf.io.TFRecordWriter writes.
+Used by tests/test_doc_shell_blocks.py (set-ups in tests/test_doc_blocks.py) before it runs a page's
+blocks. Nothing here imports TensorFlow: TFRecord files are written with evenflow.records, byte for
+byte what tf.io.TFRecordWriter writes.
 """
 from __future__ import annotations
 

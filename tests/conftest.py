@@ -7,8 +7,11 @@ start several cooperating processes (workers, ranks) under tight deadlines or ti
 the others notice a killed one, and those whose assertions rest on measured speeds: run beside
 other tests, their peers or their timings would be starved by work that is not theirs. Tests
 of cooperating processes with generous deadlines and no timing in their assertions (the
-parameter-server and sharded-parameter tests, two ranks of your own DDP loop), and the
-checkpoint faults (one process at a time, killed at fixed points), run in the parallel pass.
+parameter-server and sharded-parameter tests, two ranks of your own DDP loop), the checkpoint
+and run-directory faults (one process at a time, killed at fixed points), and the refusals of bad
+values, damaged records and other data (in this process, before or without any peer), run in
+the parallel pass, as do the crash-and-resume runs of tf/test_fault_tolerance.py (one process at a
+time, killed by its driver).
 """
 from __future__ import annotations
 
@@ -20,10 +23,11 @@ HERE = Path(__file__).resolve().parent
 # Generous deadlines, no kills to notice and no timings in the assertions: in the parallel pass.
 NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.py", "faults/test_records_trust.py",
               "faults/test_input_refusals.py", "faults/test_loader_worker_death.py",
-              "faults/test_readback_digests.py", "torch/test_own_loop_ddp.py",
-              "examples/test_torch_ddp_own_dataset.py")
-SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_fault_tolerance.py",
-          "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py")
+              "faults/test_readback_digests.py", "faults/test_bad_values.py", "faults/test_every_flag.py",
+              "faults/test_damaged_records.py", "faults/test_resume_identity.py", "faults/test_run_directory.py",
+              "torch/test_own_loop_ddp.py", "examples/test_torch_ddp_own_dataset.py")
+SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_launcher.py", "torch/test_ddp.py",
+          "torch/test_cli_resume.py", "cli/test_flag_table.py")
 
 
 def pytest_configure(config):
@@ -32,8 +36,9 @@ def pytest_configure(config):
 
 # The longest files first (seconds of test time, measured): `--dist loadfile` hands whole files to
 # the two workers in collection order, and a long file handed out last would leave one worker idle.
-FIRST = ("test_doc_blocks.py", "tf/test_ps.py", "faults/test_checkpoint_faults.py", "tf/test_kernel_paths.py",
-         "tf/test_keras_fit.py", "cli/test_records_train.py", "torch/test_sharded.py")
+FIRST = ("test_doc_shell_blocks.py", "test_doc_blocks.py", "tf/test_ps.py", "faults/test_checkpoint_faults.py",
+         "tf/test_fault_tolerance.py", "tf/test_kernel_paths.py", "tf/test_keras_fit.py", "cli/test_records_train.py",
+         "torch/test_sharded.py")
 
 
 def _rank(item) -> int:

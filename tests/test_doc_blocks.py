@@ -26,6 +26,10 @@ a fence without a language.
 
 Data that several blocks need (``data/digits``: ``evenflow convert builtin:digits data/digits
 --shards 3``) is converted once per test session and copied into each scratch directory.
+
+This file reads the pages and runs the Python blocks; tests/test_doc_shell_blocks.py runs the
+shell blocks with the same set-ups (two files, so that ``--dist loadfile`` gives them to both
+pytest-xdist workers).
 """
 from __future__ import annotations
 
@@ -309,30 +313,3 @@ def _check_install(code: str) -> None:
             continue
         else:
             raise AssertionError(f"{cmd!r}: an install block holds only make, pip install, git and cd lines")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("key", list(SH_GROUPS), ids=[f"{p}-{m}" for p, m in SH_GROUPS])
-def test_shell_blocks_run(tmp_path, shared_data, key):
-    blocks = SH_GROUPS[key]
-    setup = SH_SETUPS[key[1]]
-    if key[1] == "install":
-        for b in blocks:
-            _check_install(b.code)
-        return
-    workdir = _workdir(tmp_path, setup.data, shared_data)
-    _wrappers(workdir, setup.train_flags)
-    script = ["set -eu"] + list(setup.prepare)
-    for b in blocks:
-        code = console_commands(b.code) if b.lang == "console" else b.code
-        if key[1] == "two-hosts":
-            code = _two_hosts(code)
-        script += [f"echo '=== {b.where}'", code]
-    (workdir / ".doc-blocks.sh").write_text("\n".join(script) + "\n")
-    try:
-        proc = subprocess.run(["timeout", "-k", "5", str(setup.timeout), "bash", ".doc-blocks.sh"], cwd=workdir,
-                              env=_env(workdir), capture_output=True, text=True, timeout=setup.timeout + 20)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{key}: the blocks did not finish within {setup.timeout} s")
-    assert proc.returncode == 0, (f"{', '.join(b.where for b in blocks)}: a command failed (exit {proc.returncode}):\n"
-                                  f"{proc.stdout[-2500:]}\n{proc.stderr[-3000:]}")
