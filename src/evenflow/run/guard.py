@@ -82,7 +82,7 @@ class TrainingGuard:
 
     # -- start -----------------------------------------------------------------------------------
     @classmethod
-    def in_run_dir(cls, run_dir, plan: Plan, state, *, keep: int, every: int = 0, audit: bool = False,
+    def in_run_dir(cls, run_dir, plan: Plan, state, *, keep: int, every: int, audit: bool,
                    meta: dict | None = None, anomalies: AnomalyPolicy | None = None, is_chief: bool = True,
                    worker: int = 0) -> "TrainingGuard":
         """The guard of a run directory: ``keep`` checkpoints of ``state`` (a ModelState), the audit trail when
