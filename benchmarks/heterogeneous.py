@@ -89,7 +89,8 @@ def run_case(name: str, simulation, args, source, plan, tmp: Path, strategy) -> 
     from evenflow.tf.models import build_model
     from evenflow.run.monitor import ReplicaMonitor
     from evenflow.tf.input.reader import PlanReader
-    from evenflow.tf.trainer import Trainer, make_optimizer
+    from evenflow.tf.optimizers import make_optimizer
+    from evenflow.tf.trainer import Trainer
 
     with strategy.scope():
         model = build_model("mlp", (64,), 10, "float32")

@@ -278,3 +278,16 @@ def test_run_option_defaults_are_declared_once_in_their_dataclasses():
     assert {"skip_nonfinite", "accumulate_steps", "precision", "dropout", "seed", "epochs"} <= names
     assert {"ComputeOptions", "AnomalyOptions", "DataOptions"} <= classes
     assert _restated_defaults() == []
+
+
+def test_only_the_package_faces_declare_a_public_list():
+    """The public API is what the packages' ``__init__`` export; a module inside one is internal and has no ``__all__``."""
+    listed = []
+    for module, path in sorted(MODULES.items()):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                listed.append(module)
+    assert listed == []

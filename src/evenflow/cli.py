@@ -15,8 +15,6 @@ import importlib
 import os
 import sys
 
-__all__ = ["main", "COMMANDS"]
-
 # name -> module; the order is the order of `evenflow --help`.
 COMMANDS: dict[str, str] = {
     "demo": "evenflow.commands.demo",

@@ -5,8 +5,6 @@ import argparse
 import math
 import re
 
-__all__ = ["CommandParser", "add_verbose_flag"]
-
 # argparse's words for a value its ``type`` refused: "argument --replicas: invalid int value: '1e9'".
 _BAD_NUMBER = re.compile(r"argument (?P<flag>[^:/ ]+)(?:/[^:]+)?: invalid (?P<kind>int|float) value: '(?P<value>.*)'$")
 

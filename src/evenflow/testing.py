@@ -5,8 +5,6 @@ import numpy as np
 
 from evenflow.plan import Cursor, Plan, Topology
 
-__all__ = ["assert_exactly_once", "assert_resumes_identically"]
-
 
 def assert_exactly_once(plan: Plan, epoch: int) -> None:
     """Raise AssertionError unless the epoch's real ids are exactly ``0..N-1`` (or a full-step subset).

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evenflow.data.text import (PAD, DecodeText, TextData, TextSource, check_pad_lengths, pad_lengths_of,
-                                parse_pad_lengths, tokens_of_bytes)
+from evenflow.data.pad_lengths import pad_lengths_of, parse_pad_lengths
+from evenflow.data.text import PAD, DecodeText, TextData, TextSource, check_pad_lengths, tokens_of_bytes
 
 
 def _toy(lengths, seed=0) -> TextData:

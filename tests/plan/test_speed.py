@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import evenflow as ef
-from evenflow.plan.speed.rebalancer import (Rebalancer, RebalanceOptions, SpeedEstimator, feasible_weights, gain,
-                                 step_imbalance)
+from evenflow.plan.speed.rebalancer import Rebalancer, RebalanceOptions, SpeedEstimator, feasible_weights, step_imbalance
+from evenflow.plan.speed.shares import gain
 
 
 def _window(shares, seconds_per_sample, g=128, steps=2, noise=0.0, rng=None):

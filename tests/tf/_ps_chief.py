@@ -24,7 +24,7 @@ def main(spec: dict, out: str) -> None:
     import evenflow as ef
     from evenflow.data import ArraySource
     from evenflow.run import AuditLog, Checkpointer, TrainingGuard
-    from evenflow.tf.ps.training import PSTrainer, make_hashed_text, make_mlp, make_strategy
+    from evenflow.tf.ps import PSTrainer, make_hashed_text, make_mlp, make_strategy
     from evenflow.tf.state import TFState
 
     rng = np.random.default_rng(7)

@@ -15,9 +15,6 @@ import numpy as np
 from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
 from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
 
-__all__ = ["MAX_REPLICAS", "MAX_SAMPLES", "check_numbers", "check_replicas_fit", "load_column", "parse_weights",
-           "parse_steps", "in_flags"]
-
 # The most replicas inspect plans: its summary holds a row per replica (a million rows take half a minute
 # and a GiB or more), and more data-parallel replicas than this is no cluster's topology.
 MAX_REPLICAS = 65_536

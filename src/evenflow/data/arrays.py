@@ -13,9 +13,6 @@ import numpy as np
 
 from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
 
-__all__ = ["check_dense_labels", "check_features", "check_labels", "digits_arrays", "read_npz", "read_npz_labels",
-           "split_indices", "split_or_explain", "split_facts", "split_text"]
-
 
 def split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Split sample positions into (train, test), stratified by label.

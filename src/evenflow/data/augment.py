@@ -23,8 +23,6 @@ import numpy as np
 
 from evenflow.data.augment_policy import POLICY_HELP, STREAMS, check_fits, default_crop, policy_value
 
-__all__ = ["Augmentation", "from_policy", "sample_uniform"]
-
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S40 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40)

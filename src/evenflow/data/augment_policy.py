@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MAX_BRIGHTNESS", "POLICY_HELP", "POLICY_NAMES", "STREAMS", "check_fits", "crop_limit", "default_crop",
-           "parse_policy", "policy_value"]
-
 # One stream constant per augmentation: two augmentations with the same seed draw independent numbers.
 STREAMS = {"crop": 1, "flip": 2, "rotate": 3, "brightness": 4, "contrast": 5}
 

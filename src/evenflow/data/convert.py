@@ -27,8 +27,6 @@ from evenflow.records.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_
 from evenflow.util.files import fsync_dir
 from evenflow.util.progress import ProgressBar
 
-__all__ = ["ConvertResult", "convert", "open_source", "shard_name"]
-
 _PROGRESS_EVERY = 1024  # records written between progress updates
 
 

@@ -16,8 +16,6 @@ from evenflow.records.errors import RecordError
 from evenflow.records.example.encode import ExampleEncoder
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["BUILTINS"]
-
 
 def _open_digits(*, label_key, cost_key, feature_keys, image_format) -> ConvertSource:
     from evenflow.data.digits import load_digits

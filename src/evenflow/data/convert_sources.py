@@ -21,9 +21,6 @@ from evenflow.records.example.encode import ExampleEncoder
 from evenflow.records.example.spec import FeatureSpec, spec_for_array
 from evenflow.util.files import NPZ_READ_ERRORS, NUMPY_FILE_KINDS, numpy_file_kind, read_npz
 
-__all__ = ["IMAGE_COSTS", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "ConvertSource", "open_images", "open_npz",
-           "from_arrays", "pillow"]
-
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 IMAGE_FORMATS = ("png", "jpeg")
 IMAGE_COSTS = ("bytes", "pixels")

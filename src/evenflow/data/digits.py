@@ -12,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["load_digits"]
-
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
     """float64 images ``[1797, 8, 8]`` (0..16) and int64 labels ``[1797]``.

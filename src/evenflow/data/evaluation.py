@@ -25,8 +25,6 @@ from evenflow.data.identity import digest
 from evenflow.data.loaded import LoadedData
 from evenflow.records.errors import RecordError
 
-__all__ = ["EVAL_OPTION", "eval_options", "with_evaluation", "check_eval_fits"]
-
 EVAL_OPTION = "evaluation dataset (--eval-dataset)"
 # Defaults of feature_key / label_key: what a builtin evaluation dataset is read with.
 _DEFAULT_KEYS = ("x", "y")

@@ -17,8 +17,6 @@ import numpy as np
 
 from evenflow.util.digests import digest
 
-__all__ = ["digest", "data_identity", "source_identity"]
-
 # An array up to this size is digested whole; a larger one by its shape, dtype and evenly spaced rows.
 FULL_BYTES = 256 * 2**20
 SAMPLED_ROWS = 65536

@@ -21,9 +21,6 @@ import numpy as np
 
 from evenflow.records.errors import RecordError
 
-__all__ = ["DecodeImages", "GREY_MODES", "ImageDecodeError", "decode_batch", "first_image_layout", "image_layout",
-           "quiet_native_stderr", "skip_undecodable", "skipped_note", "undecodable_images"]
-
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 _CHUNK = 1024
 

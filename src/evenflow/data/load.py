@@ -42,10 +42,9 @@ from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import is_tfrecord_files
 from evenflow.data.source import ArraySource
 from evenflow.data.stdlib_docs import BUILTIN_TEXT
-from evenflow.data.text import VOCAB_SIZE, TextSource, pad_lengths_of
+from evenflow.data.pad_lengths import pad_lengths_of
+from evenflow.data.text import VOCAB_SIZE, TextSource
 from evenflow.records.manifest import MANIFEST_NAME
-
-__all__ = ["BUILTINS", "LoadedData", "load_dataset", "register_loader"]
 
 
 def _from_arrays(x: np.ndarray, y: np.ndarray, options, what: str, keys=(None, None)) -> LoadedData:

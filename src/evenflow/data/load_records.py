@@ -67,10 +67,9 @@ from evenflow.data.plain import open_for_training
 from evenflow.data.records_source import RecordSource
 from evenflow.data.sequences import PadSequences, describe_lists, settle_lists, token_vocabulary
 from evenflow.data.source import SubsetSource
-from evenflow.data.text import VOCAB_SIZE, DecodeText, check_pad_lengths, pad_lengths_of
+from evenflow.data.pad_lengths import pad_lengths_of
+from evenflow.data.text import VOCAB_SIZE, DecodeText, check_pad_lengths
 from evenflow.records.errors import RecordError
-
-__all__ = ["CACHE_BYTES", "load_records", "manifest_keys", "text_lengths"]
 
 # Datasets up to this many bytes of shards are decoded once and held in memory.
 CACHE_BYTES = 1 << 30

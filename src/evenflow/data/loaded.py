@@ -6,8 +6,6 @@ from typing import Callable, Literal
 
 import numpy as np
 
-__all__ = ["KINDS", "LoadedData"]
-
 KINDS = ("arrays", "text", "records")
 
 

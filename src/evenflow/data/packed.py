@@ -24,8 +24,6 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_packed_source", "check_text_cnn", "packed_batch", "rows_batch"]
-
 
 def packed_batch(data, ids: np.ndarray, starts: np.ndarray, row: np.ndarray, rows: int,
                  length: int) -> dict[str, np.ndarray]:

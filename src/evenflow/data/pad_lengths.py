@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_pad_lengths", "pad_lengths_of", "padded_length", "parse_pad_lengths"]
-
 
 def parse_pad_lengths(value) -> tuple[int, ...] | None:
     """The ``pad_lengths`` config value as a tuple, or None for ``""`` (pad to each batch's longest).

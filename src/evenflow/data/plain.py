@@ -26,8 +26,6 @@ from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import RecordError
 from evenflow.records.manifest import MANIFEST_NAME
 
-__all__ = ["SUFFIXES", "is_tfrecord_files", "label_column", "open_for_training", "plain_keys", "tfrecord_files"]
-
 SUFFIXES = (".tfrecord", ".tfrecords")
 _SIDECARS = (".idx", ".meta.npz")
 _GLOB_CHARS = "*?["

@@ -5,8 +5,6 @@ from evenflow.plan.index import Index
 from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import RecordError
 
-__all__ = ["records_index"]
-
 
 def records_index(path, **kwargs) -> Index:
     """The :class:`~evenflow.plan.index.Index` of a records dataset: its length, its label and cost columns.

@@ -38,8 +38,6 @@ from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import RecordError
 from evenflow.util.ids import sample_ids
 
-__all__ = ["RecordSource"]
-
 
 @dataclass
 class _ReadState:

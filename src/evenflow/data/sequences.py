@@ -27,8 +27,6 @@ from evenflow.data.text import PAD
 from evenflow.records.errors import RecordError
 from evenflow.records.example.varlen import ListScan
 
-__all__ = ["PadSequences", "describe_lists", "pad_sequences", "settle_lists", "token_vocabulary"]
-
 
 def settle_lists(ds, key: str, decode=None) -> tuple[ListScan | None, object]:
     """The lengths of list feature ``key`` when it is variable-length, and the ``decode`` to read it with.

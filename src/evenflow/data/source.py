@@ -19,8 +19,6 @@ from evenflow.plan.index import Index
 from evenflow.util.distinct import all_distinct
 from evenflow.util.ids import sample_ids
 
-__all__ = ["RESERVED_KEYS", "ArraySource", "Source", "SubsetSource"]
-
 # Keys the readers add to every batch; a source or a map function must not produce them itself.
 RESERVED_KEYS = ("id", "mask", "global_real_count", "epoch", "step", "produced")
 

@@ -25,8 +25,6 @@ import numpy as np
 from evenflow.data.text import TextData, encode
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
-__all__ = ["BUILTIN_TEXT", "stdlib_docs"]
-
 _FORMAT = 1  # bump when the parsing rules change, so old cache files are not used
 
 # Folders of the standard library that are not the library itself: tests, demos, GUI tools,

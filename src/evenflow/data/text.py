@@ -23,11 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from evenflow.data.packed import packed_batch
-from evenflow.data.pad_lengths import check_pad_lengths, pad_lengths_of, padded_length, parse_pad_lengths
+from evenflow.data.pad_lengths import check_pad_lengths, padded_length
 from evenflow.plan.index import Index
-
-__all__ = ["PAD", "VOCAB_SIZE", "DecodeText", "TextData", "TextSource", "check_pad_lengths", "encode",
-           "pad_lengths_of", "pad_tokens", "padded_length", "parse_pad_lengths", "tokens_of_bytes"]
 
 PAD = 0
 VOCAB_SIZE = 257  # 256 byte values shifted by one, and the padding id 0

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Cursor", "window_steps"]
-
 
 @dataclass(frozen=True, order=True)
 class Cursor:

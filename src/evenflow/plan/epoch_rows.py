@@ -18,8 +18,6 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import EpochPlan, Plan
 
-__all__ = ["EpochRows", "WINDOW_SAMPLES", "check_epochs", "replica_windows"]
-
 WINDOW_SAMPLES = 1 << 18  # global-step samples per window when replicas' rows are planned alone (at least one step)
 
 

@@ -44,9 +44,6 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import EpochPlan, Plan
 
-__all__ = ["PlanFeed", "FeedClosed", "LEAD_SECONDS", "MIN_LEAD", "BOUND_STEP_SECONDS", "WAIT_SHARE",
-           "LEAD_PATIENCE"]
-
 # Epoch plans kept per feed: the one being read, the next, and one of an older plan after a switch.
 _KEEP = 4
 # How often a held request re-checks whether the feed or the process is closing, seconds.

@@ -14,8 +14,6 @@ import numpy as np
 
 from evenflow.util.distinct import sorted_distinct
 
-__all__ = ["Index"]
-
 # read(path, **kwargs) -> Index, what Index.from_records calls. The planner reads no files: the package's
 # __init__ (evenflow), which Python runs before any module of the package, sets it (read_records_with).
 _records_reader = None

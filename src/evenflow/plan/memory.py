@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BYTES_PER_SAMPLE", "PlanTooLarge", "check_epoch_fits"]
-
 BYTES_PER_SAMPLE = 28
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["replica_loads", "step_imbalance", "token_efficiency", "label_deviation", "summarize"]
-
 
 def _costs_of(ep) -> np.ndarray:
     c = ep.index.cost_or_ones()[np.maximum(ep.ids, 0)]

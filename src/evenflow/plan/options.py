@@ -9,8 +9,6 @@ import numpy as np
 
 from evenflow.plan.pack import PACK_OVERFLOW
 
-__all__ = ["PlanOptions", "BALANCE_MODES"]
-
 Balance = Literal["count", "cost"]
 # The values `PlanOptions.balance` accepts.
 BALANCE_MODES: tuple[str, ...] = ("cost", "count")

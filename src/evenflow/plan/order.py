@@ -24,8 +24,6 @@ import numpy as np
 from evenflow.plan.assign.bucket import BucketedOrder
 from evenflow.plan.shuffle import EpochShuffle, stream_keys
 
-__all__ = ["EpochOrder", "epoch_rng", "step_bounds"]
-
 # Separate random streams, so adding a new random choice never changes an old one.
 _STREAM_ORDER, _STREAM_STRATIFY, _STREAM_BUCKET, _STREAM_WITHIN = 1, 2, 3, 4
 

@@ -26,8 +26,6 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["PACK_OVERFLOW", "PackLayout", "check_pack_lengths", "pack_layout", "fill_layout"]
-
 PACK_OVERFLOW = ("error", "split")
 _MAX_PIECES = 1 << 31  # pieces a layout may hold: int64 arrays of a few of them per piece stay in memory
 

@@ -5,8 +5,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-__all__ = ["cores", "split_range"]
-
 
 def cores() -> int:
     """The cores this process may run on (its CPU affinity where the platform has one)."""

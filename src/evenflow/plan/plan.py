@@ -30,8 +30,6 @@ from evenflow.plan.topology import Topology
 from evenflow.plan.steps import StepGrid
 from evenflow.plan.window import check_window, replica_rows, window_ids
 
-__all__ = ["Plan", "EpochPlan", "PLANNER_VERSION"]
-
 # The version of the planner's routing, in every plan fingerprint: raised whenever the same options route samples
 # differently, so a run directory of another version refuses to resume.
 PLANNER_VERSION = 4

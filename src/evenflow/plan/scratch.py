@@ -21,8 +21,6 @@ import threading
 
 import numpy as np
 
-__all__ = ["keep_scratch", "SCRATCH_BLOCK"]
-
 SCRATCH_BLOCK = 24 << 20  # bytes: below glibc's 32 MiB cap on the dynamic mmap threshold
 
 _done = False

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TABLE_MAX", "EpochShuffle", "mix64", "stream_keys"]
-
 TABLE_MAX = 1 << 20  # at most this many samples: an explicit table (exact uniform shuffle)
 _ROUNDS = 4
 _CHUNK = 1 << 16  # positions encrypted together: temporaries stay in cache

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["stable_argsort_nonnegative"]
-
 _SMALL = 1 << 12  # below this many elements numpy's own stable argsort is as fast
 _MAX_POSITION_BITS = 40  # above this, too few cost bits would be left to be worth it
 

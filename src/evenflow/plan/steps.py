@@ -15,8 +15,6 @@ import numpy as np
 
 from evenflow.plan.assign.apportion import leftovers, split_counts
 
-__all__ = ["StepGrid"]
-
 
 class StepGrid:
     """Steps of ``global_batch_size`` over ``num_samples``, the last one partial unless dropped."""

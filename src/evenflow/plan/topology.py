@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Topology"]
-
 
 @dataclass(frozen=True)
 class Topology:

@@ -20,8 +20,6 @@ from evenflow.plan.assign.stratified import assign_stratified
 from evenflow.plan.memory import check_epoch_fits
 from evenflow.plan.scratch import keep_scratch
 
-__all__ = ["ASSIGNMENTS", "check_window", "window_ids", "replica_rows"]
-
 
 def check_window(grid, options, first: int, last: int) -> None:
     """Raise ``ValueError`` before planning a window that cannot fit in memory (see :mod:`memory`)."""

@@ -17,7 +17,8 @@ from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import BadRecord, RecordError
 from evenflow.records.example.encode import ExampleEncoder, encode_example
 from evenflow.records.example.decode import ExampleError, decode_example, decode_examples, infer_specs
-from evenflow.records.tfrecord.stream import RecordWriter, ScanResult, iter_records, read_record, scan_file
+from evenflow.records.tfrecord.scan import ScanResult, scan_file
+from evenflow.records.tfrecord.stream import RecordWriter, iter_records, read_record
 from evenflow.records.indexer import IndexReport, index_file
 from evenflow.records.manifest import Manifest, read_manifest
 from evenflow.records.sidecar import ShardIndex, load_shard_index, parse_idx, write_sidecars

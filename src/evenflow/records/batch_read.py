@@ -16,8 +16,6 @@ import numpy as np
 
 from evenflow.util.distinct import all_distinct
 
-__all__ = ["copy_slices", "gather_bytes", "subset_ids"]
-
 
 def subset_ids(ids, num_records: int) -> np.ndarray:
     """The ``ids`` of a subset of ``num_records`` records as int64 ``[n]``, checked as

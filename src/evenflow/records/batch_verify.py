@@ -16,8 +16,6 @@ from evenflow.records.tfrecord.crc import _value as crc_value  # CRC-32C of byte
 from evenflow.records.errors import RecordError
 from evenflow.records.tfrecord.frame import HEADER_BYTES, LENGTH
 
-__all__ = ["verify_batch"]
-
 
 def verify_batch(maps: Sequence[np.ndarray], shard: np.ndarray, offsets: np.ndarray, buffer: np.ndarray,
                  starts: np.ndarray, lengths: np.ndarray, where: Callable[[int], tuple[str, int, int]]) -> None:

@@ -28,8 +28,6 @@ from evenflow.records.trust import check_content, refuse_copies
 from evenflow.records.example.varlen import ListScan, scan_list
 from evenflow.util.ids import sample_ids
 
-__all__ = ["CHECKS", "GATHER_BYTES", "RecordDataset"]
-
 CHECKS = ("ends", "headers", "crc")
 # Mean record size (bytes) from which a batch is read as one slice copy per record rather
 # than one byte-level gather per shard (see RecordDataset.read_batch_buffer).

@@ -26,9 +26,6 @@ from evenflow.records.tfrecord.scan import scan_file
 from evenflow.records.sidecar import ShardIndex, load_shard_index, meta_path
 from evenflow.records.trust import check_content, refuse_twice
 
-__all__ = ["SampleColumns", "check_crcs", "check_headers", "check_length_crc", "check_shards", "indexed_losses",
-           "open_shard", "resolve_paths", "sample_columns"]
-
 _CHUNK = 1 << 18  # records per vectorised header check: bounded temporaries for millions of records
 
 

@@ -12,8 +12,6 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["content_digest"]
-
 
 def _update(h, value) -> None:
     if value is None:

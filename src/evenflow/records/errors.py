@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["BadRecord", "RecordError"]
-
 
 class RecordError(ValueError):
     """A record file, its index or its content is not what it should be.

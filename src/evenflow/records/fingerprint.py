@@ -24,9 +24,6 @@ import numpy as np
 from evenflow.records.tfrecord.frame import FOOTER_BYTES
 from evenflow.util.digests import arrays_checksum
 
-__all__ = ["SAMPLE", "Fingerprint", "bytes_digest", "columns_checksum", "crc_digest", "fingerprint",
-           "footer_crcs", "sample_positions"]
-
 SAMPLE = 64  # records spread over a shard between its first and its last, whose CRCs every open checks
 _CHUNK = 1 << 18  # records per vectorised footer read: bounded temporaries for millions of records
 

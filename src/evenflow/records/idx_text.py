@@ -14,8 +14,6 @@ import numpy as np
 
 from evenflow.records.errors import RecordError
 
-__all__ = ["format_idx", "parse_idx"]
-
 
 def format_idx(offsets: np.ndarray, lengths: np.ndarray) -> bytes:
     """DALI ``tfrecord2idx`` text for the given records."""

@@ -30,8 +30,6 @@ from evenflow.records.tfrecord.scan import ScanResult, scan_file
 from evenflow.records.sidecar import ShardIndex, kept_numbers, load_shard_index, write_sidecars
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["IndexReport", "index_file"]
-
 _CHUNK = 4096  # records decoded per batch when extracting label/cost columns
 
 

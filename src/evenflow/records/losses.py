@@ -20,8 +20,6 @@ from evenflow.records.tfrecord.scan import ScanResult
 from evenflow.records.sidecar import ShardIndex, idx_path, meta_path
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz
 
-__all__ = ["earlier_losses"]
-
 
 def _earlier_layout(path: str, file_size: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(offsets, lengths)`` of every record the earlier sidecars of ``path`` knew of (listed or left

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from evenflow.records.errors import RecordError
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["MANIFEST_NAME", "Manifest", "ShardEntry", "read_manifest", "write_manifest"]
-
 MANIFEST_NAME = "dataset.json"
 FORMAT = "evenflow-records"
 VERSION = 1

@@ -37,8 +37,6 @@ from evenflow.records.tfrecord.walk import open_mmap
 from evenflow.records.idx_text import format_idx, parse_idx
 from evenflow.records.sidecar_meta import META_VERSION, meta_text, read_meta, rebuild_command, recorded_content, seal
 
-__all__ = ["ShardIndex", "idx_path", "kept_numbers", "load_shard_index", "meta_path", "parse_idx", "write_sidecars"]
-
 
 def idx_path(shard) -> str:
     return os.fspath(shard) + ".idx"

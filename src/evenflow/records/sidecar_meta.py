@@ -23,8 +23,6 @@ from evenflow.records.errors import RecordError
 from evenflow.records.fingerprint import Fingerprint, bytes_digest, columns_checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz
 
-__all__ = ["META_VERSION", "meta_text", "read_meta", "rebuild_command", "recorded_content", "seal"]
-
 META_VERSION = 2
 REQUIRED = ("format_version", "file_size", "num_records", "idx_digest", "sample_record", "sample_crc", "crc_digest",
             "skipped_record", "skipped_offset", "checksum")

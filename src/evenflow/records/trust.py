@@ -22,8 +22,6 @@ from evenflow.records.tfrecord.frame import FRAME_BYTES
 from evenflow.records.tfrecord.walk import check_data
 from evenflow.records.sidecar import ShardIndex, meta_path
 
-__all__ = ["check_content", "refuse_copies", "refuse_twice"]
-
 
 def refuse_twice(files: list[str], names: list[str], manifest_path: str | None) -> None:
     """No file twice: the same file (device and inode: another spelling of the path, a link) under two entries.

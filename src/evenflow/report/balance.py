@@ -5,8 +5,6 @@ import numpy as np
 
 from evenflow.plan.plan import EpochPlan
 
-__all__ = ["balance_table", "replica_label_deviation"]
-
 
 def replica_label_deviation(ep: EpochPlan) -> np.ndarray:
     """float64 ``[replicas]``: per replica, the largest |count - proportional share| of any label over the epoch."""

@@ -8,8 +8,6 @@ advice is the general one.
 """
 from __future__ import annotations
 
-__all__ = ["feed_advice", "GENERAL"]
-
 GENERAL = ("feed faster: more parallel reads and decoding, cache the decoded dataset, a deeper prefetch; convert "
            "images or arrays to indexed records with `evenflow convert`; augmentation costs CPU per sample (try a "
            "run without it)")

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["per_unit_share", "cost_advice", "SPREAD", "FOLLOWS"]
-
 SPREAD = 1.5      # a load must vary this much (max / min over the updates) for its line to say anything
 FOLLOWS = 0.25    # a per-unit share below this: the time does not follow the load
 SAMPLES_FOLLOW = 0.5  # ... at or above this: it does

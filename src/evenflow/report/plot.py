@@ -8,8 +8,6 @@ import numpy as np
 
 from evenflow.util.files import write_atomic
 
-__all__ = ["plot_plan", "check_plot_path"]
-
 
 def _pyplot():
     try:

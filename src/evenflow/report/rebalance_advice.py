@@ -7,8 +7,6 @@ cost over the steps left).
 """
 from __future__ import annotations
 
-__all__ = ["rebalance_advice", "seconds"]
-
 
 def seconds(x: float) -> str:
     """Seconds with 3 significant digits (never "0.0 s" for a wait that counted)."""

@@ -18,8 +18,6 @@ from evenflow.report.svg_chart import svg_line_chart
 from evenflow.report.telemetry import Diagnosis, Telemetry, damaged_note, diagnose_phases, load_telemetry
 from evenflow.util.files import read_json_checked, write_atomic
 
-__all__ = ["write_report", "render_report", "read_summary", "replica_rows", "skipped_lines", "svg_line_chart"]
-
 MAX_POINTS = 600
 _MAX_LINES = 16  # more replicas than this: plot min / mean / max over replicas instead
 _e = html.escape

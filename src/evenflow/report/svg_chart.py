@@ -11,8 +11,6 @@ import math
 
 import numpy as np
 
-__all__ = ["svg_line_chart"]
-
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 _e = html.escape

@@ -1,8 +1,6 @@
 """Fixed-width tables for the terminal."""
 from __future__ import annotations
 
-__all__ = ["format_table", "plan_table"]
-
 
 def format_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
     """Render rows as a fixed-width table; numbers right-aligned, text left-aligned."""

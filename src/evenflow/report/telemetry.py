@@ -24,9 +24,6 @@ from evenflow.report.load_fit import cost_advice
 from evenflow.report.rebalance_advice import rebalance_advice, seconds as _seconds
 from evenflow.report.telemetry_jsonl import read_telemetry_lines
 
-__all__ = ["Telemetry", "Diagnosis", "load_telemetry", "damaged_note", "diagnose", "diagnose_phases",
-           "shown_fraction", "INPUT_BOUND", "INPUT_MODERATE", "STRAGGLER", "RULES"]
-
 TELEMETRY_FILE = "telemetry.jsonl"
 # The verdicts' thresholds, stated once: the verdict and the line that prints it both use these.
 INPUT_BOUND = 0.20     # input wait / step time at or above which a run is input-bound

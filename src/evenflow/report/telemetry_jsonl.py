@@ -25,8 +25,6 @@ from typing import NamedTuple
 
 from evenflow.util.files import line_crc
 
-__all__ = ["PER_REPLICA", "TelemetryLines", "read_telemetry_lines"]
-
 PER_REPLICA = ("weights", "samples", "cost", "compute")
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["token_loads", "token_summary", "packed_token_summary", "compare_modes", "MODES"]
-
 # (name, balance, bucket) of the plan modes `evenflow inspect --dataset` compares.
 MODES: tuple[tuple[str, str, bool], ...] = (("count", "count", False), ("count+bucket", "count", True),
                                            ("cost", "cost", False), ("cost+bucket", "cost", True))

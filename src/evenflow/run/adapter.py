@@ -22,8 +22,6 @@ from typing import Protocol
 
 from evenflow.plan.topology import Topology
 
-__all__ = ["Framework", "Session", "Processes"]
-
 
 @dataclass(frozen=True)
 class Processes:

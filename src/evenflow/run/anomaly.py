@@ -29,8 +29,6 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.run.options import AnomalyOptions
 
-__all__ = ["AnomalyPolicy", "TrainingDiverged", "ANOMALY_LOG"]
-
 ANOMALY_LOG = "anomalies.jsonl"
 
 

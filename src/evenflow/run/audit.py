@@ -39,8 +39,6 @@ from evenflow.run.audit_ids import id_map_for_check, same_samples
 from evenflow.run.audit_segment import AUDIT_DIR, SEGMENT, check_run_dir, load_segment, read_straddling, save_segment
 from evenflow.util.files import NPZ_READ_ERRORS, fsync_dir, read_json_checked, read_npz
 
-__all__ = ["AuditLog", "EpochAudit", "check_audit", "check_run_dir", "AUDIT_DIR"]
-
 SUMMARY = "summary.json"
 
 

@@ -30,9 +30,6 @@ from evenflow.run.audit_segment import AUDIT_DIR, check_run_dir
 from evenflow.run.audit_segment import npz_checksum as _checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
-__all__ = ["ID_MAP", "id_map", "write_id_map", "save_id_map", "read_id_map", "id_map_for_check", "SameSamples",
-           "same_samples", "locate"]
-
 ID_MAP = "ids.npz"
 
 

@@ -19,9 +19,6 @@ from evenflow.plan.cursor import Cursor
 from evenflow.util.digests import arrays_checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
 
-__all__ = ["AUDIT_DIR", "SEGMENT", "CHECKSUM", "check_run_dir", "npz_checksum", "save_segment", "load_segment",
-           "read_straddling"]
-
 AUDIT_DIR = "audit"
 SEGMENT = re.compile(r"^e(\d{5})-s(\d{6})-(\d{6})-w(\d{3})\.npz$")
 CHECKSUM = "checksum"

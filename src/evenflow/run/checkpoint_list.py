@@ -16,9 +16,6 @@ from pathlib import Path
 from evenflow.plan.cursor import Cursor
 from evenflow.run.checkpoint_trust import META, files_problem, meta_problem
 
-__all__ = ["CheckpointInfo", "list_checkpoints", "verify", "none_restorable", "checkpoint_name", "read_checkpoint",
-           "parse_name", "CHECKPOINT_DIR", "DAMAGED_PREFIX", "CONFIRMED", "FORMAT", "READABLE_FORMATS"]
-
 CHECKPOINT_DIR = "checkpoints"
 FORMAT = 3
 READABLE_FORMATS = (2, 3)  # 2: written before digests; accepted, its files checked by the framework's reader only

@@ -23,8 +23,6 @@ import numpy as np
 
 from evenflow.util.digests import json_digest
 
-__all__ = ["DIGEST", "FILES", "META", "file_digests", "seal", "meta_problem", "files_problem", "agreement"]
-
 META = "meta.json"
 DIGEST = "digest"  # meta.json key: the digest of meta.json's own content
 FILES = "files"    # meta.json key: {relative path: [size in bytes, blake2b hex digest]}

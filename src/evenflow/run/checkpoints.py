@@ -56,9 +56,6 @@ from evenflow.run.checkpoint_list import (CHECKPOINT_DIR, CONFIRMED, DAMAGED_PRE
 from evenflow.run.checkpoint_trust import FILES, META, file_digests, seal
 from evenflow.util.files import fsync_dir, fsync_file
 
-__all__ = ["Checkpointer", "CheckpointInfo", "ModelState", "NonFiniteModelError", "list_checkpoints", "verify",
-           "none_restorable", "CHECKPOINT_DIR", "DAMAGED_PREFIX", "fault_point", "FAULT_ENV"]
-
 # Test hook: "kill:<point>:<n>" SIGKILLs the process the n-th time it reaches fault point <point>;
 # "sleep:<point>:<seconds>" sleeps there (to widen a window for an external kill -9).
 FAULT_ENV = "EVENFLOW_FAULT"

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evenflow.run.options import (AnomalyOptions, CheckpointOptions, ComputeOptions, DataOptions, ModelOptions,
-                                  MonitorOptions, OptimizerOptions, OutputOptions, ScheduleOptions)
-
-__all__ = ["TrainConfig", "KEYS", "load_config", "add_config_flags", "flag_values", "defaults", "changed_keys",
-           "flag_text"]
+from evenflow.run.data_options import DataOptions
+from evenflow.run.options import (AnomalyOptions, CheckpointOptions, ComputeOptions, ModelOptions, MonitorOptions,
+                                  OptimizerOptions, OutputOptions, ScheduleOptions)
 
 
 _GROUPS = {"data": DataOptions, "model": ModelOptions, "optimizer": OptimizerOptions,

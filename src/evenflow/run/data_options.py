@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 from evenflow.run.validate import check_bool, check_int, check_str
 
-__all__ = ["DataOptions", "check_test_fraction"]
-
 
 def _help(text: str) -> dict:
     return {"help": text}
@@ -78,7 +76,7 @@ class DataOptions:
         from evenflow.data.augment_policy import parse_policy
         parse_policy(self.augment)
         check_bool("skip_corrupt", self.skip_corrupt)
-        from evenflow.data.text import parse_pad_lengths  # a TOML array becomes the comma form
+        from evenflow.data.pad_lengths import parse_pad_lengths  # a TOML array becomes the comma form
         parsed = parse_pad_lengths(self.pad_lengths)
         object.__setattr__(self, "pad_lengths", ",".join(map(str, parsed)) if parsed else "")
 

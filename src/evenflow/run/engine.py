@@ -23,8 +23,6 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.feed import PlanFeed
 from evenflow.plan.plan import Plan
 
-__all__ = ["Engine", "Stream"]
-
 
 @dataclass
 class Stream:

@@ -38,8 +38,6 @@ from evenflow.run.audit import AuditLog
 from evenflow.run.checkpoints import (Checkpointer, CheckpointInfo, NonFiniteModelError, fault_point,
                                       list_checkpoints)
 
-__all__ = ["TrainingGuard"]
-
 
 class TrainingGuard:
     """Checkpoints, audit and anomaly recovery for one run.

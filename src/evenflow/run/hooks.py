@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Hooks"]
-
 
 @dataclass(frozen=True)
 class Hooks:

@@ -47,8 +47,6 @@ from evenflow.run.summary import print_header, print_results, run_summary
 from evenflow.run.training import train_and_evaluate
 from evenflow.util.files import write_json_checked
 
-__all__ = ["run_training", "prepare", "Prepared"]
-
 
 @dataclass(frozen=True)
 class Prepared:

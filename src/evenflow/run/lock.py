@@ -17,8 +17,6 @@ import socket
 import time
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "RunDirectory"]
-
 LOCK_NAME = ".evenflow.lock"
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from evenflow.run.options import MODEL_NAMES
 
-__all__ = ["EMBED_SIZE", "MAX_VOCAB", "MODEL_NAMES", "check_model_input", "check_tokens"]
-
 _NEEDS = {"cnn": (2, 3), "text_cnn": (1,), "hashed_text": (1,)}
 _TEXT = ("text_cnn", "hashed_text")  # models of token sequences  # accepted ranks of one sample's features; absent = any rank
 EMBED_SIZE = 32  # text_cnn's embedding width

@@ -43,8 +43,6 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.speed.rebalancer import Decision, RebalanceOptions, Rebalancer
 from evenflow.util.files import drop_partial_line, line_with_crc
 
-__all__ = ["ReplicaMonitor", "TELEMETRY_FILE", "FIELDS"]
-
 TELEMETRY_FILE = "telemetry.jsonl"
 FIELDS = 6  # samples, cost, compute, input wait, end, gap (per replica and update)
 FLUSH_SECONDS = 1.0  # the longest a written telemetry line stays in the file's buffer

@@ -11,14 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evenflow.run.data_options import DataOptions
 from evenflow.run.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED, check_bool,
                                    check_choice, check_finite, check_float, check_int, check_learning_rate, check_str)
-
-__all__ = ["DataOptions", "ModelOptions", "OptimizerOptions", "ScheduleOptions", "ComputeOptions",
-           "OutputOptions", "CheckpointOptions", "AnomalyOptions", "MonitorOptions", "FRAMEWORKS", "MODEL_NAMES",
-           "OPTIMIZER_NAMES", "PRECISIONS", "COMPRESSIONS", "COMMUNICATIONS", "BACKENDS",
-           "DEFAULT_COLLECTIVE_TIMEOUT", "REBALANCE_MODES"]
 
 # A framework is a folder of evenflow holding an adapter.py (tf/, torch/); run/adapter.py is the interface.
 FRAMEWORKS: tuple[str, ...] = tuple(sorted(p.parent.name for p in Path(__file__).resolve().parents[1].glob("*/adapter.py")

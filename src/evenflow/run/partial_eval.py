@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import warnings
 
-__all__ = ["warn_if_partial"]
-
 
 def warn_if_partial(plan) -> None:
     """Warn (``UserWarning``) when ``plan`` reads fewer samples per epoch than its index holds."""

@@ -27,8 +27,6 @@ import numpy as np
 
 from evenflow.plan.plan import Plan
 
-__all__ = ["check_plan", "check_workers_agree", "plan_vector", "identity_chunks", "DATA_FIX"]
-
 # What to do when workers loaded different data (the last words of the error).
 DATA_FIX = "start every worker on the same --dataset (same files, keys, split)"
 

@@ -26,8 +26,6 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.plan.topology import Topology
 
-__all__ = ["PlanSwitches"]
-
 
 @dataclass(frozen=True)
 class _Pending:

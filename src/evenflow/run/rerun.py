@@ -13,8 +13,6 @@ from pathlib import Path
 
 from evenflow.run.checkpoint_list import CheckpointInfo, list_checkpoints, verify
 
-__all__ = ["rerun_advice", "newest_checkpoint"]
-
 
 def newest_checkpoint(run_dir: str | Path | None) -> CheckpointInfo | None:
     """The newest checkpoint under ``run_dir`` that a resume would restore (None: none, or no run directory).

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EpochResult", "EvalResult", "Tally"]
-
 
 @dataclass(frozen=True)
 class EpochResult:

@@ -19,9 +19,6 @@ from evenflow.run.checkpoints import CheckpointInfo, list_checkpoints, none_rest
 from evenflow.run.config import TrainConfig
 from evenflow.run.guard import TrainingGuard
 
-__all__ = ["resumable", "check_resume", "check_same_run", "check_epochs_trained", "ResumeWords", "COMMAND", "run_facts",
-           "audit_note", "learning_rate_note"]
-
 
 def resumable(run_dir: Path) -> tuple[CheckpointInfo, ...]:
     """The run directory's checkpoints, oldest first, up to the newest whose digests match (numpy only).

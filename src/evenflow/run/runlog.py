@@ -14,8 +14,6 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["RunLog", "NoLog", "ScalarWriter", "TENSORBOARD_DIR", "clear_events"]
-
 TENSORBOARD_DIR = "tensorboard"
 
 

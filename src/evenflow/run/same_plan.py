@@ -19,8 +19,6 @@ import numpy as np
 from evenflow.data.identity import source_identity
 from evenflow.run.preflight import DATA_FIX, identity_chunks
 
-__all__ = ["check_same_plan"]
-
 
 def check_same_plan(plan, all_gather: Callable[[np.ndarray], np.ndarray], local_replicas: int,
                     num_processes: int, source=None) -> None:

@@ -18,8 +18,6 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["SlowReplica", "Simulation", "parse_slow"]
-
 _ITEM = re.compile(r"^\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*(?:@\s*(\d+))?\s*$")
 
 

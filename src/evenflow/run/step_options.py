@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from evenflow.run.options import AnomalyOptions, ComputeOptions
 from evenflow.run.simulate import Simulation
 
-__all__ = ["StepOptions"]
-
 
 @dataclass(frozen=True)
 class StepOptions:

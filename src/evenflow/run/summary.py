@@ -16,8 +16,6 @@ from evenflow.plan.cursor import Cursor
 from evenflow.report.balance import balance_table
 from evenflow.run.anomaly import ANOMALY_LOG
 
-__all__ = ["print_header", "run_summary", "print_results", "diagnose_run"]
-
 
 def print_header(p, session, title: str, out) -> None:
     """The run's opening lines: data, model, replicas, schedule, notes, the balance table of epoch 0."""

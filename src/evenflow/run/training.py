@@ -20,8 +20,6 @@ from evenflow.run.monitor import TELEMETRY_FILE, ReplicaMonitor
 from evenflow.run.results import EvalResult
 from evenflow.util.progress import ProgressBar
 
-__all__ = ["Trained", "train_and_evaluate", "make_monitor", "plan_monitor"]
-
 
 @dataclass
 class Trained:

@@ -4,9 +4,6 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["check_str", "check_choice", "check_int", "check_float", "check_bool", "check_finite",
-           "check_learning_rate", "MAX_SEED", "MAX_GLOBAL_BATCH", "LEARNING_RATES"]
-
 # The largest seed: TensorFlow runs seed numpy's global generator with it (keras.utils.set_random_seed),
 # which takes 32 bits; torch runs take the same limit, so a seed means the same run under both.
 MAX_SEED = 2**32 - 1

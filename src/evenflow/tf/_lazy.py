@@ -13,8 +13,6 @@ import sys
 
 from evenflow.util.native_log import quiet_native_startup
 
-__all__ = ["tf", "keras", "MissingFrameworkError", "INSTALL_HINT", "skip_keras_sklearn_wrappers"]
-
 INSTALL_HINT = "pip install 'evenflow[tf]'"
 
 

@@ -20,8 +20,6 @@ from evenflow.tf._lazy import skip_keras_sklearn_wrappers
 from evenflow.tf.launch.cluster import cluster_from_env
 from evenflow.tf.ps.cluster import ps_task_from_env
 
-__all__ = ["TensorFlow", "ADAPTER", "REFUSED", "REFUSED_PS"]
-
 # Options TensorFlow cannot honour, with the reason and what to do instead.
 REFUSED = {
     "loader_workers": "tf.data reads with its own thread pool (no worker processes); drop --loader-workers",

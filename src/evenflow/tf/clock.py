@@ -8,8 +8,6 @@ import numpy as np
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.pyfunc import wall_clock
 
-__all__ = ["emulated_clock", "now"]
-
 
 def emulated_clock(anchor, since, factor, sample_seconds):
     """The host clock (``time.time()``, the clock of ``tf.timestamp``), after an emulated delay.

@@ -27,8 +27,6 @@ import time
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["CollectiveWatch", "MESSAGE"]
-
 MESSAGE = ("Collective has timed out during execution: a call waited more than {seconds:g} s for the other "
            "workers (the collective timeout)")
 

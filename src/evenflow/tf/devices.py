@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["replica_devices", "default_replicas", "MAX_CPU_REPLICAS"]
-
 # Logical CPU devices share the same cores and thread pools; past a few dozen they only add
 # scheduling overhead, and a typo like --replicas 4000 should not quietly create 4000 devices.
 MAX_CPU_REPLICAS = 64

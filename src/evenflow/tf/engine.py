@@ -26,8 +26,6 @@ from evenflow.tf.clock import now
 from evenflow.tf.input.pyfunc import closing as pipelines_closing
 from evenflow.tf.strategy import collective_watch, num_workers, on_cpu
 
-__all__ = ["TFEngine", "LAG", "TIMING_SWITCH_SECONDS"]
-
 # On accelerators the host reads each step's outputs this many updates behind the newest
 # dispatched one: anomalies are seen promptly without making the host wait for every step.
 LAG = 2

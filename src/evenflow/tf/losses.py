@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["check_per_sample", "masked_loss", "per_sample_cross_entropy"]
-
 
 def per_sample_cross_entropy(labels, logits):
     """Softmax cross-entropy per sample, float32 ``[slots]``, from integer labels and logits."""

@@ -19,8 +19,6 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf.input.packed import packed_text_cnn
 from evenflow.tf.input.text import text_cnn
 
-__all__ = ["MODELS", "build_model", "check_model_input"]
-
 
 def _dropout(layers, rate: float, dtype) -> list:
     return [layers.Dropout(rate, dtype=dtype)] if rate > 0 else []

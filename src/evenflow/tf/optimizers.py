@@ -6,8 +6,6 @@ from typing import Callable
 from evenflow.run.options import ComputeOptions
 from evenflow.tf._lazy import keras as _keras
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "presum_gradients"]
-
 # The optimizers of `make_optimizer` (and the `optimizer` key of a run) by name.
 OPTIMIZERS: dict[str, Callable] = {
     "adam": lambda keras, lr: keras.optimizers.Adam(learning_rate=lr),

@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from evenflow.run.options import COMPRESSIONS
 from evenflow.run.step_options import StepOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.losses import check_per_sample, masked_loss
 from evenflow.tf.optimizers import presum_gradients
 from evenflow.tf.clock import emulated_clock
-
-__all__ = ["ReplicaStep", "COMPRESSIONS", "masked_sums"]
 
 
 class ReplicaStep:

@@ -18,8 +18,6 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.launch.cluster import Cluster
 
-__all__ = ["TFSession", "start_session", "make_readers", "bad_input", "replicas_text"]
-
 
 @dataclass(kw_only=True)
 class TFSession(Session):

@@ -5,8 +5,6 @@ import warnings
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["reserve_threads"]
-
 
 def reserve_threads(replicas: int) -> None:
     """Give TensorFlow's inter-op pool room for every replica's delay at once.

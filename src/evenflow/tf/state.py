@@ -17,8 +17,6 @@ from pathlib import Path
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["TFState"]
-
 
 def _describe(variables) -> list[list]:
     return [[getattr(v, "path", v.name), list(v.shape), v.dtype if isinstance(v.dtype, str) else v.dtype.name]

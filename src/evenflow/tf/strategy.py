@@ -43,10 +43,6 @@ from evenflow.tf.launch.cluster import Cluster, cluster_from_env
 from evenflow.tf.collective_watch import CollectiveWatch
 from evenflow.tf.devices import replica_devices
 
-__all__ = ["Communication", "IMPLEMENTATIONS", "DEFAULT_TIMEOUT_SECONDS", "make_strategy", "mirrored_strategy",
-           "multi_worker_strategy", "collective_watch", "topology_of", "num_workers", "is_chief", "CollectiveFailure",
-           "collective_failure"]
-
 IMPLEMENTATIONS: tuple[str, ...] = COMMUNICATIONS
 DEFAULT_TIMEOUT_SECONDS = DEFAULT_COLLECTIVE_TIMEOUT
 

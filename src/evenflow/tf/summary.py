@@ -10,8 +10,6 @@ from pathlib import Path
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["TFScalarWriter"]
-
 
 def _scalar_metadata():
     from tensorflow.core.framework import summary_pb2

@@ -25,8 +25,8 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
-from evenflow.run.loop import MAX_ACCUMULATE_STEPS, LoopFront, TrainLoop, check_accumulate_steps
-from evenflow.run.options import AnomalyOptions, ComputeOptions
+from evenflow.run.loop import LoopFront, TrainLoop, check_accumulate_steps
+from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.simulate import Simulation
 from evenflow.run.step_options import StepOptions
 from evenflow.run.validate import check_bool
@@ -35,11 +35,7 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.engine import TFEngine
 from evenflow.tf.losses import per_sample_cross_entropy
-from evenflow.tf.optimizers import OPTIMIZERS, make_optimizer
-from evenflow.tf.replica_step import COMPRESSIONS, ReplicaStep
-
-__all__ = ["Trainer", "EpochResult", "EvalResult", "OPTIMIZERS", "COMPRESSIONS", "make_optimizer",
-           "MAX_ACCUMULATE_STEPS"]
+from evenflow.tf.replica_step import ReplicaStep
 
 
 class Trainer(LoopFront):

@@ -15,8 +15,6 @@ import numpy as np
 from evenflow.run.preflight import check_workers_agree
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["check_workers_agree_tf"]
-
 
 def check_workers_agree_tf(strategy, plan, identity: str | None) -> None:
     """ValueError on every worker unless all build ``plan`` alike and load data of ``identity``; nothing for one."""

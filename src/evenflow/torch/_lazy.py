@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["torch", "MissingFrameworkError", "INSTALL_HINT"]
-
 # What the error of a missing PyTorch tells the user to run.
 INSTALL_HINT = "pip install 'evenflow[torch]'"
 

@@ -17,8 +17,6 @@ import os
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys, flag_text
 
-__all__ = ["Torch", "ADAPTER", "REFUSED"]
-
 # (option, value or None for any set value) -> the reason and what to do instead.
 REFUSED = {
     ("communication", None): "the collectives between ranks are the process group's (--backend); drop "

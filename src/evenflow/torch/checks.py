@@ -15,8 +15,6 @@ import numpy as np
 
 from evenflow.torch._lazy import torch as _torch
 
-__all__ = ["READ_KEYS", "check_precision", "checked_transform", "class_hits", "loader_options", "logits_of"]
-
 # The keys of a batch that evenflow reads after a transform (the loader, then the trainer).
 READ_KEYS = ("id", "mask", "global_real_count", "epoch", "step", "features", "label")
 ROW_KEYS = ("id", "mask", "features", "label")

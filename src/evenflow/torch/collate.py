@@ -26,8 +26,6 @@ import numpy as np
 from evenflow.data.source import RESERVED_KEYS
 from evenflow.torch._lazy import torch as _torch
 
-__all__ = ["Field", "stack_items", "name_columns", "to_numpy"]
-
 Field = Union[int, str, None]
 
 

@@ -22,8 +22,6 @@ from evenflow.torch.collate import Field
 from evenflow.torch.dataset_source import DatasetSource, dataset_labels
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 
-__all__ = ["plan_loader"]
-
 # The further keyword arguments plan_loader passes on: to the Plan, or to the PlanLoader.
 # Packing needs token sequences (TextSource.packed), which a torch Dataset does not give.
 _PLAN_OPTIONS = tuple(f.name for f in dataclasses.fields(PlanOptions)

@@ -22,8 +22,6 @@ from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.collate import Field, name_columns, stack_items, to_numpy
 from evenflow.util.read_errors import note_samples
 
-__all__ = ["DatasetSource", "require_map_style", "dataset_labels"]
-
 
 def require_map_style(dataset) -> None:
     """Raise a one-line TypeError unless ``dataset`` has a length and random access by index."""

@@ -32,10 +32,6 @@ import numpy as np
 from evenflow.run.options import BACKENDS  # the CLI's --backend choices
 from evenflow.torch._lazy import torch as _torch
 
-__all__ = ["PeerLostError", "init_distributed", "sum_gradients_hook", "ordered_sum_hook", "gradient_hook",
-           "is_peer_failure", "all_gather_rows", "all_reduce_sum", "broadcast_row", "finish_distributed",
-           "group_ready", "check_ranks_agree", "DEFAULT_TIMEOUT_S"]
-
 # gloo's own default is 30 minutes: far too long to notice a dead peer.
 DEFAULT_TIMEOUT_S = 300.0
 

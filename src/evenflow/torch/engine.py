@@ -34,7 +34,7 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.feed import PlanFeed
 from evenflow.run.engine import Stream
-from evenflow.run.options import COMPRESSIONS, ComputeOptions
+from evenflow.run.options import ComputeOptions
 from evenflow.run.step_options import StepOptions
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import check_precision, class_hits, logits_of
@@ -42,8 +42,6 @@ from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import check_per_sample, masked_loss
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
-
-__all__ = ["TorchEngine", "TorchReader", "GRADIENT_SUMS", "COMPRESSIONS", "check_precision"]
 
 GRADIENT_SUMS = ("ordered", "ring")
 

@@ -26,11 +26,10 @@ import numpy as np
 
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.distributed import gradient_hook, group_ready
-from evenflow.torch.engine import COMPRESSIONS, GRADIENT_SUMS
+from evenflow.run.options import COMPRESSIONS
+from evenflow.torch.engine import GRADIENT_SUMS
 from evenflow.torch.losses import masked_loss
 from evenflow.torch.sharding import is_sharded
-
-__all__ = ["exact_ddp", "masked_mean"]
 
 
 def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", **ddp_kwargs):

@@ -41,10 +41,8 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import checked_transform, loader_options
 from evenflow.torch.distributed import group_ready
-from evenflow.torch.worker_errors import LoaderWorkerDied, watched
+from evenflow.torch.worker_errors import watched
 from evenflow.util.read_errors import note_samples
-
-__all__ = ["LoaderWorkerDied", "PlanLoader", "PlanSteps", "PREFETCH_FACTOR", "rank_and_world_size"]
 
 # Batches each DataLoader worker loads ahead (the DataLoader's own default).
 PREFETCH_FACTOR = 2

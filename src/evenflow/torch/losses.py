@@ -2,7 +2,7 @@
 
 Rank r computes ``sum(loss[j] for j with mask[j] > 0) / global_real_count`` (with the loader's
 0/1 mask: ``sum_j(mask[j] * loss[j]) / global_real_count``); gradients are then
-SUMMED over ranks (:data:`evenflow.torch.trainer.GRADIENT_SUMS`), so the
+SUMMED over ranks (:data:`evenflow.torch.engine.GRADIENT_SUMS`), so the
 applied gradient is that of ``sum(all real losses) / global_real_count``: the plain
 mean over the step's real samples, whatever the number of ranks, their shares of
 the step, or the padding. A rank with no real samples contributes zero.
@@ -10,8 +10,6 @@ the step, or the padding. A rank with no real samples contributes zero.
 from __future__ import annotations
 
 from evenflow.torch._lazy import torch as _torch
-
-__all__ = ["check_per_sample", "masked_loss", "per_sample_cross_entropy"]
 
 
 def per_sample_cross_entropy(logits, labels):

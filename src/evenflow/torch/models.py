@@ -16,8 +16,6 @@ from evenflow.run.options import ModelOptions
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.text import packed_text_cnn
 
-__all__ = ["MODELS", "build_model", "check_model_input", "OPTIMIZERS", "make_optimizer"]
-
 _NEEDS = {"cnn": (2, 3)}  # accepted ranks of one sample's features; absent = any rank
 
 

@@ -11,8 +11,6 @@ from pathlib import Path
 
 from evenflow.run.adapter import Session
 
-__all__ = ["TorchSession", "start_session"]
-
 
 @dataclass(kw_only=True)
 class TorchSession(Session):

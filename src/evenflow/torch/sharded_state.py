@@ -27,8 +27,6 @@ import numpy as np
 
 from evenflow.torch.distributed import all_reduce_sum, broadcast_row
 
-__all__ = ["SHARDED_DIR", "write_sharded", "read_sharded", "read_full_into_sharded", "agree"]
-
 SHARDED_DIR = "sharded"
 _PATH_BYTES = 4096
 

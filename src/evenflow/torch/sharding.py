@@ -24,8 +24,6 @@ import contextlib
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.distributed import group_ready
 
-__all__ = ["shard_model", "is_sharded", "sum_gradients", "fsdp_modules", "local_tensor", "gradient_sync_off"]
-
 
 def _fsdp():
     from torch.distributed import fsdp

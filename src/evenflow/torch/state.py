@@ -32,8 +32,6 @@ from evenflow.torch.sharded_state import (SHARDED_DIR, agree, read_full_into_sha
                                           write_sharded)
 from evenflow.torch.sharding import is_sharded, local_tensor
 
-__all__ = ["TorchState", "rng_vector", "set_rng_vector"]
-
 
 def _safetensors():
     try:

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["TorchScalarWriter"]
-
 
 class TorchScalarWriter:
     """A :class:`evenflow.run.runlog.ScalarWriter` into event files under ``directory``.

@@ -13,8 +13,6 @@ from __future__ import annotations
 from evenflow.data.packed import check_text_cnn
 from evenflow.torch._lazy import torch as _torch
 
-__all__ = ["packed_text_cnn"]
-
 
 def packed_text_cnn(num_classes: int, vocab_size: int = 257, embed: int = 32, width: int = 64, kernel: int = 5):
     """A ``PackedTextCNN`` (``torch.nn.Module``); call it as ``model(tokens, segment_ids, slots)``.

@@ -26,10 +26,8 @@ from evenflow.run.results import EpochResult, EvalResult
 from evenflow.run.step_options import StepOptions
 from evenflow.run.validate import check_accumulate_steps
 from evenflow.torch.distributed import PeerLostError, is_peer_failure
-from evenflow.torch.engine import GRADIENT_SUMS, TorchEngine, TorchReader, check_precision
+from evenflow.torch.engine import TorchEngine, TorchReader, check_precision
 from evenflow.torch.losses import per_sample_cross_entropy
-
-__all__ = ["Trainer", "EpochResult", "EvalResult", "GRADIENT_SUMS"]
 
 
 class Trainer(LoopFront):

@@ -29,9 +29,6 @@ import signal as _signal
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-__all__ = ["LoaderWorkerDied", "WorkerDeath", "watched", "worker_death", "worker_died", "worker_record_error",
-           "CLI_FLAGS", "API_ARGS"]
-
 # How to load with fewer workers, and in the training process itself: as a command-line flag, as an argument.
 CLI_FLAGS = ("lower --loader-workers", "--loader-workers 0")
 API_ARGS = ("use fewer num_workers", "num_workers=0")

@@ -11,8 +11,6 @@ import json
 
 import numpy as np
 
-__all__ = ["digest", "arrays_checksum", "json_digest"]
-
 
 def digest(*parts) -> str:
     """32 hex digits over numpy arrays, strings, numbers and None, in order."""

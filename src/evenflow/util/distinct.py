@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sorted_distinct", "all_distinct"]
-
 
 def sorted_distinct(x: np.ndarray) -> np.ndarray:
     """The sorted distinct values of 1-D ``x`` (``np.unique(x)`` for integers and finite floats)."""

@@ -25,10 +25,6 @@ import numpy as np
 
 from evenflow.util.digests import json_digest
 
-__all__ = ["fsync_dir", "fsync_file", "write_atomic", "drop_partial_line", "write_json", "plain_json", "read_npz",
-           "NPZ_READ_ERRORS", "numpy_file_kind", "NUMPY_FILE_KINDS", "line_with_crc", "line_crc",
-           "write_json_checked", "read_json_checked", "CHECKSUM_KEY"]
-
 # What reading a damaged .npz raises: a truncated or overwritten one is not a zip (BadZipFile) or
 # ends early (EOFError); a member whose bytes changed fails its CRC on read (BadZipFile), a
 # compressed one its inflation (zlib.error); an object array refused without pickle is a ValueError.

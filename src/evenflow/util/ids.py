@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sample_ids"]
-
 
 def sample_ids(ids, num_samples: int) -> np.ndarray:
     """``ids`` as int64 ``[B]``, each checked to be a sample id in ``0..num_samples-1``.

@@ -16,8 +16,6 @@ import re
 import sys
 import tempfile
 
-__all__ = ["quiet_native_startup", "shown_lines"]
-
 # absl / glog line prefixes: a severity letter and MMDD, e.g. "I0000 00:00:1795521979.41 ..."
 _LOG_LINE = re.compile(r"^([IWEF])\d{4} ")
 _SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}

@@ -12,8 +12,6 @@ from __future__ import annotations
 import sys
 import time
 
-__all__ = ["ProgressBar"]
-
 
 class ProgressBar:
     """Progress through ``total`` steps (or records), with a rate.

@@ -1,8 +1,6 @@
 """Notes on errors raised by a user's own data code, naming the samples evenflow asked it for."""
 from __future__ import annotations
 
-__all__ = ["note_samples"]
-
 
 def note_samples(error: BaseException, call: str, ids) -> None:
     """Add ``(raised by CALL for sample ids ..., read by evenflow)`` to ``error`` (once per error).

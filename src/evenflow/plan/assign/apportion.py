@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["replica_counts", "leftovers", "split_counts"]
-
 
 def _parts(sizes: np.ndarray, shares: np.ndarray):
     quota = sizes[:, None] * shares[None, :]

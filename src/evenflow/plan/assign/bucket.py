@@ -24,8 +24,6 @@ from evenflow.plan.parallel import cores, split_range
 from evenflow.plan.shuffle import mix64
 from evenflow.plan.stable_sort import stable_argsort_nonnegative
 
-__all__ = ["BucketedOrder", "argsort_distinct_rows"]
-
 _PARALLEL_MIN = 1 << 18  # samples of a window from which its shuffle and cost reads are split across cores
 
 

@@ -38,8 +38,6 @@ from evenflow.plan.assign.cost_refine import refine, row_max
 from evenflow.plan.assign.runs import runs_split
 from evenflow.plan.parallel import cores
 
-__all__ = ["assign_cost", "cost_slots"]
-
 _CHUNK_SAMPLES = 1 << 19  # samples planned together: bounds every temporary by this, not by N
 _PARALLEL_MIN = 1 << 17  # samples per chunk below which chunks are not split further across cores
 _RADIX_FROM = 512  # steps this large are sorted by a 16-bit cost key (radix sort), smaller ones exactly

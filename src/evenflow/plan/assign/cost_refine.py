@@ -21,8 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["refine", "row_max", "TOL", "BRUTE_MAX"]
-
 TOL = 1e-4  # a step whose maximum load is within this fraction of its lower bound is left as it is ...
 TOL_SAMPLES = 256  # ... with this many samples per replica or more; with m < 256, within TOL * 256 / m
 BRUTE_MAX = 16  # up to this many slots, a pair's best exchange is found among all m x m, above it by a sort

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["assign_contiguous"]
-
 
 def assign_contiguous(order: np.ndarray, bounds: np.ndarray, counts: np.ndarray, slots: int) -> np.ndarray:
     """Lay out ``order`` so that step s gives ``counts[s, r]`` consecutive samples to replica r.

@@ -21,8 +21,6 @@ from evenflow.plan.assign.count import assign_contiguous
 from evenflow.plan.order import epoch_rng, step_bounds
 from evenflow.plan.pack import PackLayout, fill_layout
 
-__all__ = ["PACK_SPLITS", "pack_costs", "pack_counts", "packed_epoch"]
-
 _STREAM_FILL, _STREAM_PACK_ORDER = 5, 6  # beside the streams of evenflow.plan.order
 
 

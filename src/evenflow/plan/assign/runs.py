@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["runs_split"]
-
 
 def runs_split(sid: np.ndarray, c: np.ndarray, w: np.ndarray, slots: int):
     """Contiguous runs of cost-sorted steps ``sid``/``c`` ``[s, n]``, one per replica, by cost share.

@@ -20,8 +20,6 @@ import numpy as np
 from evenflow.plan.assign.stratified_repair import repair_epoch
 from evenflow.plan.assign.stratified_rounding import round_shares
 
-__all__ = ["assign_stratified"]
-
 _MAX_REPAIR_ELEMS = 1 << 24  # steps x classes x replicas held dense by the epoch repair
 
 

@@ -19,8 +19,6 @@ import numpy as np
 
 from evenflow.plan.assign.stratified_potential import move_prices, potential
 
-__all__ = ["cycles_through"]
-
 _MAX_CYCLE_LEN = 16  # moves in one cycle of the repair's escape search
 _MAX_CYCLE_ELEMS = 1 << 22  # steps x replicas^2 held at once by the cycle search
 _MAX_CYCLE_STEPS = 1 << 12  # steps searched for cycles through one cell

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["move_prices", "potential"]
-
 _EXCESS_WEIGHT = 1e6  # weight of the part of |d| above one in the potential
 
 

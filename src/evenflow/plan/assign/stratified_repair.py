@@ -24,8 +24,6 @@ from evenflow.plan.assign.stratified_cycles import cycles_through
 from evenflow.plan.assign.stratified_potential import move_prices, potential
 from evenflow.plan.assign.stratified_rounding import MAX_INTERCHANGE_ELEMS
 
-__all__ = ["repair_epoch"]
-
 _MAX_REPAIR_TRIES = 4096  # improving interchanges tried per repair move before giving up
 _CYCLE_TRIES = 64  # cycles checked exactly per cell
 _CHAIN_DEPTH = 3  # cycles in one ejection chain

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_INTERCHANGE_ELEMS", "round_shares"]
-
 MAX_INTERCHANGE_ELEMS = 1 << 20  # classes^2 x replicas^2 above which no 2x2 interchange table is searched
 _SPLIT_ABOVE_ELEMS = 1 << 13  # classes^2 x replicas^2 above which a step's interchanges are searched split
 

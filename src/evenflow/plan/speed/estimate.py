@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SpeedEstimator"]
-
 
 class SpeedEstimator:
     """Exponential moving average of each replica's seconds per unit of load.

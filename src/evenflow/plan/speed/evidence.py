@@ -17,8 +17,6 @@ from collections import deque
 
 import numpy as np
 
-__all__ = ["GainEvidence", "update_gain"]
-
 # The share of a window's updates that must each show a gain above the threshold.
 AGREE = 0.75
 # The fewest updates that back a re-plan, however large their gain (a device's change of speed is

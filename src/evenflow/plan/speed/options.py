@@ -4,8 +4,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["RebalanceOptions"]
-
 
 def _number(value, finite: bool = True) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) and (

@@ -46,12 +46,9 @@ import numpy as np
 
 from evenflow.plan.speed.evidence import GainEvidence
 from evenflow.plan.speed.options import RebalanceOptions
-from evenflow.plan.speed.shares import feasible_weights, gain, step_imbalance
+from evenflow.plan.speed.shares import feasible_weights, step_imbalance
 from evenflow.plan.speed.estimate import SpeedEstimator
 from evenflow.plan.speed.step_model import ReplanReview, SpeedChange, StepModel, best_shares, step_time
-
-__all__ = ["RebalanceOptions", "SpeedEstimator", "Rebalancer", "Decision", "gain", "step_imbalance",
-           "feasible_weights"]
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gain", "step_imbalance", "feasible_weights"]
-
 
 def gain(shares: np.ndarray, seconds_per_unit: np.ndarray) -> float:
     """How many times faster a step would be under the best shares than under ``shares``."""

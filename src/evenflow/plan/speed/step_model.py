@@ -23,8 +23,6 @@ from collections import deque
 
 import numpy as np
 
-__all__ = ["ReplanReview", "SpeedChange", "StepModel", "best_shares", "step_time"]
-
 # Loads differ "enough" to separate the fixed part from the per-unit part when the largest is
 # this many times the smallest (below, timing noise dominates the slope).
 SPREAD = 1.25

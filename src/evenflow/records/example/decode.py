@@ -33,8 +33,6 @@ from evenflow.records.example.layout import Irregular, lockstep_layout, template
 from evenflow.records.example.proto import example_classes
 from evenflow.records.example.spec import FeatureSpec, dtype_of_list
 
-__all__ = ["ExampleError", "decode_example", "decode_examples", "infer_specs", "parse_one"]
-
 _PAD = 10  # bytes of zero padding so a varint window never runs off the buffer
 # Records decoded at a time: the fast paths' temporaries (several per byte of the batch) then stay
 # small; a whole dataset decoded in one piece (a cache being filled) ran several times slower.

@@ -17,8 +17,6 @@ import numpy as np
 
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["ExampleEncoder", "encode_example"]
-
 # Feature oneof field number -> our dtype name; the wire tag byte is (number << 3) | 2.
 _TAG_OF_DTYPE = {"bytes": 0x0A, "float32": 0x12, "int64": 0x1A}
 

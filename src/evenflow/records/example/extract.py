@@ -17,8 +17,6 @@ import numpy as np
 from evenflow.records.example.layout import Irregular
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["extract", "ragged_values", "split_rows"]
-
 
 def extract(buf, spans: dict, specs: Mapping[str, FeatureSpec], b: int) -> dict[str, np.ndarray]:
     """Gather every feature's values for the whole batch from the located spans."""

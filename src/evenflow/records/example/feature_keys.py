@@ -14,8 +14,6 @@ from evenflow.records.errors import RecordError
 from evenflow.records.example.decode import infer_specs
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["requested_specs", "resolve_specs", "training_feature_key"]
-
 
 def resolve_specs(ds, features) -> dict[str, FeatureSpec]:
     """The specs a :class:`~evenflow.records.RecordDataset` decodes with.

@@ -21,8 +21,6 @@ import numpy as np
 
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["Irregular", "lockstep_layout", "template_layout"]
-
 _AR10 = np.arange(10)
 _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
 _TAGS = {"bytes": 0x0A, "float32": 0x12, "int64": 0x1A}  # Feature oneof tags

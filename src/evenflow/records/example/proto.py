@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["example_classes"]
-
 
 def _import_protobuf():
     try:

@@ -16,8 +16,6 @@ from typing import Literal, Mapping
 
 import numpy as np
 
-__all__ = ["DTYPES", "FeatureSpec", "dtype_of_list", "spec_for_array"]
-
 DTYPES = ("float32", "int64", "bytes")
 _LIST_NAME = {"bytes": "bytes_list", "float32": "float_list", "int64": "int64_list"}
 

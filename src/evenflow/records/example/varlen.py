@@ -18,8 +18,6 @@ import numpy as np
 from evenflow.records.errors import RecordError
 from evenflow.records.example.spec import FeatureSpec
 
-__all__ = ["ListScan", "scan_list"]
-
 _CHUNK = 4096  # records decoded at a time
 
 

@@ -8,8 +8,6 @@ can.
 """
 from __future__ import annotations
 
-__all__ = ["crc32c", "masked_crc32c", "unmask_crc", "MASK_DELTA"]
-
 MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["FOOTER_BYTES", "FRAME_BYTES", "HEADER_BYTES", "LENGTH"]
-
 HEADER_BYTES = 12  # uint64 length + uint32 masked crc of it
 FOOTER_BYTES = 4   # uint32 masked crc of the data
 FRAME_BYTES = HEADER_BYTES + FOOTER_BYTES

@@ -22,8 +22,6 @@ from evenflow.records.tfrecord.frame import FOOTER_BYTES, FRAME_BYTES, HEADER_BY
 from evenflow.records.tfrecord.frame import LENGTH as _Q
 from evenflow.records.tfrecord.walk import check_data, check_header, open_mmap, walk
 
-__all__ = ["ScanResult", "scan_file"]
-
 _QI = struct.Struct("<QI")
 
 

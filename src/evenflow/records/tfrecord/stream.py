@@ -21,15 +21,11 @@ import numpy as np
 
 from evenflow.records.tfrecord.crc import masked_crc32c
 from evenflow.records.errors import BadRecord
-from evenflow.records.tfrecord.frame import FOOTER_BYTES, FRAME_BYTES, HEADER_BYTES
+from evenflow.records.tfrecord.frame import FRAME_BYTES, HEADER_BYTES
 from evenflow.records.tfrecord.frame import LENGTH as _Q
 from evenflow.records.tfrecord.walk import check_data, check_header, open_mmap, walk
 # Re-exported: scanning a file is part of the framing's interface.
-from evenflow.records.tfrecord.scan import ScanResult, scan_file
 from evenflow.records.sidecar import idx_path, meta_path, write_sidecars
-
-__all__ = ["HEADER_BYTES", "FOOTER_BYTES", "RecordWriter", "ScanResult", "iter_records",
-           "open_mmap", "read_record", "scan_file"]
 
 _I = struct.Struct("<I")
 

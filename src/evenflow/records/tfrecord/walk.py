@@ -19,8 +19,6 @@ from evenflow.records.tfrecord.crc import masked_crc32c
 from evenflow.records.errors import BadRecord, RecordError
 from evenflow.records.tfrecord.frame import FRAME_BYTES, HEADER_BYTES
 
-__all__ = ["check_data", "check_header", "open_mmap", "resync", "walk"]
-
 _I = struct.Struct("<I")
 _Q = struct.Struct("<Q")
 _QI = struct.Struct("<QI")

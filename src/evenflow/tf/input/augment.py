@@ -24,14 +24,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from evenflow.data.augment_policy import POLICY_NAMES, check_fits, default_crop, parse_policy
+from evenflow.data.augment_policy import check_fits, default_crop
 from evenflow.data.augment_policy import STREAMS as _STREAMS
 from evenflow.data.augment_policy import policy_value as _policy_value
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.sample_hash import sample_uniform
-
-__all__ = ["POLICY_NAMES", "brightness", "chain", "contrast", "flip", "from_policy", "parse_policy",
-           "random_crop", "rotate", "sample_uniform"]
 
 MapFn = Callable[[dict], dict]
 

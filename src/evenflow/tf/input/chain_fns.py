@@ -16,9 +16,7 @@ import math
 from typing import Callable
 
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.input.sources import RESERVED_KEYS
-
-__all__ = ["ExampleChain", "check_batch_fn", "checked_batch_fn", "positional_range", "takes_seed", "to_batch_keys"]
+from evenflow.data.source import RESERVED_KEYS
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 

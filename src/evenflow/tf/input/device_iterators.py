@@ -24,8 +24,6 @@ import functools
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["install", "installed"]
-
 _MARK = "_evenflow_autotune_off"
 
 

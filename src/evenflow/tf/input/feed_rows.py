@@ -13,8 +13,6 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.pyfunc import numpy_function
 
-__all__ = ["FEED_BLOCK", "feed_rows"]
-
 # Steps per call into a plan feed, at most: each call costs ~0.2 ms of CPU and the GIL (measured
 # with 4 replica pipelines of 16-sample rows).
 FEED_BLOCK = 4

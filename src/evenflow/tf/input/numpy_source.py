@@ -17,8 +17,6 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.pyfunc import numpy_function
 from evenflow.util.read_errors import note_samples
 
-__all__ = ["NumpySource"]
-
 
 def _column(key: str, value) -> np.ndarray:
     """``value`` as an array with one row per id; text as bytes."""

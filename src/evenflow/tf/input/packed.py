@@ -24,8 +24,6 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.pyfunc import numpy_function
 
-__all__ = ["packed_dataset", "packed_text_cnn"]
-
 _KEYS = ("features", "segment_ids", "positions", "label", "length")
 
 

@@ -12,9 +12,8 @@ from typing import Callable, Sequence
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.chain_fns import checked_batch_fn
 from evenflow.tf.input.pyfunc import numpy_function, wall_clock
-from evenflow.tf.input.sources import RESERVED_KEYS, TensorSource
-
-__all__ = ["MapFn", "finish", "load_batches"]
+from evenflow.data.source import RESERVED_KEYS
+from evenflow.tf.input.sources import TensorSource
 
 MapFn = Callable[[dict], dict]
 

@@ -30,9 +30,6 @@ import numpy as np
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["MAX_WAIT_SECONDS", "PipelineClosed", "QUIET_SECONDS", "closing", "in_flight", "numpy_function", "quiesce",
-           "wall_clock"]
-
 # How long no callback may have run before the pipelines count as idle. It covers the
 # gap between a call ending and its pipeline starting the next one (microseconds to a
 # few milliseconds, more on a loaded machine).

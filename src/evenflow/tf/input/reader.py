@@ -56,10 +56,8 @@ from evenflow.tf.input.pipeline import MapFn, load_batches
 from evenflow.tf.input.pyfunc import numpy_function
 from evenflow.tf.input.source_adapter import reader_source
 # Re-exported: the source protocol is part of the reader's interface.
-from evenflow.tf.input.sources import RESERVED_KEYS, TensorSource
+from evenflow.tf.input.sources import TensorSource
 from evenflow.tf.strategy import check_strategy, on_cpu
-
-__all__ = ["TensorSource", "PlanReader", "RESERVED_KEYS"]
 
 
 class PlanReader:

@@ -44,8 +44,6 @@ from evenflow.tf.input.reader import PlanReader
 from evenflow.tf.input.records_source import serialized_records
 from evenflow.tf.input.sample_hash import sample_seeds
 
-__all__ = ["RecordChain", "SerializedSource"]
-
 _SCALARS = ("global_real_count", "epoch")
 
 

@@ -42,8 +42,6 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.pyfunc import numpy_function
 from evenflow.tf.input.sequences import column_tensor, parse_feature
 
-__all__ = ["RecordTensors", "decode_images", "serialized_records"]
-
 # Largest static batch whose images decode_images decodes with one op per image written
 # out in the graph; larger or unknown batch sizes use tf.map_fn.
 UNROLL_MAX = 1024

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["SEED_STREAM", "sample_hash", "sample_seeds", "sample_uniform"]
-
 # SplitMix64 (Steele, Lea & Flood 2014): a golden-ratio increment and a finaliser that
 # passes BigCrush when used as a counter-based generator.
 _GOLDEN = 0x9E3779B97F4A7C15

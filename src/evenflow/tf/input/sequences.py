@@ -18,8 +18,6 @@ from evenflow.records.example.spec import FeatureSpec
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.text import padded_length
 
-__all__ = ["column_tensor", "pad_sequences", "parse_feature"]
-
 _TF_DTYPES = {"float32": "float32", "int64": "int64", "bytes": "string"}
 
 

@@ -39,8 +39,6 @@ from evenflow.tf.input.sequences import pad_sequences
 from evenflow.tf.input.sources import ArrayTensors, SubsetTensors, TensorSource
 from evenflow.tf.input.text import TextTensors, decode_text
 
-__all__ = ["reader_source", "tf_source"]
-
 _TF_CLASSES = (ArrayTensors, SubsetTensors, RecordTensors, TextTensors, NumpySource)
 _NUMPY_CLASSES = (ArraySource, SubsetSource, TextSource, RecordSource)
 _UNSUPPORTED = object()  # a record decode with no TensorFlow twin: use the numpy_function path

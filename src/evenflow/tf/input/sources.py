@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from evenflow.data.source import RESERVED_KEYS, ArraySource
+from evenflow.data.source import ArraySource
 from evenflow.plan.index import Index
 from evenflow.tf._lazy import tf as _tf
-
-__all__ = ["TensorSource", "ArrayTensors", "SubsetTensors", "RESERVED_KEYS"]
 
 
 @runtime_checkable

@@ -32,8 +32,6 @@ from evenflow.run.models import EMBED_SIZE
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["TextTensors", "blank_padding_rows", "decode_text", "padded_length", "text_cnn"]
-
 
 class TextTensors:
     """An :class:`evenflow.data.TextSource` as a TensorFlow :class:`~evenflow.tf.input.sources.TensorSource`.

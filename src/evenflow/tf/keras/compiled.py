@@ -13,8 +13,6 @@ import warnings
 from evenflow.tf._lazy import keras as _keras, tf as _tf
 from evenflow.tf.optimizers import presum_gradients
 
-__all__ = ["REDUCTIONS", "loss_reduction", "check_compiled", "check_model", "check_output_masks"]
-
 # Reductions whose per-replica scaling the weights can undo exactly ("mean" is Keras's alias).
 REDUCTIONS = ("sum_over_batch_size", "mean", "sum")
 _OWN_STEP = ("train_step", "test_step", "compute_loss")

@@ -18,8 +18,6 @@ from evenflow.plan import Cursor, Plan
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.reader import PlanReader
 
-__all__ = ["keras_dataset", "META_KEYS"]
-
 META_KEYS = ("mask", "global_real_count", "id", "replica")
 
 

@@ -43,12 +43,11 @@ from evenflow.tf.keras.compiled import check_compiled
 from evenflow.tf.keras.data import keras_dataset
 from evenflow.tf.keras.inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
 from evenflow.tf.keras.run import PlanCallback
-from evenflow.tf.keras.steps import exact_steps, recorder_of
+from evenflow.tf.keras.recorder import recorder_of
+from evenflow.tf.keras.steps import exact_steps
 from evenflow.tf.input.reader import PlanReader
 from evenflow.tf.input.source_adapter import reader_source
 from evenflow.tf.state import TFState
-
-__all__ = ["fit"]
 
 
 # How a refused resume names fit's arguments (evenflow.run.resume.check_same_run).

@@ -21,8 +21,6 @@ from evenflow.plan.index import Index
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["ArrayPair", "as_source", "split_validation"]
-
 
 def _leaves(structure, what: str) -> list:
     tf = _tf()

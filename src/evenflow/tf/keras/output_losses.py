@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import threading
 
-__all__ = ["exact_output_losses"]
-
 _local = threading.local()
 _lock = threading.Lock()
 

@@ -13,8 +13,6 @@ import numpy as np
 
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["StepRecorder", "recorder_of"]
-
 
 class StepRecorder:
     """Collects, from inside the traced steps, what each replica trained on (host side).

@@ -23,8 +23,6 @@ from evenflow.plan.plan import Plan
 from evenflow.run.results import Tally
 from evenflow.tf._lazy import keras as _keras
 
-__all__ = ["PlanCallback", "plan_callback"]
-
 
 def _rows(records: list[tuple], replicas: int) -> list[dict]:
     """Group recorder records into one row per step: each replica's j-th record is step j's."""

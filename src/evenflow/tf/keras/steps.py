@@ -31,13 +31,11 @@ each replica's sample ids, ``[loss sum, hits, real count]`` and host-clock stamp
 from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.keras.compiled import REDUCTIONS, check_model, check_output_masks, loss_reduction
+from evenflow.tf.keras.compiled import check_model, check_output_masks, loss_reduction
 from evenflow.tf.keras.data import META_KEYS
 from evenflow.tf.keras.output_losses import exact_output_losses
-from evenflow.tf.keras.recorder import StepRecorder, recorder_of
+from evenflow.tf.keras.recorder import StepRecorder
 from evenflow.tf.input.pyfunc import wall_clock
-
-__all__ = ["exact_steps", "loss_reduction", "recorder_of", "StepRecorder", "REDUCTIONS"]
 
 
 def _is_meta(value) -> bool:

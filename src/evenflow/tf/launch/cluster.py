@@ -27,8 +27,6 @@ from typing import Mapping
 
 from evenflow.plan import Topology
 
-__all__ = ["Cluster", "cluster_from_env", "tf_config", "REPLICAS_ENV"]
-
 # Set by `evenflow launch --replicas-per-worker R`; overrides `replicas` of an `evenflow train` worker.
 REPLICAS_ENV = "EVENFLOW_REPLICAS_PER_WORKER"
 

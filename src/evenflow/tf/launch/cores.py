@@ -23,8 +23,6 @@ from typing import Callable
 
 from evenflow.tf.launch.signals import stop_workers
 
-__all__ = ["usable_cores", "worker_cores", "pin_to", "check_core", "check_slow", "BusyCore", "BUSY_MARKER"]
-
 # In the busy process's program text, so a user (or a test) can find it in `ps`.
 BUSY_MARKER = "evenflow-busy-core"
 

@@ -10,8 +10,6 @@ import threading
 
 from evenflow.tf.launch.cluster import REPLICAS_ENV
 
-__all__ = ["free_ports", "Pump", "worker_env", "say_line"]
-
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct TCP ports that were free on ``host`` a moment ago.

@@ -39,8 +39,6 @@ from evenflow.tf.launch.cores import BusyCore, check_core, check_slow, pin_to, u
 from evenflow.tf.launch.io import Pump, free_ports, say_line, worker_env
 from evenflow.tf.launch.signals import Interrupts, describe_exit, exit_code, stop_workers
 
-__all__ = ["LaunchOptions", "launch", "free_ports", "MAX_WORKERS"]
-
 # Local workers share the machine's cores; a typo like --workers 1000 should not fork 1000 TensorFlows.
 MAX_WORKERS = 64
 

@@ -22,8 +22,6 @@ import struct
 import sys
 from typing import Callable
 
-__all__ = ["run_in_private_network"]
-
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1

@@ -14,8 +14,6 @@ import subprocess
 import threading
 import time
 
-__all__ = ["Interrupts", "describe_exit", "exit_code", "stop_workers"]
-
 
 def exit_code(returncode: int) -> int:
     """A shell's view of a child's status: killed by signal S -> 128 + S."""

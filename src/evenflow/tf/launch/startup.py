@@ -18,8 +18,6 @@ import signal
 import sys
 import time
 
-__all__ = ["meeting_the_others"]
-
 _SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
 

@@ -4,6 +4,7 @@ From Python: :func:`make_strategy` on the chief, a model from :func:`make_mlp` o
 built under its scope, and :class:`PSTrainer`. ``evenflow train --strategy ps`` and
 ``evenflow launch --ps`` use the same pieces. Importing this package does not import TensorFlow.
 """
-from evenflow.tf.ps.training import PSTrainer, make_hashed_text, make_mlp, make_strategy
+from evenflow.tf.ps.models import make_hashed_text, make_mlp
+from evenflow.tf.ps.training import PSTrainer, make_strategy
 
 __all__ = ["PSTrainer", "make_hashed_text", "make_mlp", "make_strategy"]

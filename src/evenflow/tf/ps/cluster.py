@@ -17,8 +17,6 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["PSTask", "ps_task_from_env", "ps_tf_config", "serve"]
-
 _EXAMPLE = ('{"cluster": {"chief": ["hostA:2222"], "worker": ["hostB:2222"], "ps": ["hostC:2222"]}, '
             '"task": {"type": "chief", "index": 0}}')
 

@@ -34,8 +34,6 @@ from evenflow.run.options import AnomalyOptions
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.replica_step import masked_sums
 
-__all__ = ["PSEngine", "PSReader"]
-
 
 class PSReader:
     """What the engine reads a set with on the chief: an evenflow ``Source`` (numpy batches)."""

@@ -23,8 +23,6 @@ from evenflow.tf.launch.io import Pump, free_ports, say_line, worker_env
 from evenflow.tf.ps.cluster import ps_tf_config
 from evenflow.tf.launch.signals import Interrupts, describe_exit, exit_code, stop_workers
 
-__all__ = ["run_ps"]
-
 
 def run_ps(command: list[str], options, out, err, env, network: str) -> int:
     """Start the cluster's tasks, wait for the chief, stop the servers; the chief's exit code."""

@@ -14,8 +14,6 @@ from __future__ import annotations
 from evenflow.run.options import ScheduleOptions
 from evenflow.tf._lazy import tf as _tf
 
-__all__ = ["make_mlp", "make_hashed_text", "HASH_BUCKETS", "HASH_DIM"]
-
 HASH_BUCKETS = 1 << 20
 HASH_DIM = 64
 

@@ -18,8 +18,6 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.ps.cluster import PSTask
 from evenflow.tf.session import TFSession
 
-__all__ = ["PSSession", "start_ps_session", "ParameterServerLost"]
-
 
 class ParameterServerLost(RuntimeError):
     """A parameter server stopped answering: the run stops (exit 1, one line) and resumes when rerun."""
@@ -50,7 +48,8 @@ class PSSession(Session):
 def start_ps_session(p, task: PSTask) -> PSSession:
     """A :class:`PSSession` for the :class:`~evenflow.run.job.Prepared` run ``p`` on the chief."""
     from evenflow.tf.optimizers import make_optimizer
-    from evenflow.tf.ps.training import PSTrainer, make_hashed_text, make_mlp, make_strategy
+    from evenflow.tf.ps.models import make_hashed_text, make_mlp
+    from evenflow.tf.ps.training import PSTrainer, make_strategy
     from evenflow.tf.ps.engine import PSReader
     from evenflow.tf.state import TFState
 

@@ -18,9 +18,6 @@ from evenflow.run.loop import LoopFront, TrainLoop
 from evenflow.run.options import AnomalyOptions
 from evenflow.tf._lazy import keras as _keras, tf as _tf
 from evenflow.tf.ps.engine import PSEngine, PSReader
-from evenflow.tf.ps.models import make_hashed_text, make_mlp
-
-__all__ = ["make_strategy", "make_mlp", "make_hashed_text", "PSTrainer"]
 
 
 def make_strategy(min_shard_bytes: int = 256 << 10):
