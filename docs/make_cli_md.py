@@ -82,17 +82,10 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Write docs/cli.md from the evenflow command's argparse parsers.")
-    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when docs/cli.md is stale")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        same = OUT.exists() and OUT.read_text() == text
-        print(f"{OUT}: {'up to date' if same else 'stale; run python docs/make_cli_md.py'}")
-        return 0 if same else 1
-    OUT.write_text(text)
-    print(f"wrote {OUT} ({text.count(chr(10))} lines)")
-    return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from generated_page import write_or_check
+
+    return write_or_check(OUT, render, "the evenflow command's argparse parsers", argv)
 
 
 if __name__ == "__main__":
