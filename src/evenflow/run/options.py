@@ -30,13 +30,6 @@ REBALANCE_MODES: tuple[str, ...] = ("auto", "on", "off")
 DEFAULT_COLLECTIVE_TIMEOUT = 300.0
 
 
-
-def check_compression(value) -> str:
-    """``value`` if it is one of :data:`COMPRESSIONS` (a trainer's ``compression``), else ``ValueError`` naming them."""
-    if value not in COMPRESSIONS:
-        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {value!r}")
-    return value
-
 def _help(text: str) -> dict:
     return {"help": text}
 

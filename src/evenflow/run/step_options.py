@@ -23,20 +23,13 @@ class StepOptions:
         compute: accumulation, gradient compression, precision and bucket sizes are read from it.
         anomaly: ``skip_nonfinite`` is read from it.
         timing: time every replica's step (needed by a monitor).
-        simulate: a :class:`~evenflow.run.simulate.Simulation` of slow devices (needs ``timing``), or None;
-            one that slows nothing is kept as None.
+        simulate: an active :class:`~evenflow.run.simulate.Simulation` of slow devices, or None.
     """
 
     compute: ComputeOptions
     anomaly: AnomalyOptions
     timing: bool
     simulate: Simulation | None
-
-    def __post_init__(self):
-        if self.simulate is not None and not self.simulate.active:
-            object.__setattr__(self, "simulate", None)  # a simulation that slows nothing is none
-        if self.simulate is not None and not self.timing:
-            raise ValueError("simulate needs timing=True: its delays are measured like real compute")
 
     @classmethod
     def of_config(cls, config) -> StepOptions:

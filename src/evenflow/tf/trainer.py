@@ -18,6 +18,7 @@ end, so every worker reports the same global figures.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.loop import LoopFront, TrainLoop, check_accumulate_steps
-from evenflow.run.options import AnomalyOptions, ComputeOptions, check_compression
+from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.simulate import Simulation
 from evenflow.run.step_options import StepOptions
 from evenflow.run.validate import check_bool
@@ -79,7 +80,8 @@ class Trainer(LoopFront):
         _check_parts(strategy, model, optimizer)
         accumulate_steps = check_accumulate_steps(accumulate_steps)  # all arguments before the step builds
         skip_nonfinite, timing = check_bool("skip_nonfinite", skip_nonfinite), check_bool("timing", timing)
-        check_compression(compression)
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         if simulate is not None and not isinstance(simulate, Simulation):
             raise TypeError(f"simulate must be an evenflow Simulation or None, got {type(simulate).__name__}")
         options = StepOptions(ComputeOptions(accumulate_steps=accumulate_steps, gradient_compression=compression),
@@ -103,8 +105,13 @@ class Trainer(LoopFront):
             raise ValueError(f"the model {getattr(model, 'name', type(model).__name__)!r} has no variables yet; "
                              f"build it before creating the Trainer (call it once on a batch, or give it an "
                              f"Input layer), inside strategy.scope()")
-        if options.simulate is not None:
-            options.simulate.check(int(strategy.num_replicas_in_sync))
+        simulate = options.simulate
+        if simulate is not None and simulate.active:
+            if not options.timing:
+                raise ValueError("simulate needs timing=True: its delays are measured like real compute")
+            simulate.check(int(strategy.num_replicas_in_sync))
+        else:
+            options = replace(options, simulate=None)
         self.strategy, self.model, self.optimizer, self.options = strategy, model, optimizer, options
         self.step = ReplicaStep(strategy, model, optimizer, loss_fn, options)
         self.engine = TFEngine(strategy, self.step)

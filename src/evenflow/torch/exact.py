@@ -26,7 +26,7 @@ import numpy as np
 
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.distributed import gradient_hook, group_ready
-from evenflow.run.options import check_compression
+from evenflow.run.options import COMPRESSIONS
 from evenflow.torch.engine import GRADIENT_SUMS
 from evenflow.torch.losses import masked_loss
 from evenflow.torch.sharding import is_sharded
@@ -70,7 +70,8 @@ def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", *
     torch = _torch()
     if gradient_sum not in GRADIENT_SUMS:
         raise ValueError(f"gradient_sum must be one of {', '.join(GRADIENT_SUMS)}, got {gradient_sum!r}")
-    check_compression(compression)
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
     ddp_class = torch.nn.parallel.DistributedDataParallel
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"exact_ddp takes a torch.nn.Module (or a DistributedDataParallel), got {type(model).__name__}")

@@ -14,12 +14,13 @@ sums once, so every test sample counts exactly once.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.run.loop import LoopFront, TrainLoop
-from evenflow.run.options import AnomalyOptions, ComputeOptions, check_compression
+from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.rerun import rerun_advice
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.run.step_options import StepOptions
@@ -61,7 +62,8 @@ class Trainer(LoopFront):
                  skip_nonfinite: bool = AnomalyOptions.skip_nonfinite, timing: bool = False, simulate=None,
                  precision: str = ComputeOptions.precision):
         accumulate_steps = check_accumulate_steps(accumulate_steps)
-        check_compression(compression)
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         check_precision(precision)
         compute = ComputeOptions(framework="torch", accumulate_steps=accumulate_steps, gradient_compression=compression,
                                  bytes_per_pack=bucket_bytes, precision=precision)
@@ -77,6 +79,12 @@ class Trainer(LoopFront):
         return trainer
 
     def _start(self, model, optimizer, loss_fn, device, gradient_sum: str, options: StepOptions) -> None:
+        simulate = options.simulate
+        if simulate is not None and simulate.active:
+            if not options.timing:
+                raise ValueError("simulate needs timing=True: its delays are measured like real compute")
+        else:
+            options = replace(options, simulate=None)
         self.engine = TorchEngine(model, optimizer, loss_fn, device, gradient_sum, options)
         if options.simulate is not None:
             options.simulate.check(self.engine.world)

@@ -39,7 +39,6 @@ from evenflow.data.images import quiet_native_stderr
 from evenflow.data.records_source import RecordSource
 from evenflow.records.errors import RecordError
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.input.sources import host_tensors
 from evenflow.tf.input.pyfunc import numpy_function
 from evenflow.tf.input.sequences import column_tensor, parse_feature
 
@@ -89,10 +88,11 @@ class RecordTensors:
     def _cached_batch(self, ids) -> dict:
         tf = _tf()
         if self._cached is None:
-            cols = self.numpy.take_cache()  # the numpy copy is dropped once the tensors hold it
-            self._cached = host_tensors(lambda: {
-                "feature": column_tensor(cols[self.feature_key], self.feature_spec),
-                "label": tf.constant(np.asarray(cols[self.label_key], np.int64).reshape(-1))})
+            # init_scope: eager tensors that traced functions capture, not constants baked into graphs.
+            with tf.init_scope(), tf.device("/cpu:0"):
+                cols = self.numpy.take_cache()  # the numpy copy is dropped once the tensors hold it
+                self._cached = {"feature": column_tensor(cols[self.feature_key], self.feature_spec),
+                                "label": tf.constant(np.asarray(cols[self.label_key], np.int64).reshape(-1))}
         return {"image" if self.is_encoded else "features": tf.gather(self._cached["feature"], ids),
                 "label": tf.gather(self._cached["label"], ids)}
 

@@ -41,18 +41,6 @@ class TensorSource(Protocol):
         """
 
 
-def host_tensors(make):
-    """``make()`` run eagerly on the host CPU, for the tensors a source keeps between batches.
-
-    ``init_scope`` makes them eager tensors even when first made while ``tf.data`` traces a map
-    function; the traced function then captures them instead of baking the arrays into its graph
-    as constants.
-    """
-    tf = _tf()
-    with tf.init_scope(), tf.device("/cpu:0"):
-        return make()
-
-
 class ArrayTensors:
     """The arrays of an :class:`evenflow.data.ArraySource` as a :class:`TensorSource`.
 
@@ -72,7 +60,11 @@ class ArrayTensors:
     def batch(self, ids) -> dict:
         tf = _tf()
         if self._tensors is None:
-            self._tensors = host_tensors(lambda: {k: tf.convert_to_tensor(v) for k, v in self.numpy.arrays.items()})
+            # init_scope makes these eager tensors even when first called while tf.data traces
+            # the map function; the traced function then captures them instead of baking the
+            # arrays into the graph as constants.
+            with tf.init_scope(), tf.device("/cpu:0"):
+                self._tensors = {k: tf.convert_to_tensor(v) for k, v in self.numpy.arrays.items()}
         return {k: tf.gather(t, ids) for k, t in self._tensors.items()}
 
     def __repr__(self):
@@ -103,7 +95,8 @@ class SubsetTensors:
     def batch(self, ids) -> dict:
         tf = _tf()
         if self._ids is None:
-            self._ids = host_tensors(lambda: tf.constant(self.ids))
+            with tf.init_scope(), tf.device("/cpu:0"):
+                self._ids = tf.constant(self.ids)
         return self.source.batch(tf.gather(self._ids, ids))
 
     def __repr__(self):

@@ -31,7 +31,6 @@ from evenflow.plan.index import Index
 from evenflow.run.models import EMBED_SIZE
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.input.sources import host_tensors
 
 
 class TextTensors:
@@ -52,10 +51,11 @@ class TextTensors:
     def batch(self, ids) -> dict:
         tf = _tf()
         if self._tensors is None:
-            self._tensors = host_tensors(lambda: (
-                tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(self.data.id_dtype)),
-                                                tf.constant(self.data.offsets), validate=False),
-                tf.constant(self.data.labels), tf.constant(self.data.lengths)))
+            # Eager tensors captured by the traced map function (see ArrayTensors.batch).
+            with tf.init_scope(), tf.device("/cpu:0"):
+                rows = tf.RaggedTensor.from_row_splits(tf.constant(self.data.tokens.astype(self.data.id_dtype)),
+                                                       tf.constant(self.data.offsets), validate=False)
+                self._tensors = (rows, tf.constant(self.data.labels), tf.constant(self.data.lengths))
         rows, labels, lengths = self._tensors
         picked = tf.gather(rows, ids)
         length = tf.gather(lengths, ids)
