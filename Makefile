@@ -4,25 +4,31 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Stamps are keyed on pyproject.toml, so editing its dependencies reinstalls. The test install is a
-# superset of the demo install and marks both done; the demo install alone skips PyTorch (torch==2.13.0).
-SUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Both installs take the CPU builds the tests run on, pinned in ci/constraints.txt: the `tf-cpu` extra
+# (tensorflow-cpu on x86-64) and PyTorch from its CPU index, which the test install asks for torch
+# alone first (no CUDA libraries; a torch already there that matches the pin is kept). Stamps are
+# keyed on pyproject.toml and the constraints, so editing either reinstalls. The test install is a
+# superset of the demo install and marks both done; the demo install alone skips PyTorch.
+CONSTRAINTS := ci/constraints.txt
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+SUM := $(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 DEMO_STAMP := $(VENV)/.installed-demo-$(SUM)
 STAMP := $(VENV)/.installed-test-$(SUM)
 
 .PHONY: demo test venv bench clean
 
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[tf]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[tf-cpu,demo]'
 	rm -f $(VENV)/.installed-demo-*
 	touch $(DEMO_STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[tf,torch,dev]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX) torch
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[tf-cpu,torch,demo,report,dev]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP) $(DEMO_STAMP)
 
