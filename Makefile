@@ -6,7 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Both installs take the CPU builds the tests run on, pinned in ci/constraints.txt: the `tf-cpu` extra
 # (tensorflow-cpu on x86-64) and PyTorch from its CPU index, which the test install asks for torch
-# alone first (no CUDA libraries; a torch already there that matches the pin is kept). Stamps are
+# alone first (no CUDA libraries; a torch already there that matches the pin is kept; `make test
+# TORCH_INDEX=` leaves that index out where it cannot be reached). Stamps are
 # keyed on pyproject.toml and the constraints, so editing either reinstalls. The test install is a
 # superset of the demo install and marks both done; the demo install alone skips PyTorch.
 CONSTRAINTS := ci/constraints.txt
@@ -27,7 +28,7 @@ $(DEMO_STAMP): pyproject.toml $(CONSTRAINTS)
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX) torch
+	$(BIN)/pip install -q -c $(CONSTRAINTS) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[tf-cpu,torch,demo,report,dev]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP) $(DEMO_STAMP)
