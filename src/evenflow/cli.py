@@ -79,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + 13
+    except ModuleNotFoundError as e:
+        if "pip install" not in str(e) or os.environ.get("EVENFLOW_DEBUG"):
+            raise  # not one of evenflow's optional packages, whose errors name what to install
+        print(f"evenflow {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError, KeyError) as e:
         if os.environ.get("EVENFLOW_DEBUG"):
             raise

@@ -159,5 +159,5 @@ def test_missing_tensorflow_is_one_line_with_the_extra_to_install(tmp_path):
                    f"sys.exit(main(['demo', '--output-dir', {str(tmp_path / 'out')!r}]))")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == "evenflow demo: error: evenflow.tf needs tensorflow, which is not installed; " \
-                                  "run pip install 'evenflow[tf]'"
+                                  "run pip install 'evenflow[tf]' (or 'evenflow[tf-cpu]' for the CPU-only build)"
     assert not (tmp_path / "out").exists()

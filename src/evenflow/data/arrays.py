@@ -135,15 +135,15 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's 8x8 digits (shipped with it: no download) as float32 ``[1797, 8, 8, 1]`` in [0, 1].
 
     Raises:
-        ValueError: scikit-learn is not installed (it comes with the ``tf`` and ``torch`` extras).
+        ValueError: scikit-learn is not installed (the ``demo`` extra installs it).
     """
     from evenflow.data.digits import load_digits
 
     try:
         images, target = load_digits()
     except ModuleNotFoundError as e:
-        raise ValueError("builtin:digits needs scikit-learn; run pip install 'evenflow[tf]' or "
-                         "'evenflow[torch]' (both install it), or pip install scikit-learn") from e
+        raise ValueError("builtin:digits needs scikit-learn, which ships the digits; run pip install "
+                         "'evenflow[demo]' (or pip install scikit-learn)") from e
     return (images / 16.0).astype(np.float32)[..., None], target
 
 

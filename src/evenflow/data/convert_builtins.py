@@ -23,7 +23,8 @@ def _open_digits(*, label_key, cost_key, feature_keys, image_format) -> ConvertS
     try:
         images, target = load_digits()
     except ModuleNotFoundError as e:
-        raise ModuleNotFoundError("builtin:digits needs scikit-learn; install it with `pip install scikit-learn`",
+        raise ModuleNotFoundError("builtin:digits needs scikit-learn, which ships the digits; run pip install "
+                                  "'evenflow[demo]' (or pip install scikit-learn)",
                                   name=e.name) from e
     label_key = label_key or "label"
     names = [str(c) for c in range(10)]

@@ -57,8 +57,9 @@ class ConvertSource:
 def pillow():
     try:
         from PIL import Image
-    except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
-        raise ModuleNotFoundError("converting images needs Pillow; install it with `pip install pillow`",
+    except ModuleNotFoundError as e:  # pragma: no cover - the records, tf, tf-cpu and torch extras install Pillow
+        raise ModuleNotFoundError("converting images needs Pillow; run pip install 'evenflow[records]' "
+                                  "(or pip install pillow)",
                                   name=e.name) from e
     return Image
 

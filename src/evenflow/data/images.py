@@ -28,8 +28,9 @@ _CHUNK = 1024
 def _pil():
     try:
         from PIL import Image
-    except ModuleNotFoundError as e:  # pragma: no cover - matplotlib, in the tf extra, brings Pillow
-        raise ModuleNotFoundError("training on encoded images needs Pillow to read them; pip install pillow",
+    except ModuleNotFoundError as e:  # pragma: no cover - the records, tf, tf-cpu and torch extras install Pillow
+        raise ModuleNotFoundError("training on encoded images needs Pillow to read them; run pip install "
+                                  "'evenflow[records]' (or pip install pillow)",
                                   name=e.name) from e
     return Image
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import tomllib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,11 @@ from typing import Any
 from evenflow.run.data_options import DataOptions
 from evenflow.run.options import (AnomalyOptions, CheckpointOptions, ComputeOptions, ModelOptions, MonitorOptions,
                                   OptimizerOptions, OutputOptions, ScheduleOptions)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, from PyPI (a dependency on Python 3.10)
+    import tomli as tomllib
 
 
 _GROUPS = {"data": DataOptions, "model": ModelOptions, "optimizer": OptimizerOptions,

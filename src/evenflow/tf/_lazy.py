@@ -11,13 +11,18 @@ import importlib
 import os
 import sys
 
+from evenflow.util.framework_version import OLDEST_TENSORFLOW, too_old
 from evenflow.util.native_log import quiet_native_startup
 
-INSTALL_HINT = "pip install 'evenflow[tf]'"
+# What the error of a missing TensorFlow tells the user to run: `tf` installs the `tensorflow`
+# distribution, `tf-cpu` the CPU-only `tensorflow-cpu` (docs/install.md).
+INSTALL_HINT = "pip install 'evenflow[tf]' (or 'evenflow[tf-cpu]' for the CPU-only build)"
+UPGRADE_HINT = (f"pip install -U 'tensorflow>={'.'.join(map(str, OLDEST_TENSORFLOW))},<3' (or tensorflow-cpu, "
+                f"whichever of the two is installed)")
 
 
 class MissingFrameworkError(ImportError):
-    """TensorFlow (or Keras) is not installed in this environment."""
+    """TensorFlow (or Keras) is not installed in this environment, or is older than evenflow supports."""
 
 
 _MODULES: dict = {}
@@ -51,7 +56,12 @@ def _import(name: str):
     try:
         sys.modules.update(dict.fromkeys(hidden))  # a None entry makes `import m` fail at once
         with quiet_native_startup(os.environ["TF_CPP_MIN_LOG_LEVEL"]):
-            module = _MODULES[name] = importlib.import_module(name)
+            module = importlib.import_module(name)
+        installed = sys.modules.get("tensorflow")  # Keras imports it too
+        refusal = too_old("TensorFlow", getattr(installed, "__version__", ""), OLDEST_TENSORFLOW, UPGRADE_HINT)
+        if refusal:
+            raise MissingFrameworkError(refusal)
+        _MODULES[name] = module
         return module
     except ModuleNotFoundError as e:
         if e.name is not None and e.name.split(".")[0] == name.split(".")[0]:
