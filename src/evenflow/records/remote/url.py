@@ -41,10 +41,13 @@ def filesystem(url: str, timeout_s: float):
         opts = {"config_kwargs": {"connect_timeout": timeout_s, "read_timeout": timeout_s,
                                                 "retries": {"max_attempts": 1, "mode": "standard"}}}
     try:
-        return fsspec.core.url_to_fs(url, **opts)
+        fs, path = fsspec.core.url_to_fs(url, **opts)
     except (ImportError, ValueError) as e:
         raise RecordError(url, f"cannot open this URL's store ({e}); install its fsspec package (for s3://: "
                           f"pip install 'evenflow[s3]')", kind="input") from e
+    if opts:
+        fs.retries = 1  # s3fs's own retry loop (5 tries, backoff) would stretch every stalled request
+    return fs, path
 
 
 def full_url(fs, path: str) -> str:
