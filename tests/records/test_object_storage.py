@@ -118,10 +118,14 @@ def test_inspect_reads_the_remote_labels(indexed, capsys, tmp_path, monkeypatch)
     assert (tmp_path / "c" / "objects").is_dir()  # --cache-dir honoured
 
 
-def test_cache_flags_are_refused_for_local_data(indexed, capsys):
+def test_cache_flags_are_refused_for_local_data(indexed, capsys, tmp_path):
     code = main(["inspect", "--dataset", str(indexed["local"] / "a-*.tfrecord"), "--replicas", "2",
                  "--batch-size", "16", "--cache-dir", "/tmp/x"])
     _one_line(capsys, code, "--cache-dir applies to data in object storage")
+    code = main(["train", "--dataset", str(indexed["local"] / "a-*.tfrecord"), "--cache-size", "1G",
+                 "--output-dir", str(tmp_path / "run")])
+    _one_line(capsys, code, "--cache-size applies to data in object storage")
+    assert not (tmp_path / "run").exists()
 
 
 def test_reads_equal_the_local_files_and_a_warm_cache_asks_nothing(indexed, tmp_path, monkeypatch):
@@ -153,8 +157,10 @@ def _train(framework: str, out: Path, *extra: str) -> subprocess.CompletedProces
 @pytest.mark.parametrize("framework", ["tf", "torch"])
 def test_train_from_the_store(indexed, tmp_path, framework):
     pytest.importorskip("tensorflow" if framework == "tf" else "torch")
-    proc = _train(framework, tmp_path / "run", "--epochs", "1", "--cache-size", "1G")
+    cache = tmp_path / "cache"
+    proc = _train(framework, tmp_path / "run", "--epochs", "1", "--cache-size", "1G", "--cache-dir", str(cache))
     assert proc.returncode == 0, proc.stderr
+    assert len(list((cache / "objects").iterdir())) == SHARDS  # the blocks went to --cache-dir
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["dataset"].startswith(f"{GLOB}: TFRecord files ({N} in {SHARDS} shards")
 

@@ -49,7 +49,9 @@ class RecordDataset:
 
     Args:
         path: a dataset directory (with ``dataset.json``), its ``dataset.json``, one
-            TFRecord file, or a list of TFRecord files (each with its ``.idx``).
+            TFRecord file, or a list of TFRecord files (each with its ``.idx``); local paths or
+            object-store URLs (``s3://…``: read through the block cache of
+            :mod:`evenflow.records.shard_files`, configured by ``EVENFLOW_CACHE_DIR`` and friends).
         features: feature keys to decode (a subset of the manifest's), or key ->
             :class:`FeatureSpec`; default all features of the manifest, or, without a
             manifest, what the first record holds.
@@ -126,7 +128,7 @@ class RecordDataset:
     def fetch(self, ids=None) -> None:
         """Fetch into the block cache the bytes of the given sample ids (default all) of the remote shards
         not cached yet (nothing for local shards); every reading method does it for what it reads."""
-        if any(m is not None for m in self._mirrors):
+        if not all(m is None or m.complete for m in self._mirrors):
             if ids is None:
                 fetch_all(self._mirrors)
             else:

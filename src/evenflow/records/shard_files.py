@@ -8,6 +8,7 @@ mirror's local file as it reads a local shard, and every error names the URL (:f
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 
@@ -48,7 +49,15 @@ def open_mirrors(files: list[str]) -> list:
         return [None] * len(files)
     from evenflow.records.remote.mirror import Mirror
     options = _options()
-    return [Mirror(f, options) if is_url(f) else None for f in files]
+    return _each(lambda f: Mirror(f, options) if is_url(f) else None, files)
+
+
+def _each(fn, items: list) -> list:
+    """``[fn(x) for x in items]``, up to 16 at once: a store answers many requests at once faster than one by one."""
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    with concurrent.futures.ThreadPoolExecutor(min(16, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def local_files(files: list[str], mirrors: list) -> list[str]:
@@ -73,17 +82,20 @@ def named_by_url(mirrors: list):
 def fetch_checked(shards, mirrors: list, check: str) -> None:
     """Fetch what the checks on open read of each remote shard: its sampled records (``"ends"``),
     or all of it."""
-    for s, m in zip(shards, mirrors):
+    def fetch(pair):
+        s, m = pair
         if m is None or s.num_records == 0:
-            continue
+            return
         if check != "ends":
             m.ensure_all()
-            continue
+            return
         which = [sample_positions(s.num_records), [0, s.num_records - 1]]
         if s.content is not None:
             which.append(s.content.sample_record)
         which = np.unique(np.concatenate(which).astype(np.int64))
         m.ensure(s.offsets[which], s.offsets[which] + s.lengths[which])
+
+    _each(fetch, list(zip(shards, mirrors)))
 
 
 def fill(mirrors: list, shard: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> None:
@@ -97,9 +109,7 @@ def fill(mirrors: list, shard: np.ndarray, offsets: np.ndarray, lengths: np.ndar
 
 
 def fetch_all(mirrors: list) -> None:
-    for m in mirrors:
-        if m is not None:
-            m.ensure_all()
+    _each(lambda m: m is None or m.ensure_all(), mirrors)
 
 
 def remote_stats(mirrors: list) -> dict:

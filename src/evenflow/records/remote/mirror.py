@@ -57,7 +57,7 @@ class Mirror:
         if os.fstat(self._fd).st_size != self.size:
             os.ftruncate(self._fd, self.size)
         nblocks = -(-self.size // options.block_bytes)
-        self._present = np.zeros(nblocks, bool)
+        self._present, self._complete = np.zeros(nblocks, bool), False
         self._mark_found(np.arange(nblocks))
         self.requests, self.fetched = 0, 0
         self._copy_sidecars()
@@ -103,8 +103,19 @@ class Mirror:
             if os.path.exists(os.path.join(marks, str(k))):
                 self._present[k] = True
 
+    @property
+    def complete(self) -> bool:
+        """Whether every block is in the local file (nothing left to fetch)."""
+        return self._complete or bool(self._present.all()) and self._set_complete()
+
+    def _set_complete(self) -> bool:
+        self._complete = True
+        return True
+
     def ensure(self, starts, ends) -> None:
         """Fetch the blocks that hold bytes ``[starts[j], ends[j])`` and are not cached yet."""
+        if self._complete:
+            return
         starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
         keep = ends > starts
         if not keep.any():
