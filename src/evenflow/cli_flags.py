@@ -46,3 +46,47 @@ def add_verbose_flag(parser: argparse.ArgumentParser, whose: str = "the ") -> No
     parser.add_argument("--verbose", action="store_true", default=False,
                         help=f"show {whose}frameworks' native info logging too: TensorFlow's C++ start-up lines (default: "
                              "its errors only, unless TF_CPP_MIN_LOG_LEVEL is set) and PyTorch's c10d/DDP lines")
+
+
+def add_cache_flags(parser: argparse.ArgumentParser) -> None:
+    """``--cache-dir`` and ``--cache-size``: the block cache of shards read from object storage."""
+    parser.add_argument("--cache-dir", metavar="DIR", default=None,
+                        help="object-store data (s3://, gs://, ...): the block cache folder (default "
+                             "$EVENFLOW_CACHE_DIR, else ~/.cache/evenflow)")
+    parser.add_argument("--cache-size", metavar="SIZE", default=None,
+                        help="object-store data: the block cache's size limit, e.g. 500M or 20G; least recently "
+                             "used objects are evicted down to it (default $EVENFLOW_CACHE_SIZE, else 20G)")
+
+
+def use_cache_flags(args) -> None:
+    """Set ``EVENFLOW_CACHE_DIR`` / ``EVENFLOW_CACHE_SIZE`` from the flags given, for this command and the
+    processes it starts (the workers of a run read the same cache).
+
+    Raises:
+        ValueError: a ``--cache-size`` that is not a size, or a ``--cache-dir`` that is a file.
+    """
+    import os
+
+    from evenflow.records.remote.options import parse_size
+    if getattr(args, "cache_size", None) is not None:
+        parse_size(args.cache_size, "--cache-size")
+        os.environ["EVENFLOW_CACHE_SIZE"] = args.cache_size
+    if getattr(args, "cache_dir", None) is not None:
+        if os.path.isfile(args.cache_dir):
+            raise ValueError(f"--cache-dir {args.cache_dir} is a file; pass a folder (it is created if missing)")
+        os.environ["EVENFLOW_CACHE_DIR"] = os.path.abspath(args.cache_dir)
+
+
+def cache_flags_for(args, dataset) -> None:
+    """Use the cache flags for ``dataset``, or refuse them (exit 2) when it is not in object storage.
+
+    Raises:
+        ValueError: a cache flag given for local data (nothing accepted is ignored), or a bad value.
+    """
+    from evenflow.records.remote.url import is_url
+    given = [f for f, k in (("--cache-dir", "cache_dir"), ("--cache-size", "cache_size"))
+             if getattr(args, k, None) is not None]
+    if given and not is_url(str(dataset)):
+        raise ValueError(f"{given[0]} applies to data in object storage (s3://, gs://, ...), and the data "
+                         f"{dataset} is local: drop {given[0]}")
+    use_cache_flags(args)

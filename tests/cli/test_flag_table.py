@@ -385,11 +385,14 @@ TABLE = {
     "config": _both(("probe", "nan")),
     "verbose": {"tf": _honoured(lambda r, run: check_verbose("tf", run)),
                 "torch": _honoured(lambda r, run: check_verbose("torch", run))},
+    # Object-storage data only (refused for local data): trained from a local S3 server there.
+    "cache_dir": _both(("elsewhere", "tests/records/test_object_storage.py::test_train_from_the_store")),
+    "cache_size": _both(("elsewhere", "tests/records/test_object_storage.py::test_train_from_the_store")),
 }
 
 
 def test_the_table_has_a_row_for_every_option():
-    assert set(TABLE) == set(KEYS) | {"config", "verbose"}
+    assert set(TABLE) == set(KEYS) | {"config", "verbose", "cache_dir", "cache_size"}
 
 
 def _probe(name: str, framework: str, r) -> None:

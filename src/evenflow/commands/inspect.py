@@ -10,6 +10,7 @@ import numpy as np
 from evenflow.commands.inspect_inputs import (MAX_REPLICAS, check_numbers, check_replicas_fit, in_flags, load_column, parse_steps,
                                               parse_weights)
 from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
+from evenflow.cli_flags import add_cache_flags, cache_flags_for
 
 EPILOG = """examples:
   evenflow inspect --samples 10000 --replicas 8 --batch-size 256
@@ -21,6 +22,7 @@ EPILOG = """examples:
   evenflow inspect --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --replicas 4 \\
       --batch-size 64 --balance cost --bucket        # token records: lengths, ids, vocabulary
   evenflow inspect --dataset builtin:stdlib-docs --replicas 2 --batch-size 20 --pack 512 --balance cost
+  evenflow inspect --dataset 's3://bucket/data/train-*.tfrecord' --replicas 4 --batch-size 64   # object storage
   evenflow inspect --samples 1000000000 --replicas 4096 --batch-size 1048576 --steps 0:1   # one step of 10^9
   evenflow inspect --costs lengths.npy --replicas 4096 --batch-size 1048576 --balance cost --bucket --steps 0:1
 
@@ -80,6 +82,7 @@ def add_parser(sub) -> None:
                                                   "in proportion to the window")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.add_argument("--plot", metavar="PNG", help="write a plot of per-replica load per step")
+    add_cache_flags(p)
     p.set_defaults(run=run)
 
 
@@ -150,7 +153,7 @@ def refuse_unindexed(args) -> None:
 
     if not is_tfrecord_files(args.dataset):
         return
-    missing = [f for f in tfrecord_files(args.dataset) if not os.path.exists(idx_path(f))]
+    missing = [f for f in tfrecord_files(args.dataset) if "://" not in f and not os.path.exists(idx_path(f))]
     if not missing:
         return
     shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
@@ -245,6 +248,7 @@ def run(args) -> int:
     from evenflow.report.table import plan_table
 
     check_numbers(args)  # train's limits, before any file is read or array allocated
+    cache_flags_for(args, args.dataset)
     if args.plot:
         from evenflow.report.plot import check_plot_path
         check_plot_path(args.plot)  # before any planning: a bad path stops the command at once

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from evenflow.cli_flags import add_verbose_flag
+from evenflow.cli_flags import add_cache_flags, add_verbose_flag, cache_flags_for
 from evenflow.run.config import add_config_flags, flag_values, load_config
 
 EXAMPLES = """examples:
@@ -70,6 +70,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="RUN.TOML", default=None, help="TOML file with flat config keys")
     add_config_flags(parser)
     add_verbose_flag(parser)
+    add_cache_flags(parser)
     parser.set_defaults(run=run)
     return parser
 
@@ -138,6 +139,8 @@ def serve_if_server(config) -> int | None:
 
 def run(args) -> int:
     config = build_config(args.config, flag_values(args))
+    remote = [d for d in (config.data.dataset, config.data.eval_dataset) if "://" in d]
+    cache_flags_for(args, remote[0] if remote else config.data.dataset)
     return train(config, "evenflow train", "train")
 
 

@@ -40,6 +40,7 @@ from evenflow.data.evaluation import eval_options, with_evaluation
 from evenflow.data.load_records import load_records
 from evenflow.data.loaded import LoadedData
 from evenflow.data.plain import is_tfrecord_files
+from evenflow.records.remote.url import is_url
 from evenflow.data.source import ArraySource
 from evenflow.data.stdlib_docs import BUILTIN_TEXT
 from evenflow.data.pad_lengths import pad_lengths_of
@@ -171,6 +172,8 @@ def _load_one(options) -> LoadedData:
 
 
 def _is_records(name: str) -> bool:
+    if is_url(name):  # object storage: a records folder or TFRecord objects, told apart when opened
+        return True
     return os.path.isfile(os.path.join(name, MANIFEST_NAME)) or (
         os.path.basename(name) == MANIFEST_NAME and os.path.isfile(name))
 

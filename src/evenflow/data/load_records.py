@@ -53,7 +53,6 @@ a framework starts.
 """
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import numpy as np
@@ -198,7 +197,7 @@ def load_records(options) -> LoadedData:
     feature_key = ds.training_keys(feature_key, label_key)
     skipped = [b.to_json() for b in ds.bad]
     decode, shape, kind, good, vocab = _decoder(ds, feature_key, options, skip, skipped)
-    size = sum(os.path.getsize(p) for p in ds.paths)
+    size = sum(s.file_size for s in ds.shards)
     cache = size <= CACHE_BYTES
     source = RecordSource(ds, feature_key, label_key, decode=decode, cache=cache, verify=True)
     source.preload()  # cached: every CRC is checked now, before a framework starts and anything is written

@@ -8,7 +8,9 @@ Files written by ``tf.io.TFRecordWriter`` (or any other tool) become a dataset o
   minus sidecars (``.idx``, ``.meta.npz``); no match is an error;
 * a directory without ``dataset.json``: its ``*.tfrecord`` and ``*.tfrecords`` files,
   sorted by name;
-* one existing file whose name ends in ``.tfrecord`` or ``.tfrecords``.
+* one existing file whose name ends in ``.tfrecord`` or ``.tfrecords``;
+* an object-store URL (``s3://bucket/train-*.tfrecord``, ``gs://…``) of any of these kinds; a folder URL
+  that holds a ``dataset.json`` is a records directory.
 
 Sample ids are the records in that order, file after file. Without a manifest there is no
 label column unless ``evenflow index --label-key`` stored one; :func:`label_column` then
@@ -25,6 +27,7 @@ import numpy as np
 from evenflow.records.dataset import RecordDataset
 from evenflow.records.errors import RecordError
 from evenflow.records.manifest import MANIFEST_NAME
+from evenflow.records.remote.url import is_url
 
 SUFFIXES = (".tfrecord", ".tfrecords")
 _SIDECARS = (".idx", ".meta.npz")
@@ -35,8 +38,13 @@ _CHUNK = 4096  # records decoded per batch when reading a label column
 def is_tfrecord_files(name: str) -> bool:
     """Whether ``name`` is meant as plain TFRecord files (see the module docstring); no file is read.
 
-    A path that exists is taken as it is, even when it holds glob characters (``data[1]/``).
+    A path that exists is taken as it is, even when it holds glob characters (``data[1]/``). A folder
+    URL is asked whether it holds a ``dataset.json``.
     """
+    if is_url(name):
+        from evenflow.records.remote.listing import has_glob, manifest_url
+        from evenflow.records.remote.options import StoreOptions
+        return has_glob(name) or name.endswith(SUFFIXES) or manifest_url(name, StoreOptions.from_env()) is None
     if any(c in name for c in _GLOB_CHARS) and not os.path.exists(name):
         return True
     if os.path.isdir(name):
@@ -51,6 +59,10 @@ def tfrecord_files(name: str) -> list[str]:
     Raises:
         RecordError: a pattern that matches no TFRecord file, or a file that does not exist.
     """
+    if is_url(name):
+        from evenflow.records.remote.listing import expand
+        from evenflow.records.remote.options import StoreOptions
+        return expand(name, StoreOptions.from_env())
     if any(c in name for c in _GLOB_CHARS) and not os.path.exists(name):
         files = sorted(f for f in glob.glob(name) if os.path.isfile(f) and not f.endswith(_SIDECARS))
         if not files:

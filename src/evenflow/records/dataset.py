@@ -10,6 +10,7 @@ starts and lengths, the shape a ``tf.strings.substr`` or a zero-copy torch reade
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
@@ -26,9 +27,18 @@ from evenflow.records.sidecar import ShardIndex
 from evenflow.records.example.spec import FeatureSpec
 from evenflow.records.trust import check_content, refuse_copies
 from evenflow.records.example.varlen import ListScan, scan_list
+from evenflow.records.shard_files import (close_mirrors, fetch_all, fetch_checked, fill, local_files, named_by_url,
+                                          open_mirrors, remote_stats)
 from evenflow.util.ids import sample_ids
 
 CHECKS = ("ends", "headers", "crc")
+
+
+def _named(s: ShardIndex, path: str) -> ShardIndex:
+    """The index of a shard read from a local mirror, named by the shard's own path (its URL)."""
+    if s.path == path:
+        return s
+    return dataclasses.replace(s, path=path, rebuild=s.rebuild.replace(s.path, path))
 # Mean record size (bytes) from which a batch is read as one slice copy per record rather
 # than one byte-level gather per shard (see RecordDataset.read_batch_buffer).
 GATHER_BYTES = 48
@@ -39,7 +49,9 @@ class RecordDataset:
 
     Args:
         path: a dataset directory (with ``dataset.json``), its ``dataset.json``, one
-            TFRecord file, or a list of TFRecord files (each with its ``.idx``).
+            TFRecord file, or a list of TFRecord files (each with its ``.idx``); local paths or
+            object-store URLs (``s3://…``: read through the block cache of
+            :mod:`evenflow.records.shard_files`, configured by ``EVENFLOW_CACHE_DIR`` and friends).
         features: feature keys to decode (a subset of the manifest's), or key ->
             :class:`FeatureSpec`; default all features of the manifest, or, without a
             manifest, what the first record holds.
@@ -69,15 +81,19 @@ class RecordDataset:
             raise ValueError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
         if skip_corrupt and check != "crc":
             check = "crc"  # corrupt records are only found by checking CRCs
-        self.paths, self.manifest, self.manifest_path = resolve_paths(path)
+        self.paths, self.manifest, self.manifest_path, self.manifest_file = resolve_paths(path)
         self.skip_corrupt = skip_corrupt
-        self._shards: list[ShardIndex] = [open_shard(i, p, self.manifest, self.manifest_path)
-                                          for i, p in enumerate(self.paths)]
-        # Plain uint8 views of read-only maps (np.memmap's subclass overhead shows in small gathers).
-        self._mms = [open_mmap(s.path) for s in self._shards]
-        self._maps = [np.frombuffer(m, dtype=np.uint8) for m in self._mms]
-        self._shards, self.bad = check_shards(self._shards, self._maps, check, skip_corrupt)
-        refuse_copies(self._shards, self._maps, self.manifest_path or self.paths[0])
+        self._mirrors = open_mirrors(self.paths)  # remote shards: read through the block cache
+        files = local_files(self.paths, self._mirrors)
+        with named_by_url(self._mirrors):
+            self._shards: list[ShardIndex] = [_named(open_shard(i, f, self.manifest, self.manifest_path), p)
+                                              for i, (f, p) in enumerate(zip(files, self.paths))]
+            # Plain uint8 views of read-only maps (np.memmap's subclass overhead shows in small gathers).
+            self._mms = [open_mmap(f) if m is None else m.mm for f, m in zip(files, self._mirrors)]
+            self._maps = [np.frombuffer(m, dtype=np.uint8) for m in self._mms]
+            fetch_checked(self._shards, self._mirrors, check)
+            self._shards, self.bad = check_shards(self._shards, self._maps, check, skip_corrupt, files)
+            refuse_copies(self._shards, self._maps, self.manifest_path or self.paths[0])
         self._build_arrays()
         self._features = features
         self._specs: dict[str, FeatureSpec] | None = None
@@ -105,8 +121,24 @@ class RecordDataset:
         Raises:
             RecordError: records rewritten since the sidecars were built, or damaged since.
         """
+        self.fetch()
         for s, data in zip(self._shards, self._maps):
             check_content(s, data, full=True)
+
+    def fetch(self, ids=None) -> None:
+        """Fetch into the block cache the bytes of the given sample ids (default all) of the remote shards
+        not cached yet (nothing for local shards); every reading method does it for what it reads."""
+        if not all(m is None or m.complete for m in self._mirrors):
+            if ids is None:
+                fetch_all(self._mirrors)
+            else:
+                ids = self._ids(ids)
+                fill(self._mirrors, self.sample_shard[ids], self.sample_offset[ids], self.sample_length[ids])
+
+    @property
+    def remote_stats(self) -> dict:
+        """``{"requests": ranged GETs, "bytes": bytes fetched}`` of the remote shards since open."""
+        return remote_stats(self._mirrors)
 
     def _build_arrays(self) -> None:
         cols = sample_columns(self._shards)
@@ -225,6 +257,7 @@ class RecordDataset:
             IndexError: an id out of range.
         """
         ids = self._ids(ids)
+        self.fetch(ids)
         shard, data_off, lengths, starts = self._spans(ids)
         total = int(lengths.sum()) if ids.size else 0
         buffer = np.empty(total, dtype=np.uint8)
@@ -245,6 +278,7 @@ class RecordDataset:
         ``tf.string`` scalar, cut into records by ``tf.strings.substr``.
         """
         ids = self._ids(ids)
+        self.fetch(ids)
         shard, begin, lengths, starts = self._spans(ids)
         mms = self._mms
         raw = b"".join([mms[s][a:b] for s, a, b in zip(shard.tolist(), begin.tolist(), (begin + lengths).tolist())])
@@ -299,6 +333,8 @@ class RecordDataset:
         """Drop the file maps (they are also released when the dataset is garbage collected)."""
         self._maps = []
         self._mms = []
+        close_mirrors(self._mirrors)
+        self._mirrors = []
 
     def __enter__(self) -> "RecordDataset":
         return self

@@ -25,14 +25,23 @@ from evenflow.records.manifest import MANIFEST_NAME, Manifest, read_manifest
 from evenflow.records.tfrecord.scan import scan_file
 from evenflow.records.sidecar import ShardIndex, load_shard_index, meta_path
 from evenflow.records.trust import check_content, refuse_twice
+from evenflow.records.shard_files import resolve_remote
+from evenflow.records.remote.url import is_url
 
 _CHUNK = 1 << 18  # records per vectorised header check: bounded temporaries for millions of records
 
 
-def resolve_paths(path) -> tuple[list[str], Manifest | None, str | None]:
-    """Shard paths, manifest and manifest path for a directory, a manifest, a file or a list."""
+def resolve_paths(path) -> tuple[list[str], Manifest | None, str | None, str | None]:
+    """Shard paths, manifest, manifest path and the manifest's local file for a directory, a manifest,
+    a file or a list; local paths or object-store URLs (a remote manifest is read from a local copy)."""
     if isinstance(path, (str, os.PathLike)):
         p = os.fspath(path)
+        if is_url(p):
+            found = resolve_remote(p)
+            if found is None:
+                return [p], None, None, None
+            refuse_twice(found[0], [s.file for s in found[1].shards], found[2])
+            return found
         if os.path.isdir(p) or os.path.basename(p) == MANIFEST_NAME:
             mpath = os.path.join(p, MANIFEST_NAME) if os.path.isdir(p) else p
             if not os.path.exists(mpath):
@@ -42,13 +51,13 @@ def resolve_paths(path) -> tuple[list[str], Manifest | None, str | None]:
             root = os.path.dirname(mpath)
             files = [os.path.join(root, s.file) for s in manifest.shards]
             refuse_twice(files, [s.file for s in manifest.shards], mpath)
-            return files, manifest, mpath
-        return [p], None, None
+            return files, manifest, mpath, mpath
+        return [p], None, None, None
     files = [os.fspath(f) for f in path]
     if not files:
         raise ValueError("RecordDataset needs a dataset directory or at least one TFRecord file, got an empty list")
     refuse_twice(files, files, None)
-    return files, None, None
+    return files, None, None, None
 
 
 def open_shard(i: int, path: str, manifest: Manifest | None, manifest_path: str | None) -> ShardIndex:
@@ -124,29 +133,32 @@ def check_length_crc(s: ShardIndex, data: np.ndarray, j: int) -> None:
 
 
 def check_shards(shards: list[ShardIndex], maps: list[np.ndarray], check: str,
-                 skip_corrupt: bool) -> tuple[list[ShardIndex], list[BadRecord]]:
+                 skip_corrupt: bool, files: list[str] | None = None) -> tuple[list[ShardIndex], list[BadRecord]]:
     """Check every shard's sidecars against its file, as deeply as ``check`` says.
+
+    ``files``: the local file each shard is read from, when not its path (a remote shard's mirror).
 
     Returns:
         ``(shards, bad)``: the shards' indexes (without the corrupt records ``skip_corrupt``
         left out) and those records.
     """
     out, bad = [], []
-    for s, data in zip(shards, maps):
+    for s, data, file in zip(shards, maps, files or [s.path for s in shards]):
         if check != "crc":  # the CRC scan checks every header itself
             check_headers(s, data, check)
             check_content(s, data, full=check == "headers")
             out.append(s)
             continue
-        kept, lost = check_crcs(s, skip_corrupt)
+        kept, lost = check_crcs(s, skip_corrupt, file)
         check_content(s, data, full=True, bad_offsets={b.offset for b in lost})
         out.append(kept)
         bad.extend(lost)
     return out, bad
 
 
-def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadRecord]]:
-    """Scan a shard checking every CRC, and check its index against what the scan found.
+def check_crcs(s: ShardIndex, skip_corrupt: bool, file: str | None = None) -> tuple[ShardIndex, list[BadRecord]]:
+    """Scan a shard (its local ``file``, default its path) checking every CRC, and check its index against
+    what the scan found.
 
     Only the records the index lists count: those an index built with ``skip_corrupt`` left
     out are not read as samples, so they raise nothing here.
@@ -159,7 +171,7 @@ def check_crcs(s: ShardIndex, skip_corrupt: bool) -> tuple[ShardIndex, list[BadR
         RecordError: a corrupt indexed record (without ``skip_corrupt``), or an index that
             lists a record where the file has none or gives another length.
     """
-    res = scan_file(s.path, verify=True, skip_corrupt=skip_corrupt or s.skipped > 0)
+    res = scan_file(file or s.path, verify=True, skip_corrupt=skip_corrupt or s.skipped > 0)
     # The good records the scan found must be exactly the index's, minus the bad ones.
     keep = np.isin(s.offsets, res.offsets)
     listed = np.isin(res.offsets, s.offsets)

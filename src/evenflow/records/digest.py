@@ -26,8 +26,9 @@ def content_digest(ds) -> str:
     """32 hex digits naming the content of an open :class:`~evenflow.records.dataset.RecordDataset`."""
     h = hashlib.blake2b(digest_size=16)
     if ds.manifest_path is not None:
-        with open(ds.manifest_path, "rb") as fh:
+        with open(ds.manifest_file, "rb") as fh:  # a remote manifest's local copy
             h.update(fh.read())
+    ds.fetch()  # remote shards: every record's footer is read below
     for column in (ds.sample_shard, ds.sample_offset, ds.sample_length, ds.labels, ds.costs):
         _update(h, column)
     for shard, data in enumerate(ds._maps):

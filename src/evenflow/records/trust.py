@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from evenflow.records.errors import RecordError
+from evenflow.records.shard_files import same_object
 from evenflow.records.fingerprint import crc_digest, footer_crcs, sample_positions
 from evenflow.records.tfrecord.frame import FRAME_BYTES
 from evenflow.records.tfrecord.walk import check_data
@@ -24,18 +25,18 @@ from evenflow.records.sidecar import ShardIndex, meta_path
 
 
 def refuse_twice(files: list[str], names: list[str], manifest_path: str | None) -> None:
-    """No file twice: the same file (device and inode: another spelling of the path, a link) under two entries.
+    """No file twice: the same file (device and inode: another spelling of the path, a link; the same URL)
+    under two entries.
 
     Raises:
         RecordError: naming the manifest (or the file) and both entries.
     """
-    seen: dict[tuple[int, int], int] = {}
+    seen: dict[tuple, int] = {}
     for j, f in enumerate(files):
-        try:
-            st = os.stat(f)
-        except OSError:
+        key = same_object(f)
+        if key is None:
             continue  # a missing file is named when its index is loaded
-        i = seen.setdefault((st.st_dev, st.st_ino), j)
+        i = seen.setdefault(key, j)
         if i == j:
             continue
         if manifest_path is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.records.remote.url import is_url
 from evenflow.run.audit_segment import AUDIT_DIR, check_run_dir
 from evenflow.run.audit_segment import npz_checksum as _checksum
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
@@ -53,7 +54,7 @@ def id_map(data, dataset: str) -> dict[str, np.ndarray]:
               "identity": np.array(data.identity or "")}
     if data.kind == "records":
         ds = data.records.dataset
-        arrays.update(files=np.array([os.path.abspath(s.path) for s in ds.shards]),
+        arrays.update(files=np.array([s.path if is_url(s.path) else os.path.abspath(s.path) for s in ds.shards]),
                       shard=ds.sample_shard[ids].astype(np.int32), record=_file_records(ds, ids),
                       offset=ds.sample_offset[ids].astype(np.int64))
     return arrays
@@ -200,6 +201,6 @@ def _record_keys(arrays: dict[str, np.ndarray]) -> np.ndarray:
     """One key per training position, equal for positions that map to the same record: the
     shard's resolved file (first of its spellings) and the offset."""
     first: dict[str, int] = {}
-    canon = np.array([first.setdefault(os.path.realpath(str(f)), k) for k, f in enumerate(arrays["files"])],
+    canon = np.array([first.setdefault(str(f) if is_url(str(f)) else os.path.realpath(str(f)), k) for k, f in enumerate(arrays["files"])],
                      np.int64)
     return canon[arrays["shard"].astype(np.int64)] * (1 << 40) + arrays["offset"].astype(np.int64)
