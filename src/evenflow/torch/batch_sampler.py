@@ -149,7 +149,7 @@ def _refuse_resharding(sampler) -> None:
         owner = frame.f_locals.get("self")
         if getattr(owner, "batch_sampler", None) is sampler and getattr(owner, "num_processes", 1) > 1:
             raise ValueError(f"PlanBatchSampler gives each rank its own batches already, and {type(owner).__name__} "
-                             f"would give each process every {owner.num_processes}th of them (samples lost); do not "
+                             f"would give each process 1 of every {owner.num_processes} of them (samples lost); do not "
                              f"prepare this DataLoader: model, optimizer = accelerator.prepare(model, optimizer), "
                              f"and iterate the DataLoader as it is")
         frame = frame.f_back
