@@ -219,6 +219,7 @@ OWN_DEFAULTS = {
                             "epochs",      # model.fit's epochs=1: fit mirrors Keras's signature
                             "rebalance"},  # True/False or a RebalanceOptions, not MonitorOptions' on/off/auto
     "torch/dataset_loader.py:plan_loader": {"seed", "stratify"},
+    "torch/batch_sampler.py:plan_sampler": {"seed", "stratify"},
     # How many epochs one tf.data pipeline streams (1), not how long a run trains.
     "tf/keras/data.py:keras_dataset": {"epochs"},
     "tf/input/packed.py:packed_dataset": {"epochs"},

@@ -9,7 +9,7 @@ For each dataset kind of ``_own_datasets`` it trains a fresh model (same seed) f
 of N = 203 samples with a global batch of 30 (the last step has 23), exactly the way the
 docs/pytorch.md shows: ``plan_loader``, ``exact_ddp``, ``masked_mean``, ``loss.backward()``,
 ``optimizer.step()``. With 2 ranks it also trains once with plain DDP (DDP's own averaging
-hook), the mistake the helpers prevent. It writes, per run: ``<kind>_loss`` the step's loss
+hook), which ``masked_mean`` makes sum, with a warning (``plain_ddp_warned``). It writes, per run: ``<kind>_loss`` the step's loss
 (the ranks' shares all-reduced: the mean over the step's real samples), ``<kind>_ids`` the ids
 this rank read at every step (-1 for padding), ``<kind>_p<i>`` the final parameters.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -64,7 +65,10 @@ def main(out_path: str) -> None:
         runs.append(("plain_ddp", "tensors", True))
     for name, kind, plain in runs:
         dataset, kwargs = make(kind, x, y)
-        found.update({f"{name}_{k}": v for k, v in train(dataset, kwargs, plain).items()})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found.update({f"{name}_{k}": v for k, v in train(dataset, kwargs, plain).items()})
+        found[f"{name}_warned"] = np.array(sum("registered its gradient-sum hook" in str(w.message) for w in caught))
     np.savez(out_path, **found)
     if world > 1:
         torch.distributed.barrier()

@@ -15,6 +15,11 @@
   :class:`DatasetSource`; :func:`exact_ddp` (DDP with summed gradients) and
   :func:`masked_mean` give the user's own DDP loop the exact mean loss over each step's
   real samples on any number of ranks, with no rescaling by hand;
+* :class:`PlanBatchSampler` (:func:`plan_sampler` from a ``Dataset``) is the plan as the
+  ``batch_sampler`` of a user's own ``DataLoader`` and ``collate_fn``, with each step's global
+  real count and the exact loss; it and :class:`PlanLoader` save and restore their position
+  (``state_dict``/``load_state_dict``) on any number of ranks. A plain
+  ``DistributedDataParallel`` under :func:`masked_mean` is made to sum its gradients;
 * :func:`shard_model` splits a model's parameters, gradients and optimizer state across the
   ranks (FSDP); the :class:`Trainer` and :class:`TorchState` take such a model as they take a
   plain one (checkpoints then sharded, written by every rank);
@@ -34,6 +39,7 @@ from evenflow.data.records_source import RecordSource
 from evenflow.data.source import ArraySource, Source
 from evenflow.torch._lazy import INSTALL_HINT, MissingFrameworkError
 from evenflow.torch.adapter import Torch
+from evenflow.torch.batch_sampler import PlanBatchSampler, plan_sampler
 from evenflow.torch.dataset_loader import plan_loader
 from evenflow.torch.dataset_source import DatasetSource
 from evenflow.torch.distributed import (PeerLostError, finish_distributed, init_distributed, is_peer_failure,
@@ -51,9 +57,9 @@ from evenflow.torch.worker_errors import LoaderWorkerDied, worker_death
 
 __all__ = [
     "ArraySource", "DatasetSource", "EpochResult", "EvalResult", "GRADIENT_SUMS", "INSTALL_HINT", "LoaderWorkerDied",
-    "MODELS", "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanLoader", "PlanSteps", "RecordSource",
-    "Source", "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp", "finish_distributed",
-    "init_distributed", "is_peer_failure", "make_optimizer", "masked_loss", "masked_mean", "ordered_sum_hook",
-    "packed_text_cnn", "per_sample_cross_entropy", "plan_loader", "rank_and_world_size", "shard_model",
-    "sum_gradients_hook", "worker_death",
+    "MODELS", "MissingFrameworkError", "OPTIMIZERS", "PeerLostError", "PlanBatchSampler", "PlanLoader", "PlanSteps",
+    "RecordSource", "Source", "Torch", "TorchReader", "TorchState", "Trainer", "build_model", "exact_ddp",
+    "finish_distributed", "init_distributed", "is_peer_failure", "make_optimizer", "masked_loss", "masked_mean",
+    "ordered_sum_hook", "packed_text_cnn", "per_sample_cross_entropy", "plan_loader", "plan_sampler",
+    "rank_and_world_size", "shard_model", "sum_gradients_hook", "worker_death",
 ]

@@ -20,6 +20,7 @@ from evenflow.plan import Cursor, Index, Plan, Topology
 from evenflow.plan.options import PlanOptions
 from evenflow.torch.collate import Field
 from evenflow.torch.dataset_source import DatasetSource, dataset_labels
+from evenflow.torch.ddp_watch import watch_ddp
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 
 # The further keyword arguments plan_loader passes on: to the Plan, or to the PlanLoader.
@@ -109,5 +110,6 @@ def plan_loader(dataset, global_batch_size: int, *, seed: int = 0, epochs: int |
     if num_workers and loader_options.get("multiprocessing_context") is None \
             and "fork" in multiprocessing.get_all_start_methods():
         loader_options["multiprocessing_context"] = "fork"  # the user's dataset needs no pickling
+    watch_ddp()  # a plain DistributedDataParallel under masked_mean is made to sum (evenflow.torch.ddp_watch)
     return PlanLoader(source, plan, rank=rank, world_size=world, start=start, epochs=epochs,
                       num_workers=num_workers, **loader_options)

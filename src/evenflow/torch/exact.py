@@ -25,6 +25,7 @@ import numbers
 import numpy as np
 
 from evenflow.torch._lazy import torch as _torch
+from evenflow.torch.ddp_watch import check_ddp
 from evenflow.torch.distributed import gradient_hook, group_ready
 from evenflow.run.options import COMPRESSIONS
 from evenflow.torch.engine import GRADIENT_SUMS
@@ -135,7 +136,12 @@ def masked_mean(per_sample_loss, batch: dict, *, count=None):
         ValueError: ``per_sample_loss`` is not one number per slot of the batch (e.g. already
             reduced to a mean), ``batch`` is not an evenflow loader's (no ``mask`` or
             ``global_real_count``), or the count is not one finite number at least this rank's
-            real samples (the step's count over all ranks includes them).
+            real samples (the step's count over all ranks includes them); the loss depends on a
+            ``DistributedDataParallel`` with a communication hook that is not evenflow's.
+
+    A plain ``DistributedDataParallel`` (DDP's averaging) that the loss depends on is made to sum
+    its gradients, with a ``UserWarning``, before the backward pass
+    (:mod:`evenflow.torch.ddp_watch`), so the update is exact with or without :func:`exact_ddp`.
     """
     torch = _torch()
     if not isinstance(batch, dict) or "mask" not in batch or (count is None and "global_real_count" not in batch):
@@ -153,6 +159,7 @@ def masked_mean(per_sample_loss, batch: dict, *, count=None):
                          f"sample's own positions first)")
     total = batch["global_real_count"] if count is None else count
     _check_count("count" if count is not None else "batch['global_real_count']", total, mask)
+    check_ddp(per_sample_loss)
     return masked_loss(per_sample_loss, mask.to(per_sample_loss.device), total)
 
 

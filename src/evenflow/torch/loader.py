@@ -41,6 +41,7 @@ from evenflow.plan.feed import PlanFeed
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import checked_transform, loader_options
 from evenflow.torch.distributed import group_ready
+from evenflow.torch.position import position_state, restored_cursor
 from evenflow.torch.worker_errors import watched
 from evenflow.util.read_errors import note_samples
 
@@ -223,6 +224,9 @@ class PlanLoader:
             sampler reads each step's row from it, so the plan's weights can switch mid-way.
 
     Iterating yields ``len(self)`` batches (see the module docstring for their keys).
+    :meth:`state_dict` is the position after the last batch the loop received, and
+    :meth:`load_state_dict` resumes there in a new loader of the same plan on any number of
+    ranks (:mod:`evenflow.torch.position`).
     """
 
     def __init__(self, source: Source, plan: Plan, *, rank: int | None = None, world_size: int | None = None,
@@ -257,6 +261,37 @@ class PlanLoader:
         self.trim_padding = trim_padding
         self.num_workers, self.prefetch_factor, self.pin_memory = num_workers, prefetch_factor, bool(pin_memory)
         self.transform, self.multiprocessing_context = transform, multiprocessing_context
+        self._position = self.steps.start  # the cursor after the last batch handed to the loop
+
+    def state_dict(self) -> dict:
+        """The position after the last batch iterating handed out (the torchdata ``StatefulDataLoader`` protocol).
+
+        Batches the ``DataLoader`` workers loaded ahead and the loop never received do not count.
+        """
+        return position_state(self.plan, self._position.epoch, self._position.step)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Read from the position of ``state`` (:meth:`state_dict`, saved on any number of ranks) on.
+
+        The next iteration starts there and ends before ``epochs``, as before.
+
+        Raises:
+            ValueError: another plan's state, one at or past ``epochs``, or a loader with a ``feed``.
+        """
+        cursor = restored_cursor(self.plan, state, "PlanLoader")
+        if self.steps.feed is not None:
+            raise ValueError("PlanLoader.load_state_dict cannot move a loader that reads a PlanFeed (which covers "
+                             "fixed steps); build the loader with start=Cursor(epoch, step) and a feed from there")
+        if cursor.epoch >= self.steps.epochs:
+            raise ValueError(f"PlanLoader.load_state_dict: the state is at {cursor}, at or past this loader's end "
+                             f"(epochs={self.steps.epochs}); build the loader with more epochs")
+        self.steps = PlanSteps(self.plan, self.rank, cursor, self.steps.epochs)
+        self._position = cursor
+
+    def _handed(self, batch: dict) -> dict:
+        batch = _finish(batch)
+        self._position = Cursor(int(batch["epoch"]), int(batch["step"]) + 1)
+        return batch
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -282,4 +317,4 @@ class PlanLoader:
         :func:`~evenflow.torch.worker_errors.watched`). Closing the iterator shuts its workers down."""
         steps = self.steps
         first = steps.start.epoch * self.plan.num_steps + steps.start.step
-        return watched(iter(self.data_loader()), _finish, self.rank, first, self.plan.num_steps)
+        return watched(iter(self.data_loader()), self._handed, self.rank, first, self.plan.num_steps)
