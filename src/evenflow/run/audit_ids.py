@@ -130,7 +130,7 @@ def read_id_map(run_dir: str | Path) -> dict[str, np.ndarray]:
 
 def id_map_for_check(run_dir: str | Path, num_samples: int) -> dict[str, np.ndarray] | None:
     """The arrays of ``ids.npz`` for ``evenflow audit``'s check of a trail of ``num_samples`` positions, or
-    None when the run has no id map (a Keras ``fit``'s audit, or a run of an evenflow that wrote none).
+    None when the run has no id map (a run of an evenflow that wrote none).
 
     Raises:
         ValueError: the map cannot be read, its checksum does not match, it lacks an array, or it maps
