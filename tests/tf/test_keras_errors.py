@@ -59,8 +59,10 @@ def test_a_model_with_its_own_train_step_is_told_to_use_the_masked_loss():
     ({"shuffle": False}, "shuffle must be True: evenflow plans shuffle every epoch"),
     ({"audit": True}, "audit and checkpoint_every write into a run directory: pass output_dir= too"),
     ({"keep_checkpoints": 5}, "keep_checkpoints=5 sets how many checkpoints a run directory keeps, and there is none"),
+
     ({"validation_data": (X, Y, np.ones(40), 1)}, r"validation_data must be \(x_val, y_val\), \(x_val, y_val, "
-                                                  r"sample_weight_val\) or an evenflow source, got a sequence of 4"),
+                                                  r"sample_weight_val\), an evenflow source or a RecordChain, got a "
+                                                  r"sequence of 4"),
     ({"validation_data": (X, Y, np.ones(39))}, r"validation_data's weights must be one number per sample of x, an "
                                                r"array of shape \(40,\)"),
     ({"class_weight": {0: 2.0}, "sample_weight": np.ones(40)}, "pass class_weight or sample_weight, not both"),

@@ -233,3 +233,10 @@ def _record_keys(arrays: dict[str, np.ndarray]) -> np.ndarray:
     canon = np.array([first.setdefault(os.path.realpath(str(f)), k) for k, f in enumerate(arrays["files"])],
                      np.int64)
     return canon[arrays["shard"].astype(np.int64)] * (1 << 40) + arrays["offset"].astype(np.int64)
+
+
+def audit_source(guard, source) -> None:
+    """With a guard that records the audit, on the chief: write the id map of ``source`` (a training source of the
+    Python API) into its run directory, so ``evenflow audit RUN_DIR --locate`` traces the trail's ids."""
+    if guard is not None and guard.audit is not None and guard.is_chief:
+        save_id_map(guard.checkpointer.run_dir, source_id_map(source, "", None))

@@ -104,7 +104,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
                                                   sample_weight, stratify)
     callbacks = as_callbacks(callbacks)
     base, val_plan = _plans(strategy, train, val, batch_size, seed, stratify, balance, steps_per_epoch)
-    _build(model, strategy, train)
+    _build(model, strategy, train, base)
     if simulate is not None:
         simulate.check(base.topology.replicas)
     recorder = recorder_of(model, simulate) if output_dir is not None or rebalance or simulate is not None else None
@@ -115,11 +115,11 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         if output_dir is not None:
             run.open(stack, Path(output_dir), audit, checkpoint_every, keep_checkpoints, _identity(train, val, weights))
             if audit:  # evenflow audit --locate maps the trail's ids back to x's rows or the records
-                save_id_map(output_dir, source_id_map(train, "evenflow.tf.fit's x" if _arrays(train) else "",
-                                                      run.identity))
+                save_id_map(output_dir, source_id_map(_source_of(train), "evenflow.tf.fit's x" if _arrays(train)
+                                                      else "", run.identity))
         elif rebalance:
             run.monitor = plan_monitor(base, _rebalance(rebalance), None, False)
-        return run.train(PlanReader(train), val, val_plan, verbose, callbacks, val_w)
+        return run.train(_reader_of(train), val, val_plan, verbose, callbacks, val_w)
 
 
 def _strategy(model):
@@ -150,17 +150,42 @@ def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoint
 
 def _inputs(x, y, validation_split, validation_data, class_weight, sample_weight, stratify):
     """``(train, val, weights of x, train weights, val weights)``: the sources and weights ``fit`` trains on."""
-    source = as_source(x, y, "evenflow.tf.fit")
+    source = _reader_or_source(x, y, "evenflow.tf.fit")
     if validation_data is not None and validation_split:
         raise ValueError("pass validation_data or validation_split, not both (model.fit would silently use "
                          "validation_data)")
-    weights = sample_weights(source, class_weight, sample_weight)
-    train, val = split_validation(source, validation_split)
+    if isinstance(source, PlanReader) and validation_split:
+        raise ValueError(f"validation_split={validation_split!r} holds out samples of arrays or a source, and x is a "
+                         f"{type(source).__name__}, whose functions run on its own records: pass the held-out "
+                         f"records as validation_data=evenflow.tf.RecordChain(val_files, parse, ...)")
+    weights = sample_weights(_source_of(source), class_weight, sample_weight)
+    train, val = split_validation(source, validation_split) if validation_split else (source, None)
     train_w, val_w = _split_weights(train, weights, None if sample_weight is None else val, sample_weight)
-    check_stratify(train, stratify)
+    check_stratify(_source_of(train), stratify)
     if validation_data is not None:
         val, val_w = _validation_source(validation_data)
     return train, val, weights, train_w, val_w
+
+
+def _reader_or_source(x, y, what: str):
+    """``x`` itself when it is a reader (a :class:`~evenflow.tf.RecordChain`: your functions on records), else
+    :func:`as_source`'s source."""
+    if isinstance(x, PlanReader):
+        if y is not None:
+            raise ValueError(f"{what}: y must be None when x is a {type(x).__name__} (it yields the labels), got "
+                             f"{type(y).__name__}")
+        return x
+    return as_source(x, y, what)
+
+
+def _source_of(data):
+    """The source of a reader, or the source itself."""
+    return data.source if isinstance(data, PlanReader) else data
+
+
+def _reader_of(data):
+    """A reader of a source, or the reader itself."""
+    return data if isinstance(data, PlanReader) else PlanReader(data)
 
 
 def _check_keras_steps(initial_epoch, validation_freq) -> None:
@@ -179,9 +204,9 @@ def _check_keras_steps(initial_epoch, validation_freq) -> None:
 def _plans(strategy, train, val, batch_size, seed, stratify, balance, steps_per_epoch) -> tuple[Plan, Plan | None]:
     """The training plan and the validation plan (or None) on the strategy's replicas."""
     topology = Topology(int(strategy.num_replicas_in_sync))
-    base = Plan(train.index(), topology, global_batch_size=batch_size, seed=seed, stratify=stratify, balance=balance)
+    base = Plan(_source_of(train).index(), topology, global_batch_size=batch_size, seed=seed, stratify=stratify, balance=balance)
     _check_steps_per_epoch(steps_per_epoch, base)
-    return base, None if val is None else Plan(val.index(), topology, global_batch_size=batch_size)
+    return base, None if val is None else Plan(_source_of(val).index(), topology, global_batch_size=batch_size)
 
 
 def _check_steps_per_epoch(steps_per_epoch, plan: Plan) -> None:
@@ -195,7 +220,7 @@ def _split_weights(train, weights, val, sample_weight):
     """The training weights of ``train`` (the first samples of ``x``) and the validation split's ``sample_weight``."""
     if weights is None:
         return None, None
-    n = train.num_samples
+    n = _source_of(train).num_samples
     return weights[:n], None if val is None else given_weights(sample_weight, n + val.num_samples, "sample_weight")[n:]
 
 
@@ -203,12 +228,12 @@ def _validation_source(data):
     """``(source, weights or None)`` of ``validation_data``."""
     if isinstance(data, (tuple, list)):
         if len(data) not in (2, 3):
-            raise ValueError(f"validation_data must be (x_val, y_val), (x_val, y_val, sample_weight_val) or an "
-                             f"evenflow source, got a sequence of {len(data)} items")
+            raise ValueError(f"validation_data must be (x_val, y_val), (x_val, y_val, sample_weight_val), an "
+                             f"evenflow source or a RecordChain, got a sequence of {len(data)} items")
         source = as_source(data[0], data[1], "validation_data")
         weights = None if len(data) == 2 else given_weights(data[2], source.num_samples, "validation_data's weights")
         return source, weights
-    return as_source(data, None, "validation_data"), None
+    return _reader_or_source(data, None, "validation_data"), None
 
 
 def _identity(train, val, weights=None) -> str | None:
@@ -229,12 +254,15 @@ def _arrays(source) -> bool:
     return isinstance(getattr(source, "source", source), ArrayPair)
 
 
-def _build(model, strategy, source) -> None:
+def _build(model, strategy, source, plan: Plan) -> None:
     """Create the model's and optimizer's variables now (a checkpoint restores into them)."""
     tf = _tf()
     if not model.built:
-        ids = list(range(min(2, source.num_samples)))
-        sample = reader_source(source).batch(tf.constant(ids, tf.int64))
+        if isinstance(source, PlanReader):  # your functions make the features: one step of them
+            sample = next(iter(source.replica_dataset(plan, None, epochs=1)))
+        else:
+            ids = list(range(min(2, source.num_samples)))
+            sample = reader_source(source).batch(tf.constant(ids, tf.int64))
         try:
             with strategy.scope():
                 model(tf.nest.map_structure(tf.convert_to_tensor, sample["features"]), training=False)
@@ -286,7 +314,7 @@ class _Run:
     def train(self, reader, val, val_plan, verbose, callbacks, val_weights=None):
         logs = EpochLogs(self.run_dir, self.cursor.epoch)
         val_kw = {} if val is None else {
-            "validation_data": keras_dataset(PlanReader(val), val_plan, epochs=1, repeat=True, weights=val_weights),
+            "validation_data": keras_dataset(_reader_of(val), val_plan, epochs=1, repeat=True, weights=val_weights),
             "validation_steps": val_plan.num_steps, "validation_freq": list(self.validation_freq) if isinstance(self.validation_freq, tuple) else self.validation_freq}
         keras = _keras()
         own = [] if any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks) else \
