@@ -13,7 +13,10 @@ callbacks unchanged. evenflow then
   ``checkpoint_every`` steps and at each epoch's end, the audit trail with ``audit=True``
   (``evenflow audit OUTPUT_DIR``), ``telemetry.jsonl``, and resumes exactly from the newest
   checkpoint when called again — mid-epoch too: the rest of that epoch runs as a ``fit`` call of
-  its own, then the remaining epochs;
+  its own, then the remaining epochs; the progress and the returned ``History`` count the whole
+  run's epochs (:mod:`evenflow.tf.keras.history`);
+* takes ``class_weight`` and ``sample_weight`` exactly (:mod:`evenflow.tf.keras.weights`), and
+  a :class:`~evenflow.tf.RecordChain` (your functions on TFRecord files) as ``x``;
 * with ``rebalance=True``: measures each replica's step time and moves samples away from a slow
   one at the next epoch (``fit`` is called again on the new plan).
 
