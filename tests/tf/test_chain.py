@@ -225,3 +225,84 @@ def test_a_record_whose_data_no_longer_matches_its_crc_fails_the_read_naming_it(
     assert f"{path} (record 3, offset {offset}): corrupted data: data CRC is 0x" in first
     assert isinstance(reader.error, RecordError) and reader.error.kind == "data_crc"
     assert str(reader.error) == first[first.index(str(path)):]
+
+
+def _chain_model():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _audited(run, files):
+    """The run's audit is clean, and --locate names the file and record of an id (the CLI reads the fit's map)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from evenflow.run import check_audit
+
+    audits = check_audit(run)
+    assert audits and all(a.clean and a.complete for a in audits)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
+    proc = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(run), "--locate", "25", "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = json.loads(proc.stdout)["locations"][0]
+    assert row["file"] == os.path.abspath(files[1]) and row["record"] == 5  # record 25: the 6th of part-1
+    return audits
+
+
+def test_fit_trains_a_record_chain_with_checkpoints_resume_and_the_audit(files, tmp_path, capsys):
+    from evenflow.tf import fit
+
+    run = tmp_path / "run"
+    chain = RecordChain(files, parse, preprocess, augment, seed=1)
+    val = RecordChain(files[1:], parse, preprocess)
+    first = fit(_chain_model(), chain, batch_size=8, epochs=2, verbose=0, output_dir=run, audit=True,
+                checkpoint_every=2, validation_data=val, class_weight={0: 2.0})
+    model = _chain_model()
+    history = fit(model, chain, batch_size=8, epochs=3, verbose=0, output_dir=run, audit=True, checkpoint_every=2,
+                  validation_data=val, class_weight={0: 2.0})
+    assert "resuming from" in capsys.readouterr().err
+    assert history.history["loss"][:2] == first.history["loss"] and len(history.history["val_loss"]) == 3
+    assert [a.epoch for a in _audited(run, files)] == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"validation_split=0.2 holds out samples of arrays or a source, and x is a "
+                                         r"RecordChain.*validation_data=evenflow.tf.RecordChain"):
+        fit(_chain_model(), chain, validation_split=0.2)
+
+
+def test_the_trainer_trains_a_record_chain_with_checkpoints_resume_and_the_audit(files, tmp_path):
+    import keras
+
+    from evenflow.run import TrainingGuard
+    from evenflow.tf import TFState, Trainer, mirrored_strategy
+
+    strategy = mirrored_strategy(1, use_gpus=False)
+    plan = ef.Plan(ef.Index(N), ef.Topology(1), global_batch_size=8, seed=0)
+    run = tmp_path / "run"
+
+    def trainer_and_guard():
+        with strategy.scope():
+            model = _chain_model()
+            optimizer = keras.optimizers.SGD(0.1)
+            optimizer.build(model.trainable_variables)
+        trainer = Trainer(strategy, model, optimizer)
+        guard = TrainingGuard.in_run_dir(run, plan, TFState(model, optimizer), keep=3, every=2, audit=True)
+        return trainer, guard
+
+    trainer, guard = trainer_and_guard()
+    trainer.fit(RecordChain(files, parse, preprocess), plan, 1, guard=guard)
+    guard.finish(ef.Cursor(1, 0))
+    trainer, guard = trainer_and_guard()
+    start = guard.resume()
+    assert start == ef.Cursor(1, 0)
+    results = trainer.fit(RecordChain(files, parse, preprocess), plan, 2, start=start, guard=guard)
+    guard.finish(ef.Cursor(2, 0))
+    assert [r.epoch for r in results] == [1] and results[0].samples == N
+    assert [a.epoch for a in _audited(run, files)] == [0, 1]

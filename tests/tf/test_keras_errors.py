@@ -59,7 +59,23 @@ def test_a_model_with_its_own_train_step_is_told_to_use_the_masked_loss():
     ({"shuffle": False}, "shuffle must be True: evenflow plans shuffle every epoch"),
     ({"audit": True}, "audit and checkpoint_every write into a run directory: pass output_dir= too"),
     ({"keep_checkpoints": 5}, "keep_checkpoints=5 sets how many checkpoints a run directory keeps, and there is none"),
-    ({"validation_data": (X, Y, np.ones(40))}, r"validation_data must be \(x_val, y_val\) .*sample weights"),
+
+    ({"validation_data": (X, Y, np.ones(40), 1)}, r"validation_data must be \(x_val, y_val\), \(x_val, y_val, "
+                                                  r"sample_weight_val\), an evenflow source or a RecordChain, got a "
+                                                  r"sequence of 4"),
+    ({"validation_data": (X, Y, np.ones(39))}, r"validation_data's weights must be one number per sample of x, an "
+                                               r"array of shape \(40,\)"),
+    ({"class_weight": {0: 2.0}, "sample_weight": np.ones(40)}, "pass class_weight or sample_weight, not both"),
+    ({"class_weight": [1.0, 2.0]}, r"class_weight must be a dict of class index -> weight"),
+    ({"class_weight": {0: 2.0}, "y": [Y, Y]}, r"class_weight needs one class label per sample: .*pass sample_weight= instead"),
+    ({"sample_weight": np.ones((40, 2))}, r"sample_weight must be one number per sample of x, an array of shape "
+                                          r"\(40,\), got float64 of shape \(40, 2\)"),
+    ({"sample_weight": -np.ones(40)}, "sample_weight must hold finite weights >= 0"),
+    ({"initial_epoch": 2}, r"initial_epoch=2: evenflow.tf.fit starts at epoch 0, or where output_dir's newest "
+                           r"checkpoint ended .*leave initial_epoch out"),
+    ({"steps_per_epoch": 5}, r"steps_per_epoch=5: an epoch of evenflow.tf.fit is the plan's 2 steps .*leave "
+                             r"steps_per_epoch out"),
+    ({"validation_freq": 0}, r"validation_freq must be an int >= 1 .*got 0"),
     ({"validation_split": 1.0}, r"validation_split must be a float in \[0, 1\), got 1.0"),
     ({"epochs": 0}, "epochs must be an int >= 1, got 0"),
     ({"checkpoint_every": -1}, "checkpoint_every must be an int >= 0"),
@@ -68,7 +84,7 @@ def test_a_model_with_its_own_train_step_is_told_to_use_the_masked_loss():
     ({"stratify": True, "y": np.eye(3)[Y]}, r"one integer class label per sample .*of shape \(40, 3\)"),
 ])
 def test_bad_arguments_are_refused_with_the_fix(kwargs, message):
-    kwargs = {"y": Y, **kwargs}
+    kwargs = {"y": Y, "batch_size": 32, **kwargs}
     with pytest.raises(ValueError, match=message):
         fit(compiled(), X, **kwargs)
 
@@ -90,6 +106,46 @@ def test_an_output_dir_that_is_a_file_or_under_one_is_named_and_left_alone(tmp_p
     with pytest.raises(ValueError, match=rf"output_dir {afile}/run cannot be created \(Not a directory\)"):
         fit(compiled(), X, Y, output_dir=afile / "run")
     assert afile.read_text() == "mine"
+
+
+def test_the_plan_s_own_steps_per_epoch_is_taken_and_validation_freq_counts_epochs_as_model_fit():
+    seen = []
+    history = fit(compiled(), X, Y, batch_size=16, epochs=4, verbose=0, steps_per_epoch=2, validation_split=0.25,
+                  validation_freq=2, callbacks=keras.callbacks.LambdaCallback(on_test_begin=lambda logs: seen.append(1)))
+    assert history.epoch == [0, 1, 2, 3] and len(history.history["loss"]) == 4
+    assert len(history.history["val_loss"]) == 2 and len(seen) == 2  # after epochs 2 and 4
+
+
+def test_a_finished_run_returns_its_history_and_trains_nothing(tmp_path, capsys):
+    model = compiled()
+    first = fit(model, X, Y, batch_size=16, epochs=2, verbose=0, output_dir=tmp_path / "run", validation_split=0.25)
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    again = fit(model, X, Y, batch_size=16, epochs=2, verbose=0, output_dir=tmp_path / "run", validation_split=0.25)
+    assert "has trained all 2 epochs; nothing to train" in capsys.readouterr().err
+    assert again.epoch == first.epoch == [0, 1] and again.history == first.history
+    for a, b in zip(before, model.trainable_variables):
+        np.testing.assert_array_equal(a, b.numpy())
+
+
+def test_the_audit_of_fit_is_checked_and_located_by_the_cli_and_evenflow_run_check_audit(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import evenflow.run
+
+    run = tmp_path / "run"
+    fit(compiled(), X, Y, batch_size=16, epochs=2, verbose=0, output_dir=run, audit=True, validation_split=0.25)
+    assert all(a.clean and a.complete for a in evenflow.run.check_audit(run))
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(run)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0 and "2 epochs: every sample exactly once" in proc.stdout, proc.stdout + proc.stderr
+    assert "ids not checked against the data" not in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(run), "--locate", "0,29", "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '"dataset_id": 29' in proc.stdout and "evenflow.tf.fit's x" in proc.stdout
 
 
 def test_arrays_of_different_lengths_are_refused():

@@ -38,7 +38,7 @@ def run_fit(tmp_path, spec: dict, timeout: float = 240, fault: str | None = None
     if out.exists():
         with np.load(out, allow_pickle=False) as z:
             found = {k: z[k] for k in z.files}
-    return proc.returncode, found, proc.stderr
+    return proc.returncode, found, proc.stderr + proc.stdout
 
 
 def weights(found: dict, prefix: str) -> list[np.ndarray]:
@@ -68,8 +68,22 @@ def test_fit_equals_one_device_on_the_same_samples(tmp_path, replicas, model):
     assert [a.epoch for a in audits] == [0, 1] and all(a.clean and a.complete for a in audits)
 
 
+@pytest.mark.parametrize("kind", ["class", "sample"])
+def test_class_and_sample_weights_on_two_replicas_equal_one_device_with_them(tmp_path, kind):
+    # Keras weights a batch's loss as sum(w * loss) / batch size; evenflow's exact loss over the
+    # step's real samples does the same, padding or not, and val_loss takes the split's sample weights.
+    rc, found, err = run_fit(tmp_path, {"replicas": 2, "reference": True, "weights": kind})
+    assert rc == 0, err[-3000:]
+    for a, b in zip(weights(found, "fit"), weights(found, "ref"), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(found["fit_loss"], found["ref_loss"], rtol=1e-5)
+    assert float(found["fit_val_loss"][-1]) == pytest.approx(float(found["ref_val_loss"]), rel=1e-5)
+    assert float(found["fit_val_sparse_categorical_crossentropy"][-1]) == pytest.approx(
+        float(found["ref_val_sparse_categorical_crossentropy"]), rel=1e-5)  # weighted_metrics get the weights
+
+
 def test_a_killed_fit_resumes_mid_epoch_to_the_same_weights(tmp_path):
-    spec = {"replicas": 2, "epochs": 3, "checkpoint_every": 2, "audit": True}
+    spec = {"replicas": 2, "epochs": 3, "checkpoint_every": 2, "audit": True, "verbose": 2}
     rc, whole, err = run_fit(tmp_path, {**spec, "output_dir": str(tmp_path / "whole")})
     assert rc == 0, err[-3000:]
     run = str(tmp_path / "cut")
@@ -80,8 +94,15 @@ def test_a_killed_fit_resumes_mid_epoch_to_the_same_weights(tmp_path):
     assert "resuming from" in err and "epoch 1 step 2 (Keras's Epoch 2/" in err
     for a, b in zip(weights(resumed, "fit"), weights(whole, "fit")):
         np.testing.assert_array_equal(a, b)
-    assert len(resumed["fit_loss"]) == 2  # the rest of epoch 1, then epoch 2
+    # One run: the History holds epoch 0 (saved by the killed call), the rest of epoch 1 and epoch 2,
+    # and the progress counts the run's epochs.
+    assert len(resumed["fit_loss"]) == 3 and resumed["fit_loss"][0] == whole["fit_loss"][0]
+    assert "Epoch 2/3" in err and "Epoch 3/3" in err and "Epoch 1/2" not in err and "Epoch 2/2" not in err
     assert float(resumed["fit_val_loss"][-1]) == float(whole["fit_val_loss"][-1])
+    rc, again, err = run_fit(tmp_path, {**spec, "output_dir": run})  # a finished run: nothing to train
+    assert rc == 0 and "has trained all 3 epochs; nothing to train" in err and "Epoch 4/3" not in err, err[-3000:]
+    np.testing.assert_array_equal(again["fit_loss"], resumed["fit_loss"])
+    np.testing.assert_array_equal(again["fit_val_loss"], resumed["fit_val_loss"])
     proc = subprocess.run([sys.executable, "-m", "evenflow", "audit", run], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(SRC)), timeout=60)
     assert proc.returncode == 0 and "3 epochs: every sample exactly once" in proc.stdout, proc.stdout + proc.stderr

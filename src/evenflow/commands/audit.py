@@ -91,7 +91,7 @@ def run(args) -> int:
               file=out)
     n = len(epochs)
     if clean and epochs[0].data_duplicates is None and (Path(args.run_dir) / "summary.json").is_file():
-        # evenflow train --audit writes the map; a Keras fit's audit (no summary.json) never has one.
+        # evenflow train --audit writes the map (a run of the Python API has no summary.json).
         print(f"ids not checked against the data: {Path(args.run_dir) / 'audit' / 'ids.npz'} is missing (evenflow "
               f"train --audit writes it), so a record the data held twice would not show", file=out)
     if clean:

@@ -13,7 +13,8 @@ map back to the data, ``<run_dir>/audit/ids.npz`` (``np.savez``, no pickle):
 * ``dataset``, ``kind``, ``identity`` (the data digest of the run's checkpoints) and
   ``checksum``, a digest of all the other arrays, checked on every read.
 
-:func:`locate` answers ``evenflow audit RUN_DIR --locate ID[,ID...]``. :func:`same_samples` gives
+:func:`source_id_map` makes the same map for a source of the Python API (``evenflow.tf.fit(audit=True)``,
+a ``Trainer`` with an audited guard). :func:`locate` answers ``evenflow audit RUN_DIR --locate ID[,ID...]``. :func:`same_samples` gives
 ``evenflow audit RUN_DIR``'s check the positions that are the same sample of the data (a dataset
 that held a shard twice): the same file and offset, or for other data the same dataset index.
 """
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.data.source import SubsetSource
+from evenflow.records.dataset import RecordDataset
 from evenflow.records.remote.url import is_url
 from evenflow.run.audit_segment import AUDIT_DIR, check_run_dir
 from evenflow.run.audit_segment import npz_checksum as _checksum
@@ -53,10 +56,37 @@ def id_map(data, dataset: str) -> dict[str, np.ndarray]:
     arrays = {"dataset_ids": ids, "dataset": np.array(dataset), "kind": np.array(data.kind),
               "identity": np.array(data.identity or "")}
     if data.kind == "records":
-        ds = data.records.dataset
-        arrays.update(files=np.array([s.path if is_url(s.path) else os.path.abspath(s.path) for s in ds.shards]),
-                      shard=ds.sample_shard[ids].astype(np.int32), record=_file_records(ds, ids),
-                      offset=ds.sample_offset[ids].astype(np.int64))
+        arrays.update(_records_arrays(data.records.dataset, ids))
+    return arrays
+
+
+def _records_arrays(ds, ids: np.ndarray) -> dict[str, np.ndarray]:
+    return {"files": np.array([s.path if is_url(s.path) else os.path.abspath(s.path) for s in ds.shards]),
+            "shard": ds.sample_shard[ids].astype(np.int32), "record": _file_records(ds, ids),
+            "offset": ds.sample_offset[ids].astype(np.int64)}
+
+
+def source_id_map(source, dataset: str, identity: str | None) -> dict[str, np.ndarray]:
+    """The arrays of ``ids.npz`` for a training source of the Python API (``evenflow.tf.fit``, a ``Trainer``).
+
+    Position ``i`` is sample ``i`` of ``source``; ``dataset`` names the data ("": the records' manifest or
+    first file, or "the arrays"). Subsets (a validation split, a records source of
+    some records) are followed back to the data: for records (a :class:`~evenflow.data.RecordSource`,
+    a ``RecordChain``'s records) the shard file, record and offset; otherwise the dataset index is
+    the row of the arrays (``x`` of ``fit``) the sample is.
+    """
+    ids, inner = np.arange(source.num_samples, dtype=np.int64), source
+    while isinstance(inner, SubsetSource):
+        ids, inner = inner.ids[ids], inner.source
+    picked = getattr(inner, "records", None)
+    if isinstance(picked, np.ndarray):  # a records source of some of the records
+        ids = picked[ids].astype(np.int64)
+    ds = getattr(inner, "dataset", None)
+    records = isinstance(ds, RecordDataset)
+    arrays = {"dataset_ids": ids, "dataset": np.array(dataset or (ds.manifest_path or ds.paths[0] if records else "the arrays")),
+              "kind": np.array("records" if records else "arrays"), "identity": np.array(identity or "")}
+    if records:
+        arrays.update(_records_arrays(ds, ids))
     return arrays
 
 
@@ -101,7 +131,7 @@ def read_id_map(run_dir: str | Path) -> dict[str, np.ndarray]:
 
 def id_map_for_check(run_dir: str | Path, num_samples: int) -> dict[str, np.ndarray] | None:
     """The arrays of ``ids.npz`` for ``evenflow audit``'s check of a trail of ``num_samples`` positions, or
-    None when the run has no id map (a Keras ``fit``'s audit, or a run of an evenflow that wrote none).
+    None when the run has no id map (a run of an evenflow that wrote none).
 
     Raises:
         ValueError: the map cannot be read, its checksum does not match, it lacks an array, or it maps
@@ -204,3 +234,10 @@ def _record_keys(arrays: dict[str, np.ndarray]) -> np.ndarray:
     canon = np.array([first.setdefault(str(f) if is_url(str(f)) else os.path.realpath(str(f)), k) for k, f in enumerate(arrays["files"])],
                      np.int64)
     return canon[arrays["shard"].astype(np.int64)] * (1 << 40) + arrays["offset"].astype(np.int64)
+
+
+def audit_source(guard, source) -> None:
+    """With a guard that records the audit, on the chief: write the id map of ``source`` (a training source of the
+    Python API) into its run directory, so ``evenflow audit RUN_DIR --locate`` traces the trail's ids."""
+    if guard is not None and guard.audit is not None and guard.is_chief:
+        save_id_map(guard.checkpointer.run_dir, source_id_map(source, "", None))

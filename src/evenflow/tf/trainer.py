@@ -25,6 +25,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
+from evenflow.run.audit_ids import audit_source
 from evenflow.run.loop import LoopFront, TrainLoop, check_accumulate_steps
 from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.simulate import Simulation
@@ -141,7 +142,8 @@ class Trainer(LoopFront):
             on_batch: optional ``fn(cursor, batch)`` with the distributed batch each plan step
                 consumed (fetching batches to Python makes every step slower).
             guard: optional :class:`~evenflow.run.guard.TrainingGuard`: checkpoints, audit and the
-                anomaly policy; it may rewind training to a checkpoint.
+                anomaly policy; it may rewind training to a checkpoint. With an audit, the run directory
+                also gets ``audit/ids.npz`` (``evenflow audit RUN_DIR --locate``).
             monitor: optional :class:`~evenflow.run.monitor.ReplicaMonitor` (needs ``timing``):
                 per-replica telemetry and re-plans of the rest of an epoch with measured speeds.
 
@@ -149,6 +151,7 @@ class Trainer(LoopFront):
             One :class:`EpochResult` per epoch run (after a rewind, the epochs run last).
         """
         _check_reader(reader, "fit")
+        audit_source(guard, reader.source)  # the audit's ids -> rows of the data, or files and records
         with self.engine.running():
             return self.loop.fit(reader, plan, epochs, start=start, on_step=on_step, on_epoch=on_epoch,
                                  on_batch=on_batch, guard=guard, monitor=monitor)

@@ -5,7 +5,8 @@ the plan: the R replicas' batches back to back (``R * slots`` rows in replica or
 Keras's even split under ``MirroredStrategy`` hands back to each replica as exactly its row of
 the plan. ``meta`` holds, per row, ``mask`` (1 real, 0 padding), ``global_real_count`` (the
 step's real samples), ``id`` (the sample id, -1 for padding) and ``replica`` (the plan replica
-whose row it is: the exact steps check that each replica got its own). The steps that read ``meta``
+whose row it is: the exact steps check that each replica got its own), and with ``weights``
+also ``weight`` (the sample's weight, 0 for padding). The steps that read ``meta``
 are installed by :func:`~evenflow.tf.keras.steps.exact_steps` (``evenflow.tf.fit`` does both).
 """
 from __future__ import annotations
@@ -19,9 +20,11 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.reader import PlanReader
 
 META_KEYS = ("mask", "global_real_count", "id", "replica")
+WEIGHT = "weight"  # the optional meta key of per-sample weights
 
 
-def keras_dataset(reader, plan: Plan, epochs: int | None = 1, start: Cursor | None = None, repeat: bool = False):
+def keras_dataset(reader, plan: Plan, epochs: int | None = 1, start: Cursor | None = None, repeat: bool = False,
+                  weights=None):
     """A ``(features, label, meta)`` dataset of whole global steps of ``plan``.
 
     Args:
@@ -34,6 +37,9 @@ def keras_dataset(reader, plan: Plan, epochs: int | None = 1, start: Cursor | No
         start: optional :class:`~evenflow.plan.cursor.Cursor` to resume from.
         repeat: repeat the epochs read without end (validation: one pass per ``evaluate``
             with ``validation_steps=plan.num_steps``).
+        weights: optional per-sample weights ``[N]`` of the plan's source, read by sample id
+            (``model.fit``'s ``sample_weight``; the exact steps weight the loss and the
+            ``weighted_metrics`` by them).
 
     Returns:
         A ``tf.data.Dataset``.
@@ -42,15 +48,28 @@ def keras_dataset(reader, plan: Plan, epochs: int | None = 1, start: Cursor | No
     epochs = _check_arguments(reader, plan, epochs, start, repeat)
     ds = reader.replica_dataset(plan, None, start=start, epochs=epochs)
     replica = tf.constant(np.repeat(np.arange(plan.topology.replicas, dtype=np.int64), plan.slots))
+    table = None if weights is None else _weight_table(weights, plan)
 
     def to_keras(b):
         rows = tf.shape(b["mask"])[0]
         meta = {"mask": b["mask"], "global_real_count": tf.fill([rows], tf.cast(b["global_real_count"], tf.int64)),
                 "id": b["id"], "replica": replica}
+        if table is not None:
+            meta[WEIGHT] = tf.gather(table, tf.maximum(b["id"], 0)) * tf.cast(b["mask"], tf.float32)
         return b["features"], b["label"], meta
 
     ds = ds.map(to_keras)
     return ds.repeat() if repeat else ds
+
+
+def _weight_table(weights, plan: Plan):
+    tf = _tf()
+    w = np.asarray(weights, np.float32)
+    if w.shape != (plan.index.num_samples,):
+        raise ValueError(f"weights must be one weight per sample of the plan, shape ({plan.index.num_samples},), "
+                         f"got shape {w.shape}")
+    with tf.init_scope(), tf.device("/cpu:0"):
+        return tf.constant(w)
 
 
 def _check_arguments(reader, plan, epochs, start, repeat):

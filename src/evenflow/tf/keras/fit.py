@@ -13,7 +13,10 @@ callbacks unchanged. evenflow then
   ``checkpoint_every`` steps and at each epoch's end, the audit trail with ``audit=True``
   (``evenflow audit OUTPUT_DIR``), ``telemetry.jsonl``, and resumes exactly from the newest
   checkpoint when called again — mid-epoch too: the rest of that epoch runs as a ``fit`` call of
-  its own, then the remaining epochs;
+  its own, then the remaining epochs; the progress and the returned ``History`` count the whole
+  run's epochs (:mod:`evenflow.tf.keras.history`);
+* takes ``class_weight`` and ``sample_weight`` exactly (:mod:`evenflow.tf.keras.weights`), and
+  a :class:`~evenflow.tf.RecordChain` (your functions on TFRecord files) as ``x``;
 * with ``rebalance=True``: measures each replica's step time and moves samples away from a slow
   one at the next epoch (``fit`` is called again on the new plan).
 
@@ -31,6 +34,7 @@ from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
 from evenflow.plan.speed.rebalancer import RebalanceOptions
 from evenflow.plan.topology import Topology
+from evenflow.run.audit_ids import save_id_map, source_id_map
 from evenflow.run.guard import TrainingGuard
 from evenflow.run.lock import RunDirectory
 from evenflow.run.options import CheckpointOptions
@@ -41,10 +45,12 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
 from evenflow.tf.keras.compiled import check_compiled
 from evenflow.tf.keras.data import keras_dataset
+from evenflow.tf.keras.history import EpochLogs, progress_bar
 from evenflow.tf.keras.inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
 from evenflow.tf.keras.run import PlanCallback
 from evenflow.tf.keras.recorder import recorder_of
 from evenflow.tf.keras.steps import exact_steps
+from evenflow.tf.keras.weights import given_weights, sample_weights
 from evenflow.tf.input.reader import PlanReader
 from evenflow.tf.input.source_adapter import reader_source
 from evenflow.tf.state import TFState
@@ -59,21 +65,19 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         validation_split: float = 0.0, validation_data=None, shuffle: bool = True, seed: int = 0, output_dir=None,
         stratify: bool = False, balance: str = "count", checkpoint_every: int = CheckpointOptions.checkpoint_every,
         keep_checkpoints: int = CheckpointOptions.keep_checkpoints, audit: bool = CheckpointOptions.audit,
-        rebalance=False, simulate=None):
+        rebalance=False, simulate=None, class_weight=None, sample_weight=None, validation_freq=1, initial_epoch=0,
+        steps_per_epoch=None):
     """Train a compiled Keras model on an evenflow plan (see the module docstring).
 
     Args:
-        model: a Keras model created and compiled under a ``tf.distribute`` strategy's scope
-            (or without one: one replica).
+        model: a Keras model compiled under a ``tf.distribute`` strategy's scope (or none: one replica).
         x, y: arrays (or dicts/lists of arrays) as for ``model.fit``; or an evenflow source as
             ``x`` (:class:`evenflow.data.Source` or :class:`evenflow.tf.TensorSource`) and ``y`` None.
         batch_size: the global batch size G (summed over replicas, as in ``model.fit``).
         epochs: train up to the end of this epoch (a resumed run counts the epochs done).
         verbose, callbacks: passed to ``model.fit``.
-        validation_split: hold out the last fraction of the samples, as ``model.fit`` does.
-        validation_data: ``(x_val, y_val)`` or an evenflow source; each sample counts once.
-        shuffle: must be True: plans shuffle every epoch, seeded by ``seed``.
-        seed: the plan's seed (with the epoch it fixes every sample's place).
+        validation_split, validation_data: as for ``model.fit``, or an evenflow source; each sample once.
+        shuffle, seed: shuffle must be True: plans shuffle every epoch, seeded by ``seed``.
         stratify: keep each step's label mix close to the dataset's (needs integer labels).
         balance: ``"count"`` or ``"cost"`` (needs a source with costs).
         output_dir: run directory for checkpoints, the audit trail and ``telemetry.jsonl``; a
@@ -81,42 +85,44 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
         checkpoint_every, keep_checkpoints, audit: also checkpoint every this many steps of an epoch (0: epoch
             ends only), keep this many, record every step's sample ids (defaults: ``evenflow train``'s).
         rebalance: re-plan from measured per-replica speeds at epoch ends: True, or an
-            :class:`evenflow.plan.RebalanceOptions` (e.g. ``payback=0`` to re-plan whenever
-            the threshold is met, however few steps are left).
+            :class:`evenflow.plan.RebalanceOptions` (``payback=0``: whenever the threshold is met).
         simulate: an :class:`evenflow.run.Simulation` of slow replicas, to try ``rebalance``
             where all devices are equally fast (as ``evenflow train --simulate-slow``).
+        class_weight, sample_weight: as for ``model.fit``, exact (:mod:`evenflow.tf.keras.weights`);
+            ``validation_data`` may be ``(x_val, y_val, sample_weight_val)``.
+        validation_freq: as for ``model.fit``, counting the run's epochs across resumes.
+        initial_epoch, steps_per_epoch: set by the plan: 0 and None (or the plan's steps) only.
 
     Returns:
-        A ``keras.callbacks.History`` covering every epoch this call trained.
+        A ``keras.callbacks.History`` of every epoch of the run: with ``output_dir``, the
+        epochs earlier calls trained too (from ``output_dir/history.json``); a run that has
+        trained its ``epochs`` trains nothing and returns its History.
     """
     strategy = _strategy(model)
     _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints)
+    _check_keras_steps(initial_epoch, validation_freq)
     if not isinstance(rebalance, (bool, RebalanceOptions)):
         raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
-    source = as_source(x, y, "evenflow.tf.fit")
-    if validation_data is not None and validation_split:
-        raise ValueError("pass validation_data or validation_split, not both (model.fit would silently use "
-                         "validation_data)")
-    train, val = split_validation(source, validation_split)
-    check_stratify(train, stratify)
+    train, val, weights, train_w, val_w = _inputs(x, y, validation_split, validation_data, class_weight,
+                                                  sample_weight, stratify)
     callbacks = as_callbacks(callbacks)
-    if validation_data is not None:
-        val = _validation_source(validation_data)
-    topology = Topology(int(strategy.num_replicas_in_sync))
-    base = Plan(train.index(), topology, global_batch_size=batch_size, seed=seed, stratify=stratify, balance=balance)
-    val_plan = None if val is None else Plan(val.index(), topology, global_batch_size=batch_size)
-    _build(model, strategy, train)
+    base, val_plan = _plans(strategy, train, val, batch_size, seed, stratify, balance, steps_per_epoch)
+    _build(model, strategy, train, base)
     if simulate is not None:
-        simulate.check(topology.replicas)
+        simulate.check(base.topology.replicas)
     recorder = recorder_of(model, simulate) if output_dir is not None or rebalance or simulate is not None else None
     exact_steps(model, recorder)
+    run = _Run(model, base, recorder, epochs, rebalance)
+    run.weights, run.validation_freq = train_w, validation_freq
     with contextlib.ExitStack() as stack:
-        run = _Run(model, base, recorder, epochs, rebalance)
         if output_dir is not None:
-            run.open(stack, Path(output_dir), audit, checkpoint_every, keep_checkpoints, _identity(train, val))
+            run.open(stack, Path(output_dir), audit, checkpoint_every, keep_checkpoints, _identity(train, val, weights))
+            if audit:  # evenflow audit --locate maps the trail's ids back to x's rows or the records
+                save_id_map(output_dir, source_id_map(_source_of(train), "evenflow.tf.fit's x" if _arrays(train)
+                                                      else "", run.identity))
         elif rebalance:
             run.monitor = plan_monitor(base, _rebalance(rebalance), None, False)
-        return run.train(PlanReader(train), val, val_plan, verbose, callbacks)
+        return run.train(_reader_of(train), val, val_plan, verbose, callbacks, val_w)
 
 
 def _strategy(model):
@@ -131,6 +137,7 @@ def _strategy(model):
     return strategy
 
 
+
 def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints) -> None:
     if shuffle is not True:
         raise ValueError(f"shuffle must be True: evenflow plans shuffle every epoch, seeded by seed=, got {shuffle!r}")
@@ -143,19 +150,100 @@ def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoint
                          f"and there is none: pass output_dir= too, or leave keep_checkpoints out")
 
 
+
+def _inputs(x, y, validation_split, validation_data, class_weight, sample_weight, stratify):
+    """``(train, val, weights of x, train weights, val weights)``: the sources and weights ``fit`` trains on."""
+    source = _reader_or_source(x, y, "evenflow.tf.fit")
+    if validation_data is not None and validation_split:
+        raise ValueError("pass validation_data or validation_split, not both (model.fit would silently use "
+                         "validation_data)")
+    if isinstance(source, PlanReader) and validation_split:
+        raise ValueError(f"validation_split={validation_split!r} holds out samples of arrays or a source, and x is a "
+                         f"{type(source).__name__}, whose functions run on its own records: pass the held-out "
+                         f"records as validation_data=evenflow.tf.RecordChain(val_files, parse, ...)")
+    weights = sample_weights(_source_of(source), class_weight, sample_weight)
+    train, val = split_validation(source, validation_split) if validation_split else (source, None)
+    train_w, val_w = _split_weights(train, weights, None if sample_weight is None else val, sample_weight)
+    check_stratify(_source_of(train), stratify)
+    if validation_data is not None:
+        val, val_w = _validation_source(validation_data)
+    return train, val, weights, train_w, val_w
+
+
+def _reader_or_source(x, y, what: str):
+    """``x`` itself when it is a reader (a :class:`~evenflow.tf.RecordChain`: your functions on records), else
+    :func:`as_source`'s source."""
+    if isinstance(x, PlanReader):
+        if y is not None:
+            raise ValueError(f"{what}: y must be None when x is a {type(x).__name__} (it yields the labels), got "
+                             f"{type(y).__name__}")
+        return x
+    return as_source(x, y, what)
+
+
+def _source_of(data):
+    """The source of a reader, or the source itself."""
+    return data.source if isinstance(data, PlanReader) else data
+
+
+def _reader_of(data):
+    """A reader of a source, or the reader itself."""
+    return data if isinstance(data, PlanReader) else PlanReader(data)
+
+
+def _check_keras_steps(initial_epoch, validation_freq) -> None:
+    if initial_epoch != 0:
+        raise ValueError(f"initial_epoch={initial_epoch!r}: evenflow.tf.fit starts at epoch 0, or where output_dir's "
+                         f"newest checkpoint ended (epoch and step); to continue a run, call fit again with the same "
+                         f"output_dir= and leave initial_epoch out")
+    if isinstance(validation_freq, bool) or not (
+            isinstance(validation_freq, int) and validation_freq >= 1 or isinstance(validation_freq, (list, tuple))
+            and validation_freq and all(isinstance(e, int) and not isinstance(e, bool) and e >= 1
+                                        for e in validation_freq)):
+        raise ValueError(f"validation_freq must be an int >= 1 (validate every this many epochs) or a list of "
+                         f"epochs >= 1, got {validation_freq!r}")
+
+
+def _plans(strategy, train, val, batch_size, seed, stratify, balance, steps_per_epoch) -> tuple[Plan, Plan | None]:
+    """The training plan and the validation plan (or None) on the strategy's replicas."""
+    topology = Topology(int(strategy.num_replicas_in_sync))
+    base = Plan(_source_of(train).index(), topology, global_batch_size=batch_size, seed=seed, stratify=stratify, balance=balance)
+    _check_steps_per_epoch(steps_per_epoch, base)
+    return base, None if val is None else Plan(_source_of(val).index(), topology, global_batch_size=batch_size)
+
+
+def _check_steps_per_epoch(steps_per_epoch, plan: Plan) -> None:
+    if steps_per_epoch is not None and steps_per_epoch != plan.num_steps:
+        raise ValueError(f"steps_per_epoch={steps_per_epoch!r}: an epoch of evenflow.tf.fit is the plan's "
+                         f"{plan.num_steps} steps (every sample once, batch_size per step); leave steps_per_epoch "
+                         f"out, or to train fewer samples per epoch pass fewer samples (x[:n], y[:n])")
+
+
+def _split_weights(train, weights, val, sample_weight):
+    """The training weights of ``train`` (the first samples of ``x``) and the validation split's ``sample_weight``."""
+    if weights is None:
+        return None, None
+    n = _source_of(train).num_samples
+    return weights[:n], None if val is None else given_weights(sample_weight, n + val.num_samples, "sample_weight")[n:]
+
+
 def _validation_source(data):
+    """``(source, weights or None)`` of ``validation_data``."""
     if isinstance(data, (tuple, list)):
-        if len(data) != 2:
-            raise ValueError(f"validation_data must be (x_val, y_val) or an evenflow source, got a sequence of "
-                             f"{len(data)} items (sample weights are not supported: every sample counts once)")
-        return as_source(data[0], data[1], "validation_data")
-    return as_source(data, None, "validation_data")
+        if len(data) not in (2, 3):
+            raise ValueError(f"validation_data must be (x_val, y_val), (x_val, y_val, sample_weight_val), an "
+                             f"evenflow source or a RecordChain, got a sequence of {len(data)} items")
+        source = as_source(data[0], data[1], "validation_data")
+        weights = None if len(data) == 2 else given_weights(data[2], source.num_samples, "validation_data's weights")
+        return source, weights
+    return _reader_or_source(data, None, "validation_data"), None
 
 
-def _identity(train, val) -> str | None:
-    """A digest of the arrays trained and validated on (None for other sources: only the plan is checked)."""
+def _identity(train, val, weights=None) -> str | None:
+    """A digest of the arrays trained and validated on, and their weights (None for other sources: only the plan
+    is checked)."""
     tf = _tf()
-    parts = []
+    parts = [] if weights is None else [weights]
     for s in (train, val):
         inner = getattr(s, "source", s)
         if s is not None and not isinstance(inner, ArrayPair):
@@ -165,12 +253,19 @@ def _identity(train, val) -> str | None:
     return digest(*parts)
 
 
-def _build(model, strategy, source) -> None:
+def _arrays(source) -> bool:
+    return isinstance(getattr(source, "source", source), ArrayPair)
+
+
+def _build(model, strategy, source, plan: Plan) -> None:
     """Create the model's and optimizer's variables now (a checkpoint restores into them)."""
     tf = _tf()
     if not model.built:
-        ids = list(range(min(2, source.num_samples)))
-        sample = reader_source(source).batch(tf.constant(ids, tf.int64))
+        if isinstance(source, PlanReader):  # your functions make the features: one step of them
+            sample = next(iter(source.replica_dataset(plan, None, epochs=1)))
+        else:
+            ids = list(range(min(2, source.num_samples)))
+            sample = reader_source(source).batch(tf.constant(ids, tf.int64))
         try:
             with strategy.scope():
                 model(tf.nest.map_structure(tf.convert_to_tensor, sample["features"]), training=False)
@@ -197,10 +292,13 @@ class _Run:
         self.epochs, self.rebalance = epochs, rebalance
         self.guard = self.monitor = None
         self.cursor = Cursor(0, 0)
+        self.run_dir = None
+        self.weights, self.validation_freq = None, 1
 
     def open(self, stack, run_dir: Path, audit: bool, every: int, keep: int, identity: str | None) -> None:
         directory = RunDirectory(run_dir, chief=True)
         stack.enter_context(directory.held())
+        self.run_dir, self.identity = run_dir, identity
         candidates = resumable(run_dir)
         if candidates:
             latest = check_same_run(candidates, self.base, identity, run_dir, KERAS_FIT, api="keras_fit")
@@ -211,22 +309,19 @@ class _Run:
         found = self.guard.resume(list(candidates))
         if found is not None:
             self.cursor = found
-            print(f"evenflow.tf.fit: resuming from {run_dir}'s checkpoint at epoch {found.epoch} step {found.step} "
-                  f"(Keras's Epoch {found.epoch + 1}/{self.epochs})"
-                  + (f" (that epoch's figures cover its remaining {self.base.num_steps - found.step} steps)"
-                     if found.step else ""), file=sys.stderr, flush=True)
+            print(_resumed(run_dir, found, self.epochs, self.base.num_steps), file=sys.stderr, flush=True)
             self.plan = self.guard.plan_in_use()
         self.monitor = plan_monitor(self.base, _rebalance(self.rebalance), run_dir, found is not None)
         directory.started = True
 
-    def train(self, reader, val, val_plan, verbose, callbacks):
-        keras = _keras()
-        history = keras.callbacks.History()
-        history.set_model(self.model)
-        history.epoch, history.history = [], {}
+    def train(self, reader, val, val_plan, verbose, callbacks, val_weights=None):
+        logs = EpochLogs(self.run_dir, self.cursor.epoch)
         val_kw = {} if val is None else {
-            "validation_data": keras_dataset(PlanReader(val), val_plan, epochs=1, repeat=True),
-            "validation_steps": val_plan.num_steps}
+            "validation_data": keras_dataset(_reader_of(val), val_plan, epochs=1, repeat=True, weights=val_weights),
+            "validation_steps": val_plan.num_steps, "validation_freq": list(self.validation_freq) if isinstance(self.validation_freq, tuple) else self.validation_freq}
+        keras = _keras()
+        own = [] if any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks) else \
+            [progress_bar(self.epochs)]
         if self.monitor is not None:  # a re-plan must pay for itself over the steps left
             self.monitor.total_steps = self.epochs * self.base.num_steps
         while self.cursor.epoch < self.epochs:
@@ -234,13 +329,10 @@ class _Run:
             stop = cursor.epoch + 1 if cursor.step > 0 else self.epochs
             watcher = None if self.recorder is None else \
                 PlanCallback.create(self.plan, self.base, self.recorder, cursor, self.guard, self.monitor)
-            h = self.model.fit(keras_dataset(reader, self.plan, epochs=stop - cursor.epoch, start=cursor),
-                               epochs=stop, initial_epoch=cursor.epoch, steps_per_epoch=self.plan.num_steps - cursor.step
-                               if cursor.step > 0 else self.plan.num_steps, verbose=verbose, shuffle=False,
-                               callbacks=([watcher] if watcher is not None else []) + callbacks, **val_kw)
-            history.epoch += list(h.epoch)
-            for k, v in h.history.items():
-                history.history.setdefault(k, []).extend(v)
+            data = keras_dataset(reader, self.plan, epochs=stop - cursor.epoch, start=cursor, weights=self.weights)
+            self.model.fit(data, epochs=stop, initial_epoch=cursor.epoch, verbose=verbose, shuffle=False,
+                           steps_per_epoch=self.plan.num_steps - cursor.step, **val_kw,
+                           callbacks=([watcher] if watcher is not None else []) + [logs.callback()] + own + callbacks)
             self.cursor = watcher.cursor if watcher is not None else Cursor(stop, 0)
             if watcher is not None and watcher.replan is not None:
                 self._adopt(watcher.replan)
@@ -250,7 +342,7 @@ class _Run:
             self.guard.finish(self.cursor)
         if self.monitor is not None:
             self.monitor.close()
-        return history
+        return logs.history(self.model)
 
     def _adopt(self, decision) -> None:
         before = tuple(self.plan.topology.weights or (1.0,) * self.plan.topology.replicas)
@@ -259,3 +351,13 @@ class _Run:
         if self.guard is not None:
             self.guard.weights = tuple(self.plan.topology.weights)
 
+
+
+def _resumed(run_dir: Path, found: Cursor, epochs: int, steps: int) -> str:
+    """The line a call that continues ``run_dir`` prints: where it resumes, or that the run is done."""
+    if found.epoch >= epochs:
+        return (f"evenflow.tf.fit: {run_dir} has trained all {epochs} epochs; nothing to train (pass a larger epochs= "
+                f"to train on); returning its History")
+    return (f"evenflow.tf.fit: resuming from {run_dir}'s checkpoint at epoch {found.epoch} step {found.step} "
+            f"(Keras's Epoch {found.epoch + 1}/{epochs})"
+            + (f" (that epoch's figures cover its remaining {steps - found.step} steps)" if found.step else ""))

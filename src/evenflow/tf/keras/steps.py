@@ -18,7 +18,10 @@ however the plan pads a step:
   accumulated per replica from its real samples only and summed by Keras at the epoch's end:
   what a single device's ``fit`` shows;
 * **the compiled metrics** (``metrics=`` and ``weighted_metrics=``) see the real rows only,
-  each once.
+  each once;
+* **per-sample weights** (``meta["weight"]``, from ``fit``'s ``class_weight`` or
+  ``sample_weight``) multiply each real row's loss, as Keras weights a loss by
+  ``sample_weight``, and weight the ``weighted_metrics``.
 
 Batches that are not ``keras_dataset``'s (``model.evaluate(x_test, y_test)`` on arrays) take
 Keras's own steps. The loss reduction is checked again each time a step is traced, so a model
@@ -32,14 +35,14 @@ from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.keras.compiled import check_model, check_output_masks, loss_reduction
-from evenflow.tf.keras.data import META_KEYS
+from evenflow.tf.keras.data import META_KEYS, WEIGHT
 from evenflow.tf.keras.output_losses import exact_output_losses
 from evenflow.tf.keras.recorder import StepRecorder
 from evenflow.tf.input.pyfunc import wall_clock
 
 
 def _is_meta(value) -> bool:
-    return isinstance(value, dict) and set(value) == set(META_KEYS)
+    return isinstance(value, dict) and set(value) - {WEIGHT} == set(META_KEYS)
 
 
 def _check_own_row(meta):
@@ -102,6 +105,8 @@ class _Exact:
         rows = tf.cast(tf.shape(mask)[0], tf.float32)
         mean = reduction != "sum"
         row_weights = mask * (rows * replicas / count) if mean else mask
+        if WEIGHT in meta:
+            row_weights = row_weights * tf.cast(meta[WEIGHT], tf.float32)
         weights = tf.nest.map_structure(lambda out: _per_position(row_weights, out), y_pred)
         real = tf.reduce_sum(mask)
         # Keras records each output's loss as R * s / count (mean) or R * s (sum), s the replica's
@@ -117,9 +122,10 @@ class _Exact:
         model._loss_tracker.update_state(shown, sample_weight=real)
         return total, shown * real, real, mask
 
-    def _metrics(self, x, y, y_pred, mask):
+    def _metrics(self, x, y, y_pred, mask, meta):
         keep = mask > 0
-        return self.model.compute_metrics(x, _real(y, keep), _real(y_pred, keep), sample_weight=None)
+        weight = _real(meta[WEIGHT], keep) if WEIGHT in meta else None  # for the weighted_metrics
+        return self.model.compute_metrics(x, _real(y, keep), _real(y_pred, keep), sample_weight=weight)
 
     def train_step(self, data):
         tf = _tf()
@@ -139,7 +145,7 @@ class _Exact:
             done = self.recorder.record(meta["id"], sums, started, list(grads))
             grads = _after(grads, done)
         model.optimizer.apply_gradients(zip(grads, variables))
-        return self._metrics(x, y, y_pred, mask)
+        return self._metrics(x, y, y_pred, mask, meta)
 
     def test_step(self, data):
         if not (isinstance(data, tuple) and len(data) == 3 and _is_meta(data[2])):
@@ -147,7 +153,7 @@ class _Exact:
         x, y, meta = data
         y_pred = self.model(x, training=False)
         _, _, _, mask = self._loss(x, y, y_pred, meta, training=False)
-        return self._metrics(x, y, y_pred, mask)
+        return self._metrics(x, y, y_pred, mask, meta)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         # Keras builds the compiled metrics from a first batch; an evenflow ``meta`` dict there is
@@ -158,7 +164,7 @@ class _Exact:
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if _is_meta(sample_weight):  # Keras's symbolic build passes keras_dataset's meta as a weight
-            mask = _tf().cast(sample_weight["mask"], "float32")
+            mask = _tf().cast(sample_weight.get(WEIGHT, sample_weight["mask"]), "float32")
             sample_weight = _tf().nest.map_structure(lambda out: _per_position(mask, out), y_pred)
         return self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
 
