@@ -12,6 +12,9 @@ import pytest
 import evenflow as ef
 from evenflow.data.text import PAD, TextData, TextSource
 
+if "TF_ENABLE_ONEDNN_OPTS" not in os.environ:  # the default path is one of the two; running it a third time adds nothing
+    pytest.skip("runs under both kernel paths, from tests/tf/test_kernel_paths.py (or set TF_ENABLE_ONEDNN_OPTS=0 or 1)",
+                allow_module_level=True)
 tf = pytest.importorskip("tensorflow")
 from evenflow.tf import PlanReader, build_model, tf_source  # noqa: E402
 from evenflow.tf.models import check_model_input  # noqa: E402

@@ -86,7 +86,7 @@ def check_workers_agree(gather, plan: Plan, local_replicas: int, workers: int, i
     the same rows, so every worker raises the same error.
 
     Args:
-        gather: ``fn(float64 [local replicas, k]) -> [all replicas, k]`` (``Trainer.gather_rows``);
+        gather: ``fn(float64 [local replicas, k]) -> [all replicas, k]`` (an all-gather of the framework's strategy or process group);
             a collective: every worker must call this at the same point.
         plan: this worker's training plan.
         local_replicas: replicas of this worker.

@@ -118,10 +118,6 @@ class Trainer(LoopFront):
         self.engine = TFEngine(strategy, self.step)
         self.loop = TrainLoop(self.engine, options.compute.accumulate_steps)
 
-    def gather_rows(self, local_rows: np.ndarray) -> np.ndarray:
-        """All workers' float64 rows: ``[local replicas, k]`` -> ``[all replicas, k]`` (a collective)."""
-        return self.loop.all_gather(local_rows)
-
     def fit(self, reader, plan: Plan, epochs: int, start: Cursor | None = None, on_step: Callable | None = None,
             on_epoch: Callable | None = None, on_batch: Callable | None = None, guard=None,
             monitor=None) -> list[EpochResult]:
