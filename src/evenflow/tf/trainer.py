@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import Plan
