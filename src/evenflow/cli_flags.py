@@ -38,14 +38,17 @@ def _fix(flag: str, kind: str, value: str) -> str:
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser, whose: str = "the ") -> None:
-    """``--verbose``: let the frameworks' own native logging through (default: errors only).
+    """``--verbose``: let the frameworks' own native logging through (default: errors only), and let every
+    process of a multi-process run print (default: process 0 only, errors on all).
 
     It sets ``EVENFLOW_VERBOSE=1`` in the environment, which the processes a command starts inherit
     (``evenflow launch --verbose`` passes it to every worker).
     """
     parser.add_argument("--verbose", action="store_true", default=False,
                         help=f"show {whose}frameworks' native info logging too: TensorFlow's C++ start-up lines (default: "
-                             "its errors only, unless TF_CPP_MIN_LOG_LEVEL is set) and PyTorch's c10d/DDP lines")
+                             "its errors only, unless TF_CPP_MIN_LOG_LEVEL is set) and PyTorch's c10d/DDP lines; and "
+                             "let every process of a multi-process run print its progress and results (default: "
+                             "process 0 only; errors on every process)")
 
 
 def add_cache_flags(parser: argparse.ArgumentParser) -> None:
