@@ -25,6 +25,22 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {flag} takes {_fix(flag, kind, value)}\n")
 
 
+    def unrecognized(self, extras: list[str]):
+        """Refuse arguments the command does not take, with its own usage and the flag meant, if one is close."""
+        import difflib
+
+        options = sorted({o for a in self._actions for o in a.option_strings if o.startswith("--")})
+        hints = []
+        for arg in extras:
+            name = arg.split("=", 1)[0]
+            if name.startswith("-"):
+                close = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+                if close:
+                    hints.append(f"did you mean {close[0]}?")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}; see {self.prog} --help")
+
+
 def _fix(flag: str, kind: str, value: str) -> str:
     if kind == "float":
         return f"a number, got {value!r}; write one such as 0.5 or 1e-3"
