@@ -25,6 +25,22 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {flag} takes {_fix(flag, kind, value)}\n")
 
 
+    def unrecognized(self, extras: list[str]):
+        """Refuse arguments the command does not take, with its own usage and the flag meant, if one is close."""
+        import difflib
+
+        options = sorted({o for a in self._actions for o in a.option_strings if o.startswith("--")})
+        hints = []
+        for arg in extras:
+            name = arg.split("=", 1)[0]
+            if name.startswith("-"):
+                close = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+                if close:
+                    hints.append(f"did you mean {close[0]}?")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}; see {self.prog} --help")
+
+
 def _fix(flag: str, kind: str, value: str) -> str:
     if kind == "float":
         return f"a number, got {value!r}; write one such as 0.5 or 1e-3"
@@ -38,14 +54,17 @@ def _fix(flag: str, kind: str, value: str) -> str:
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser, whose: str = "the ") -> None:
-    """``--verbose``: let the frameworks' own native logging through (default: errors only).
+    """``--verbose``: let the frameworks' own native logging through (default: errors only), and let every
+    process of a multi-process run print (default: process 0 only, errors on all).
 
     It sets ``EVENFLOW_VERBOSE=1`` in the environment, which the processes a command starts inherit
     (``evenflow launch --verbose`` passes it to every worker).
     """
     parser.add_argument("--verbose", action="store_true", default=False,
                         help=f"show {whose}frameworks' native info logging too: TensorFlow's C++ start-up lines (default: "
-                             "its errors only, unless TF_CPP_MIN_LOG_LEVEL is set) and PyTorch's c10d/DDP lines")
+                             "its errors only, unless TF_CPP_MIN_LOG_LEVEL is set) and PyTorch's c10d/DDP lines; and "
+                             "let every process of a multi-process run print its progress and results (default: "
+                             "process 0 only; errors on every process)")
 
 
 def add_cache_flags(parser: argparse.ArgumentParser) -> None:

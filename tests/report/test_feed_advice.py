@@ -40,7 +40,7 @@ def _input_bound(tmp_path, run_line):
 
 def test_the_diagnosis_line_carries_the_runs_own_advice(tmp_path):
     d = _input_bound(tmp_path, {"input": {"framework": "torch", "augment": False, "loader_workers": 2}})
-    assert d.kind == "input-bound" and "--loader-workers (now 2;" in d.lines[0] and "--augment" not in d.lines[0]
+    assert d.kind == "input-bound" and "--loader-workers (now 2;" in d.text and "--augment" not in d.text
 
 
 @pytest.mark.slow

@@ -61,4 +61,4 @@ def test_the_straggler_line_adds_it_in_cost_runs_only(tmp_path, load_unit):
     compute = 0.001 * samples * np.array([_speed(r) for r in range(R)])
     d = _run(tmp_path, load_unit, compute, cost, samples)
     assert d.kind == "straggler" and d.straggler == 1
-    assert ("does not follow their cost" in d.lines[0]) == (load_unit == "cost")
+    assert ("does not follow their cost" in d.text) == (load_unit == "cost")

@@ -23,10 +23,10 @@ def _step(i, compute, step_seconds=None, input_wait=0.0, weights=None, **extra):
             "input_wait": input_wait, "step_seconds": step_seconds, **extra}
 
 
-def _write(run_dir, lines, replicas=R, tail=""):
+def _write(run_dir, lines, replicas=R, tail="", **run):
     run_dir.mkdir(parents=True, exist_ok=True)
     head = {"kind": "run", "replicas": replicas, "workers": 1, "global_batch_size": 8 * replicas,
-            "steps_per_epoch": 100, "load_unit": "samples"}
+            "steps_per_epoch": 100, "load_unit": "samples", **run}
     text = "\n".join(json.dumps(x) for x in [head, *lines]) + "\n" + tail
     (run_dir / "telemetry.jsonl").write_text(text)
     return run_dir
@@ -46,7 +46,7 @@ def test_balanced_run(tmp_path):
     d = diagnose(load_telemetry(_write(tmp_path / "run", _balanced(50))))
     assert d.kind == "balanced"
     assert d.straggler_fraction < 0.01 and d.imbalance < 1.01
-    assert d.lines == (d.lines[0],) and d.lines[0].startswith("balanced: ") and "nothing to fix" in d.lines[0]
+    assert d.lines[0].startswith("balanced: input wait ") and d.lines[-1] == "nothing to fix"
 
 
 def test_straggler_charged_with_hand_computed_wait(tmp_path):
@@ -57,8 +57,8 @@ def test_straggler_charged_with_hand_computed_wait(tmp_path):
     assert d.straggler_fraction == pytest.approx(30.0 / (3 * 22.0))
     assert d.imbalance == pytest.approx(2.0 / 1.25)
     assert d.waited_for == pytest.approx((0.0, 0.0, 30.0, 0.0))
-    assert "replica 2 took 2.0x the others' compute time" in d.lines[0]
-    assert "for replica 2 (30.0 s)" in d.lines[0] and "rebalancing is off" in d.lines[0]
+    assert "replica 2 took 2.0x the others' compute time" in d.text
+    assert "for replica 2 (30.0 s)" in d.text and "rebalancing is off" in d.text
 
 
 @pytest.mark.parametrize("wait, kind", [
@@ -68,10 +68,10 @@ def test_straggler_charged_with_hand_computed_wait(tmp_path):
 ])
 def test_input_wait_rules(tmp_path, wait, kind):
     d = diagnose(load_telemetry(_write(tmp_path / "run", _balanced(20, input_wait=wait))))
-    assert d.kind == kind and len(d.lines) == 1 and d.lines[0].startswith(kind + ": ")
+    assert d.kind == kind and d.text.startswith(kind + ": ")
     assert d.input_wait_fraction == pytest.approx(wait)
-    assert f"input wait {wait:.1%} of step time" in d.lines[0]
-    assert ("evenflow convert" in d.lines[0] and "augmentation costs CPU" in d.lines[0]) == (kind != "balanced")
+    assert f"input wait {wait:.1%} of step time" in d.text
+    assert ("evenflow convert" in d.text and "augmentation costs CPU" in d.text) == (kind != "balanced")
 
 
 def test_input_bound_and_straggler_larger_problem_wins_and_both_are_said(tmp_path):
@@ -79,7 +79,7 @@ def test_input_bound_and_straggler_larger_problem_wins_and_both_are_said(tmp_pat
     steps = [_step(i, [1, 1, 2, 1], step_seconds=2.2, input_wait=0.55) for i in range(10)]
     d = diagnose(load_telemetry(_write(tmp_path / "run", steps)))
     assert d.kind == "straggler" and d.input_wait_fraction == pytest.approx(0.25)
-    line, = d.lines
+    line = d.text
     assert line.startswith("straggler: the others waited 45.5% of their step time for replica 2 (30.0 s)")
     assert "input wait 25.0% of step time (5.50 s of 22.0 s over 10 steps)" in line
     assert line.index("rebalancing is off") < line.index("feed faster")  # the verdict's advice first
@@ -94,8 +94,8 @@ def test_rebalance_splits_run_into_before_and_after(tmp_path):
     assert phases["before rebalancing"].kind == "straggler" and phases["before rebalancing"].straggler == 2
     assert (phases["before rebalancing"].start, phases["before rebalancing"].stop) == (0, 10)
     assert phases["after rebalancing"].kind == "balanced" and phases["after rebalancing"].start == 10
-    assert "changed the weights after these steps, at update 10" in phases["before rebalancing"].lines[0]
-    assert "compare the diagnoses before and after" in phases["whole run"].lines[0]
+    assert "changed the weights after these steps, at update 10" in phases["before rebalancing"].text
+    assert "compare the diagnoses before and after" in phases["whole run"].text
 
 
 def test_unknown_keys_and_kinds_ignored_truncated_last_line_skipped(tmp_path):
@@ -213,12 +213,12 @@ def test_a_rebalance_that_was_undone_is_named_as_such(tmp_path):
     lines = _straggling(4) + [replan] + _straggling(4, start=4) + [undo] + _straggling(4, start=8)
     d = diagnose(load_telemetry(_write(tmp_path / "run", lines)))
     assert d.kind == "straggler" and d.straggler == 2
-    assert "steps got no faster, so it went back at update 8" in d.lines[0], d.lines
+    assert "steps got no faster, so it went back at update 8" in d.text, d.lines
 
 
 # -- the one diagnosis line: its verdict agrees with the figures it prints ---------------------------------------
 
-_LINE = re.compile(r"^(?P<kind>[a-z -]+): .*input wait (?P<iwf>[\d.]+)% of step time \((?P<wait>[\d.,]+) s of ")
+_LINE = re.compile(r"^(?P<kind>[a-z -]+): .*input wait (?P<iwf>[\d.]+)% of step time \((?P<wait>[\d.,]+) s of ", re.S)
 _STRAG = re.compile(r"the others waited (?P<sf>[\d.]+)% of their step time for replica \d+ \((?P<s>[\d.,]+) s\)")
 
 
@@ -254,7 +254,7 @@ def _straggler_steps(fraction, n=40, r=2):
 ])
 def test_input_verdict_boundaries(tmp_path, fraction, kind, shown):
     d = diagnose(load_telemetry(_write(tmp_path / "run", _input_steps(fraction))))
-    line, = d.lines
+    line = d.text
     assert d.kind == kind and line.startswith(f"{kind}: input wait {shown} of step time")
     assert _verdict_of_printed_figures(line) == kind
     assert " 0.0 s" not in line and "0.00 s" not in line
@@ -267,7 +267,7 @@ def test_input_verdict_boundaries(tmp_path, fraction, kind, shown):
 ])
 def test_straggler_verdict_boundaries(tmp_path, fraction, kind, shown):
     d = diagnose(load_telemetry(_write(tmp_path / "run", _straggler_steps(fraction), replicas=2)))
-    line, = d.lines
+    line = d.text
     assert d.kind == kind and f"the others waited {shown} of their step time for replica 1" in line
     assert _verdict_of_printed_figures(line) == kind
     assert ("rebalancing is off" in line) == (kind == "straggler") and ("nothing to fix" in line) == (kind != "straggler")
@@ -277,7 +277,7 @@ def test_both_over_their_thresholds_the_larger_decides_and_the_line_agrees(tmp_p
     # input wait 0.42 of 2 s = 21%; the other replica waits 0.5 s per step = 25%: straggler wins
     steps = [_step(i, [0.5, 1.0], step_seconds=2.0, input_wait=0.42) for i in range(20)]
     d = diagnose(load_telemetry(_write(tmp_path / "run", steps, replicas=2)))
-    line, = d.lines
+    line = d.text
     assert d.kind == "straggler" == _verdict_of_printed_figures(line)
     assert "25.0% of their step time" in line and "input wait 21.0%" in line and "feed faster" in line
 
@@ -298,15 +298,15 @@ def test_a_straggler_kept_because_a_re_plan_would_not_repay_its_cost_says_so(tmp
     lines = _straggling(6) + [held] + _straggling(4, start=6) + [{**held, "gain": 1.38, "saving_seconds": 0.5}]
     d = diagnose(load_telemetry(_write(tmp_path / "run", lines)))
     assert d.kind == "straggler" and d.straggler == 2
-    line = d.lines[0]
+    line = d.text
     assert "rebalancing is on but kept the split: 2 checks predicted faster steps" in line, line
     assert "(the best after 6 updates: 1.42x, 0.800 s saved over the steps left)" in line  # the larger saving
     assert "less than 1.5x what a re-plan is taken to cost (1.27 s: the first opening of the pipelines" in line
     assert "--rebalance-payback" in line
     # A check judges the updates before it: the first one (after 6 updates) explains updates 0..5, not 0..4.
     tel = load_telemetry(tmp_path / "run")
-    assert "kept the split: 1 check predicted" in diagnose(tel, 0, 6).lines[0]
-    assert "kept the split" not in diagnose(tel, 0, 5).lines[0]
+    assert "kept the split: 1 check predicted" in diagnose(tel, 0, 6).text
+    assert "kept the split" not in diagnose(tel, 0, 5).text
 
 
 def test_output_must_be_an_html_file_so_no_run_file_or_device_is_replaced(tmp_path, capsys):
@@ -380,3 +380,40 @@ def test_the_command_reads_the_summary_once_for_the_page_and_its_notes(tmp_path,
     assert main(["report", str(run_dir)]) == 0
     assert len(reads) == 1 and "note:" not in capsys.readouterr().out
     assert "shapes-7f3a: 160 samples" in (run_dir / "report.html").read_text()
+
+
+# -- logical devices sharing one CPU's cores: their times say nothing about balance ---------------------------------
+
+def test_on_shared_cores_the_verdict_is_not_measurable_in_two_short_lines(tmp_path, capsys):
+    # replica 2 "takes 2x" — on logical devices sharing cores that is scheduling, not a slow device
+    run_dir = _write(tmp_path / "run", _straggling(10), shared_devices=True)
+    d = diagnose(load_telemetry(run_dir))
+    assert d.kind == "not measurable here" and d.shared
+    assert d.lines == ("not measurable here: the replicas share cores",
+                       "the 4 replicas are logical devices on one CPU's cores: whichever runs last looks slow; "
+                       "input wait 0.0% of step time")
+    assert all(len(x) <= 160 for x in d.lines) and "straggler" not in d.text and "[" not in d.text
+    assert main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "whole run (updates 0..9): not measurable here: the replicas share cores\n  the 4 replicas" in out
+    page = (run_dir / "report.html").read_text()  # the page's badge says what the terminal says
+    assert '<span class="kind not-measurable-here">not measurable here</span>' in page
+    assert 'class="kind straggler"' not in page and "mean imbalance over the run" not in page
+    assert "not a measure of balance here" in page
+
+
+def test_on_shared_cores_an_input_bound_run_is_still_input_bound(tmp_path):
+    steps = [_step(i, [1, 1, 2, 1], step_seconds=2.2, input_wait=0.66) for i in range(10)]
+    d = diagnose(load_telemetry(_write(tmp_path / "run", steps, shared_devices=True)))
+    assert d.kind == "input-bound" and d.lines[0] == "input-bound: input wait 30.0% of step time (6.60 s of 22.0 s over 10 steps)"
+    assert "balance is not measurable here" in d.lines[1] and d.lines[2].startswith("feed faster")
+    assert "rebalancing" not in d.text
+
+
+def test_separate_devices_keep_the_straggler_verdict_in_short_lines(tmp_path):
+    d = diagnose(load_telemetry(_write(tmp_path / "run", _straggling(10), shared_devices=False)))
+    assert d.kind == "straggler" and d.lines == (
+        "straggler: the others waited 45.5% of their step time for replica 2 (30.0 s)",
+        "replica 2 took 2.0x the others' compute time",
+        "input wait 0.0% of step time (0.00 s of 22.0 s over 10 steps)",
+        "rebalancing is off: turn it on so the plan gives replica 2 a smaller share, or give it a smaller weight")

@@ -7,12 +7,16 @@ import os
 
 import numpy as np
 
+from evenflow.commands.inspect_run import builtin_array_labels, fill_from_run, run_columns, run_config
 from evenflow.commands.inspect_inputs import (MAX_REPLICAS, check_numbers, check_replicas_fit, in_flags, load_column, parse_steps,
                                               parse_weights)
 from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
 from evenflow.cli_flags import add_cache_flags, cache_flags_for
 
 EPILOG = """examples:
+  evenflow inspect runs/demo                   # the plan a run trained on: its data, replicas, batch, seed
+  evenflow inspect runs/demo --replicas 8      # the same run's plan on 8 replicas
+  evenflow inspect --dataset builtin:digits --replicas 4 --global-batch-size 64 --stratify
   evenflow inspect --samples 10000 --replicas 8 --batch-size 256
   evenflow inspect --samples 10000 --replicas 4 --batch-size 256 --weights 1,1,1,0.5
   evenflow inspect --samples 5000 --replicas 4 --batch-size 64 --labels labels.npy --stratify
@@ -26,9 +30,16 @@ EPILOG = """examples:
   evenflow inspect --samples 1000000000 --replicas 4096 --batch-size 1048576 --steps 0:1   # one step of 10^9
   evenflow inspect --costs lengths.npy --replicas 4096 --batch-size 1048576 --balance cost --bucket --steps 0:1
 
+RUN_DIR, the --output-dir of an evenflow train or demo run, gives the plan options from its
+summary.json: the run's dataset split as the run split it (the training samples), its
+replicas, global batch, seed, stratification, balance and bucketing; a flag given with it
+replaces the run's value. --global-batch-size and --batch-size are one flag (the global batch,
+summed over replicas), as in evenflow train.
+
 Labels and costs files are .npy arrays or text with one number per line; with one of
 them, --samples may be left out (it is the file's length). --dataset builtin:stdlib-docs
-takes N, labels and lengths (costs) from that built-in text dataset; --dataset data.npz takes
+takes N, labels and lengths (costs) from that built-in text dataset; --dataset builtin:digits N
+and labels from all of the digits; --dataset data.npz takes
 N and labels from its --label-key array (default y); --dataset with records
 (a directory written by `evenflow convert`, or TFRecord files with .idx sidecars) takes them
 from the records: the sidecars' labels and costs, else the labels and the lengths of the
@@ -49,6 +60,8 @@ out the whole epoch and takes no --steps.
 def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="show the per-replica split of a plan", description=__doc__,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (the --output-dir of evenflow "
+                   "train or demo): plan its training split with its options, unless a flag says otherwise")
     p.add_argument("--samples", type=int, help="number of samples N (default: length of --labels/--costs)")
     p.add_argument("--dataset", help="take N, labels and lengths from a built-in text dataset (builtin:stdlib-docs), "
                                      "the --label-key array of a .npz file, or records: a directory, a quoted glob "
@@ -57,16 +70,18 @@ def add_parser(sub) -> None:
                                                       "costs (default: the only non-label feature)")
     p.add_argument("--label-key", default="y", help="records: the int64 label feature (default: the manifest's, or "
                                                     "a feature named label)")
-    p.add_argument("--replicas", type=int, required=True, help=f"number of replicas R, in [1, {MAX_REPLICAS:,}] and "
-                                                               f"at most N")
-    p.add_argument("--batch-size", type=int, required=True, help=f"global batch size G (summed over replicas), in "
-                                                                 f"[R, {MAX_GLOBAL_BATCH:,}]")
+    p.add_argument("--replicas", type=int, help=f"number of replicas R, in [1, {MAX_REPLICAS:,}] and at most N "
+                                                f"(required without RUN_DIR)")
+    p.add_argument("--global-batch-size", "--batch-size", dest="batch_size", type=int,
+                   help=f"global batch size G (summed over replicas), in [R, {MAX_GLOBAL_BATCH:,}] (required without "
+                        f"RUN_DIR); --batch-size is the same flag")
     p.add_argument("--weights", help="comma-separated relative replica speeds, e.g. 1,1,1,0.5")
     p.add_argument("--labels", help="labels file (.npy or one integer per line)")
     p.add_argument("--costs", help="costs file (.npy or one number per line), e.g. sequence lengths")
-    p.add_argument("--stratify", action="store_true", help="stratify steps and replicas by label")
-    p.add_argument("--balance", default="count", help="count (default) or cost")
-    p.add_argument("--bucket", action="store_true", help="bucket samples of similar cost into the same step")
+    p.add_argument("--stratify", action="store_true", default=None, help="stratify steps and replicas by label")
+    p.add_argument("--balance", help="count (default) or cost")
+    p.add_argument("--bucket", action="store_true", default=None, help="bucket samples of similar cost into the "
+                                                                       "same step")
     p.add_argument("--bucket-window", type=int, help="steps per sorted bucket window, of --bucket and of the modes "
                                                      "table's bucket rows (default 256)")
     p.add_argument("--pack", type=int, default=0, metavar="L",
@@ -74,7 +89,7 @@ def add_parser(sub) -> None:
     p.add_argument("--pack-overflow", choices=("error", "split"),
                    help="with --pack: a sample longer than L is an error (default) or split into pieces")
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial step")
-    p.add_argument("--seed", type=int, default=0, help=f"seed of the plan's shuffles, in [0, {MAX_SEED}] (default 0, "
+    p.add_argument("--seed", type=int, help=f"seed of the plan's shuffles, in [0, {MAX_SEED}] (default 0, "
                                                        f"as in evenflow train)")
     p.add_argument("--epoch", type=int, default=0, help="which epoch's order to show (default 0); each epoch "
                                                         "shuffles anew")
@@ -119,9 +134,12 @@ def dataset_columns(args, labels, costs) -> tuple:
         found, stats = records_columns(args)
         return (found[0] if labels is None else labels), (found[1] if costs is None else costs), stats
     refuse_keys(args, f"{name} has none")
+    found = builtin_array_labels(name)
+    if found is not None:  # an array dataset: N and labels, no costs
+        return (found if labels is None else labels), costs, None
     key = name.split(":", 1)[1]
     if key not in BUILTIN_TEXT:
-        valid = ", ".join(f"builtin:{k}" for k in sorted(BUILTIN_TEXT))
+        valid = ", ".join(f"builtin:{k}" for k in sorted({*BUILTIN_TEXT, "digits"}))
         raise ValueError(f"--dataset must be one of {valid} or records, got {name!r}; for other data pass "
                          f"--labels/--costs")
     data = BUILTIN_TEXT[key]()
@@ -242,11 +260,33 @@ def _check_pack(pack: int | None, costs) -> None:
                          f"most the tokens of a step, e.g. --pack {int(np.max(costs))} (the longest sample)")
 
 
+def plan_source(args):
+    """Fill the plan flags from RUN_DIR, if given, and the defaults of the rest; with RUN_DIR, a function
+    returning the run's ``(labels, costs)``, else None. Without RUN_DIR, --replicas and
+    --global-batch-size are required."""
+    columns = None
+    if args.run_dir is not None:
+        if args.dataset or args.samples is not None:
+            raise ValueError(f"RUN_DIR {args.run_dir} gives the dataset; drop --dataset/--samples, or drop RUN_DIR")
+        config = run_config(args.run_dir)
+        fill_from_run(args, config, {d for d in ("replicas", "batch_size", "seed", "stratify", "balance", "bucket")
+                                     if getattr(args, d) is not None})
+        columns = lambda: run_columns({**config, "balance": args.balance, "bucket": args.bucket})  # noqa: E731
+    for flag, dest in (("--replicas", "replicas"), ("--global-batch-size", "batch_size")):
+        if getattr(args, dest) is None:
+            raise ValueError(f"{flag} is required (or a run directory: evenflow inspect RUN_DIR); e.g. "
+                             f"{flag} {4 if dest == 'replicas' else 64}")
+    for dest, default in (("seed", 0), ("stratify", False), ("balance", "count"), ("bucket", False)):
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+    return columns
+
+
 def run(args) -> int:
     import evenflow as ef
     from evenflow.plan.memory import PlanTooLarge
-    from evenflow.report.table import plan_table
 
+    run_columns_ = plan_source(args)
     check_numbers(args)  # train's limits, before any file is read or array allocated
     cache_flags_for(args, args.dataset)
     if args.plot:
@@ -255,7 +295,9 @@ def run(args) -> int:
     labels = load_column(args.labels, "labels", integer=True) if args.labels else None
     costs = load_column(args.costs, "costs", integer=False) if args.costs else None
     tokens = None
-    if args.dataset:
+    if run_columns_ is not None:
+        labels, costs = run_columns_()
+    elif args.dataset:
         labels, costs, tokens = dataset_columns(args, labels, costs)
     else:
         refuse_keys(args, "there is no --dataset")
@@ -292,14 +334,21 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{plan!r}\n")
-        if tokens is not None:
-            vocab = tokens.get("text_cnn_vocab_size")
-            print(f"feature {tokens['feature']!r} ({tokens['dtype']}, variable length): {tokens['text']}"
-                  + (f"; text_cnn reads id + 1, vocabulary {vocab}" if vocab else "") + "\n")
-        print(plan_table({k: v for k, v in summary.items() if k != "modes"}))
-        if "modes" in summary:
-            print(modes_table(summary["modes"], window=steps is not None))
-        if args.plot:
-            print(f"\nplot written to {args.plot}")
+        _print_text(args, plan, summary, tokens, window=steps is not None)
     return 0
+
+
+def _print_text(args, plan, summary: dict, tokens: dict | None, window: bool) -> None:
+    """The human output: the plan, token statistics, the per-replica table, the modes table."""
+    from evenflow.report.table import plan_table
+
+    print(f"{plan!r}\n")
+    if tokens is not None:
+        vocab = tokens.get("text_cnn_vocab_size")
+        print(f"feature {tokens['feature']!r} ({tokens['dtype']}, variable length): {tokens['text']}"
+              + (f"; text_cnn reads id + 1, vocabulary {vocab}" if vocab else "") + "\n")
+    print(plan_table({k: v for k, v in summary.items() if k != "modes"}))
+    if "modes" in summary:
+        print(modes_table(summary["modes"], window=window))
+    if args.plot:
+        print(f"\nplot written to {args.plot}")

@@ -13,12 +13,14 @@ replica's totals and the diagnosis, and writes one self-contained HTML page (inl
 charts, no scripts or external files): per-replica load and compute seconds per step, the
 step imbalance max/mean compute and the input-wait fraction, with rebalances marked.
 
-Diagnosis, one line per part of the run: input-bound when the steps waited >= 20% of their
+Diagnosis, for each part of the run: input-bound when the steps waited >= 20% of their
 time for input; a straggler when the others waited for one replica >= 10% of their step
 time; the larger of the two when both; else moderately input-bound from 5% input wait; else
-balanced. The line shows both percentages (to 0.1%, the value the verdict is decided on) and
-their seconds. A run that rebalanced is also diagnosed before its first and after its last
-rebalance. Bad input exits 2.
+balanced. On logical devices sharing one CPU's cores (the demo's 4 CPU replicas) the
+replicas' times do not show balance: the verdict is "not measurable here" unless the run
+was input-bound. The verdict line shows the percentage it was decided on (to 0.1%), the
+lines under it the other figures and what to do. A run that rebalanced is also diagnosed
+before its first and after its last rebalance. Bad input exits 2.
 
 Every line of telemetry.jsonl carries a crc of its content, and summary.json a checksum: a
 telemetry line whose crc does not match (changed or damaged) is left out, and the output
@@ -30,7 +32,8 @@ with a note.
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "report", help="diagnose a run from its telemetry and write an HTML report",
-        description="Diagnose a training run (input-bound, straggler, moderately input-bound or balanced) from the telemetry "
+        description="Diagnose a training run (input-bound, straggler, moderately input-bound, balanced, or not "
+                    "measurable on logical devices sharing cores) from the telemetry "
                     "`evenflow train` writes, and write a self-contained HTML page of charts.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding telemetry.jsonl")
@@ -63,6 +66,6 @@ def run(args) -> int:
     if problem:
         print(f"note: {problem}")
     for name, d in phases.items():
-        print(f"\n{name} (updates {d.start}..{d.stop - 1}): " + " ".join(d.lines))
+        print(f"\n{name} (updates {d.start}..{d.stop - 1}): {d.text}")
     print(f"\nwrote {path}")
     return 0

@@ -1,7 +1,7 @@
 """The diagnosis's advice about a straggler: what rebalancing did about it, and why.
 
 Read from a run's telemetry (:class:`evenflow.report.telemetry.Telemetry`): its ``run`` line
-(logical devices sharing cores, rebalancing on), its ``rebalance`` lines (re-plans, undone
+(rebalancing on), its ``rebalance`` lines (re-plans, undone
 ones) and its ``held`` lines (checks whose predicted gain would not have repaid a re-plan's
 cost over the steps left).
 """
@@ -15,11 +15,6 @@ def seconds(x: float) -> str:
 
 def rebalance_advice(tel, start: int, stop: int, strag: int) -> str:
     """What rebalancing did about straggler ``strag`` in updates ``start..stop-1`` of telemetry ``tel``."""
-    if tel.run.get("shared_devices"):
-        return (f"but the replicas are logical devices sharing one CPU's cores, so the one scheduled last looks "
-                f"slow: replica {strag} is not a slower device, and giving it less work would only make another "
-                f"one look slow (rebalancing stays off for such devices); on separate devices this would be a "
-                f"real straggler")
     undone = [ev["index"] for ev in tel.rebalances if ev.get("reason") == "undo"]
     if undone:
         return (f"rebalancing gave replica {strag} less work, but steps got no faster, so it went back at update "

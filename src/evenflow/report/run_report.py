@@ -70,7 +70,7 @@ h1{font-size:22px}h2{font-size:17px;margin-top:28px}table{border-collapse:collap
 td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}th{background:#f4f4f4}
 td:first-child,th:first-child{text-align:left}.kind{font-weight:600;padding:1px 7px;border-radius:4px}
 .balanced{background:#d9f2d9}.straggler{background:#ffe0b3}.input-bound{background:#ffd0d0}
-.moderately-input-bound{background:#fff0c0}
+.moderately-input-bound{background:#fff0c0}.not-measurable-here{background:#e8e8e8}
 .chart{max-width:100%;height:auto;display:block}.ct{font-size:14px;font-weight:600}.tick{font-size:11px;fill:#444}
 .lab{font-size:12px;fill:#222}.frame{fill:none;stroke:#999}.grid{stroke:#eee}.axis{stroke:#999}
 line.rebalance{stroke:#d62728;stroke-dasharray:5 4;stroke-width:1.5}line.resume{stroke:#888;stroke-dasharray:2 3}
@@ -131,19 +131,23 @@ def _header(tel: Telemetry, summary: dict) -> list[str]:
 
 
 def _diagnosis_section(phases: dict[str, Diagnosis]) -> list[str]:
-    """HTML lines: each phase's verdict and its one line (figures, rule, advice)."""
+    """HTML lines: each phase's verdict with its figure, then its further figures and advice as a list."""
     p = ["<h2>Diagnosis</h2>"]
     for name, d in phases.items():
         span = f"updates {d.start}..{d.stop - 1}"
-        text = " ".join(d.lines)
-        rest = text[len(d.kind) + 2:] if text.startswith(d.kind + ": ") else text
+        head = d.lines[0]
+        rest = head[len(d.kind) + 2:] if head.startswith(d.kind + ": ") else head
+        items = "".join(f"<li>{_e(x)}</li>" for x in d.lines[1:])
         p.append(f'<p class="diagnosis"><b>{_e(name)}</b> ({_e(span)}): <span class="kind {d.kind.replace(" ", "-")}">'
-                 f'{_e(d.kind)}</span>: {_e(rest)}</p>')
+                 f'{_e(d.kind)}</span>: {_e(rest)}</p>' + (f"<ul>{items}</ul>" if items else ""))
     return p
 
 
 def _imbalance_caption(phases: dict[str, Diagnosis]) -> str:
     """The imbalance chart's caption: the mean imbalance over the run, and before and after rebalancing."""
+    if phases["whole run"].shared:
+        return ("not a measure of balance here: the replicas are logical devices sharing one CPU's cores, so "
+                "whichever runs last looks slow")
     caption = f"mean imbalance over the run {phases['whole run'].imbalance:.3f}"
     if "before rebalancing" in phases or "after rebalancing" in phases:
         parts = [f"{k} {phases[k].imbalance:.3f}" for k in ("before rebalancing", "after rebalancing") if k in phases]

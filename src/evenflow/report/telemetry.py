@@ -5,8 +5,11 @@ The trainer writes one JSON object per line to ``<run_dir>/telemetry.jsonl``: a 
 samples, cost and compute seconds, the step's input wait and wall time) and a ``rebalance``
 line whenever the weights change. :func:`load_telemetry` turns the step lines into arrays;
 :func:`diagnose` decides, over a window of steps, whether the run was input-bound, had a
-straggler replica, was moderately input-bound, or was balanced, and says so in one line: the
-verdict, the two figures it was decided on, the rule, and what to do.
+straggler replica, was moderately input-bound, or was balanced, and says so in a few short lines:
+the verdict with the figure it was decided on, then the other figures and what to do. On logical
+devices sharing one CPU's cores the replicas' times say nothing about balance, and the verdict
+says so ("not measurable here") unless the run was input-bound. The thresholds are stated once,
+here, and in ``evenflow report --help``.
 
 Unknown keys and kinds are ignored, so older readers accept newer files; a truncated last
 line (the trainer crashed mid-write) is skipped, and so is a line whose crc does not match its
@@ -29,6 +32,7 @@ TELEMETRY_FILE = "telemetry.jsonl"
 INPUT_BOUND = 0.20     # input wait / step time at or above which a run is input-bound
 INPUT_MODERATE = 0.05  # ... at or above which it is "moderately input-bound"
 STRAGGLER = 0.10       # others' wait for one replica / ((R-1) * step time) for a straggler
+NOT_MEASURABLE = "not measurable here"  # the verdict on logical devices sharing one CPU's cores
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class Telemetry:
 class Diagnosis:
     """What slowed steps ``start..stop-1`` of a run, and what to do (see :func:`diagnose`)."""
 
-    kind: str  # "input-bound" | "straggler" | "moderately input-bound" | "balanced"
+    kind: str  # "input-bound" | "straggler" | "moderately input-bound" | "balanced" | "not measurable here"
     # straggler: the replica the others waited for most, also when below the threshold (the
     # kind says whether it matters); None with one replica or when no one waited.
     input_wait_fraction: float
@@ -101,10 +105,17 @@ class Diagnosis:
     straggler: int | None
     straggler_wait_seconds: float
     straggler_fraction: float
-    lines: tuple[str, ...]  # one line: the verdict, its figures, the rule, what to do
+    # "verdict: its figure", then one short item per further figure and per thing to do
+    lines: tuple[str, ...]
     start: int = 0
     stop: int = 0
     waited_for: tuple[float, ...] = field(default=())  # per replica: seconds the others waited for it
+    shared: bool = False  # the replicas are logical devices sharing one CPU's cores: their balance is not measurable
+
+    @property
+    def text(self) -> str:
+        """The lines as printed: the verdict, then each further line indented under it."""
+        return "\n  ".join(self.lines)
 
 
 def load_telemetry(run_dir) -> Telemetry:
@@ -169,8 +180,11 @@ def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnos
     input-bound when input_wait_fraction >= INPUT_BOUND (20%); straggler when
     straggler_fraction >= STRAGGLER (10%) and R > 1; when both hold the larger fraction
     decides ``kind`` and the advice covers both; else moderately input-bound when
-    input_wait_fraction >= INPUT_MODERATE (5%); else balanced. ``lines`` holds one line that
-    shows both fractions and their seconds next to the verdict.
+    input_wait_fraction >= INPUT_MODERATE (5%); else balanced. When the telemetry's run line
+    says the replicas share one CPU's cores (``shared_devices``) and R > 1, the straggler
+    figures are not evidence: the verdict is input-bound by the input rule, else "not
+    measurable here". ``lines`` holds the verdict with its figure first, then the other
+    figure and each piece of advice, each a short line.
 
     Raises:
         ValueError: the window holds no steps.
@@ -182,11 +196,15 @@ def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnos
     iwf = wait_total / step_total if step_total > 0 else 0.0
     charged = _charges(comp, tel.replicas)
     strag, waited, sf = _straggler(charged, step_total)
-    d = Diagnosis(kind=_kind(shown_fraction(iwf), strag, shown_fraction(sf)), input_wait_fraction=iwf, imbalance=_mean_imbalance(comp),
+    shared = bool(tel.run.get("shared_devices")) and tel.replicas > 1
+    kind = _kind(shown_fraction(iwf), None if shared else strag, shown_fraction(sf))
+    if shared and kind != "input-bound":
+        kind = NOT_MEASURABLE
+    d = Diagnosis(kind=kind, input_wait_fraction=iwf, imbalance=_mean_imbalance(comp),
                   straggler=strag, straggler_wait_seconds=waited, straggler_fraction=sf, lines=(),
-                  start=start, stop=stop, waited_for=tuple(float(c) for c in charged))
-    # The line explains the measures, so it is written from the measured diagnosis.
-    return replace(d, lines=(_line(tel, d, wait_total, step_total),))
+                  start=start, stop=stop, waited_for=tuple(float(c) for c in charged), shared=shared)
+    # The lines explain the measures, so they are written from the measured diagnosis.
+    return replace(d, lines=_lines(tel, d, wait_total, step_total))
 
 
 def _window(tel: Telemetry, start: int, stop: int | None) -> tuple[int, int]:
@@ -241,24 +259,22 @@ def _pct(x: float) -> str:
     return f"{shown_fraction(x):.1%}"
 
 
-RULES = (f"input-bound from {INPUT_BOUND:.0%} input wait (moderately from {INPUT_MODERATE:.0%}), "
-         f"a straggler from {STRAGGLER:.0%}")
-
-
-def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -> str:
-    """The diagnosis in one line: the verdict, the two figures it was decided on, the rule, what to do."""
+def _lines(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -> tuple[str, ...]:
+    """The verdict with the figure it was decided on, then the other figures and what to do, one per line."""
     steps = d.stop - d.start
     input_fig = (f"input wait {_pct(d.input_wait_fraction)} of step time ({_seconds(wait_total)} of "
                  f"{_seconds(step_total)} over {steps} step{'s' * (steps != 1)})")
+    if d.shared:
+        return _shared_lines(tel, d, input_fig)
     if d.straggler is None:
         strag_fig = "no replica waited for another"
     else:
         strag_fig = (f"the others waited {_pct(d.straggler_fraction)} of their step time for replica {d.straggler} "
                      f"({_seconds(d.straggler_wait_seconds)})")
     if d.kind == "straggler":
-        figures = f"{strag_fig}, {_compute_ratio(tel, d)}; {input_fig}"
+        figures = [strag_fig, _compute_ratio(tel, d), input_fig]
     else:
-        figures = f"{input_fig}; {strag_fig}"
+        figures = [input_fig, strag_fig]
     todo = []
     if d.kind in ("input-bound", "moderately input-bound") or d.kind == "straggler" and \
             shown_fraction(d.input_wait_fraction) >= INPUT_BOUND:
@@ -271,7 +287,16 @@ def _line(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) ->
             unit = cost_advice(tel.cost[window], tel.samples[window], tel.compute[window])
             if unit is not None:
                 todo.insert(at + 1, unit)
-    return f"{d.kind}: {figures} [{RULES}]; {'; '.join(todo) or 'nothing to fix'}"
+    return (f"{d.kind}: {figures[0]}", *figures[1:], *(todo or ["nothing to fix"]))
+
+
+def _shared_lines(tel: Telemetry, d: Diagnosis, input_fig: str) -> tuple[str, ...]:
+    """The lines on logical devices sharing one CPU's cores: their times do not show balance."""
+    why = f"the {tel.replicas} replicas are logical devices on one CPU's cores: whichever runs last looks slow"
+    if d.kind == "input-bound":
+        return (f"input-bound: {input_fig}", f"{why}, so their balance is {NOT_MEASURABLE}", feed_advice(tel.run))
+    return (f"{NOT_MEASURABLE}: the replicas share cores",
+            f"{why}; input wait {_pct(d.input_wait_fraction)} of step time")
 
 
 def _compute_ratio(tel: Telemetry, d: Diagnosis) -> str:

@@ -160,6 +160,11 @@ def _where(error: Exception, origin: dict[str, str], path) -> str:
     return msg
 
 
+# Other names of a config key's flag, the same in every command that has it: `evenflow inspect` takes
+# --global-batch-size and --batch-size alike, and so do train and demo.
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"global_batch_size": ("--batch-size",)}
+
+
 def add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
     """Add one ``--flag`` per config key (all of them, or those in ``only``).
 
@@ -168,17 +173,18 @@ def add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | No
     for key, (group, f) in _keys().items():
         if only is not None and key not in only:
             continue
-        flag = "--" + key.replace("_", "-")
+        flag = ["--" + key.replace("_", "-"), *FLAG_ALIASES.get(key, ())]
+        help_text = f.metadata["help"] + "".join(f"; {a} is the same flag" for a in FLAG_ALIASES.get(key, ()))
         kind = f.type if isinstance(f.type, type) else {"str": str, "int": int, "float": float, "bool": bool}[f.type]
         if kind is bool:
-            parser.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None,
-                                help=f.metadata["help"])
+            parser.add_argument(*flag, dest=key, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
         elif "const" in f.metadata:  # e.g. `--augment` alone: a sensible value without typing one
-            parser.add_argument(flag, dest=key, type=kind, default=None, metavar=key.upper(), nargs="?",
-                                const=f.metadata["const"], help=f.metadata["help"])
+            parser.add_argument(*flag, dest=key, type=kind, default=None, metavar=key.upper(), nargs="?",
+                                const=f.metadata["const"], help=help_text)
         else:
-            parser.add_argument(flag, dest=key, type=kind, default=None, metavar=key.upper(),
-                                help=f.metadata["help"])
+            parser.add_argument(*flag, dest=key, type=kind, default=None, metavar=key.upper(),
+                                help=help_text)
 
 
 def flag_values(args: argparse.Namespace) -> dict[str, Any]:

@@ -17,6 +17,8 @@ optimizer, so another ``--model``, ``--dropout`` or ``--optimizer`` is refused; 
 """
 from __future__ import annotations
 
+import io
+import os
 import re
 import shutil
 import sys
@@ -152,12 +154,18 @@ def run_training(config: TrainConfig, framework: Framework, out=None, err=None,
         out: stream for the tables and results (default stdout).
         err: stream for progress bars (default stderr).
         title: first word of the header line.
+
+    Process 0 speaks: on the other processes of a run (torchrun ranks, TensorFlow workers) ``out``
+    and ``err`` are silenced unless ``EVENFLOW_VERBOSE`` is set (``--verbose``); their errors are
+    raised as on process 0, so every process still reports them on stderr.
     """
     out = sys.stdout if out is None else out
     began = time.perf_counter()
     p = prepare(config, framework)
     with p.directory.held() as run_dir:
         session = framework.start(p)
+        if not session.processes.is_chief and not os.environ.get("EVENFLOW_VERBOSE"):
+            out = err = _Silent()
         ok = False
         try:
             summary = _run(p, session, run_dir, out, err, title, began)
@@ -170,6 +178,13 @@ def run_training(config: TrainConfig, framework: Framework, out=None, err=None,
             raise
         finally:
             session.close(ok)
+
+
+class _Silent(io.TextIOBase):
+    """A text stream that keeps nothing: what a quiet process prints."""
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 _DAMAGE = ("data_crc", "length_crc", "truncated")

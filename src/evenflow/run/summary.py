@@ -81,7 +81,9 @@ def diagnose_run(run_dir: Path) -> list[str] | None:
     phases = diagnose_phases(tel)
     if len(phases) == 1:
         return list(next(iter(phases.values())).lines)
-    return [f"{name} (updates {d.start}..{d.stop - 1}): " + " ".join(d.lines) for name, d in phases.items()]
+    # each part's verdict line, then its further lines indented under it
+    return [line for name, d in phases.items()
+            for line in (f"{name} (updates {d.start}..{d.stop - 1}): {d.lines[0]}", *("  " + x for x in d.lines[1:]))]
 
 
 def run_summary(p, session, trained, guard, began: float) -> dict:

@@ -116,8 +116,10 @@ def train_and_evaluate(p, session, train_plan: Plan, start: Cursor, guard, log, 
         w = len(str(sched.epochs))
         return ProgressBar(p.train_plan.num_steps, f"epoch {epoch:>{w}} ({epoch + 1:>{w}}/{sched.epochs})", stream=err)
 
-    bar = new_bar(start.epoch)
-    bar.done = start.step
+    # One bar per epoch that trains, and none after the last: a bar started is a bar closed (or stopped).
+    bar = new_bar(start.epoch) if start.epoch < sched.epochs else None
+    if bar is not None:
+        bar.done = start.step
 
     def on_step(cursor, sums):
         # One call per update: accumulate_steps plan steps, fewer at an epoch's end.
@@ -127,7 +129,7 @@ def train_and_evaluate(p, session, train_plan: Plan, start: Cursor, guard, log, 
         nonlocal bar
         steps_done = sum(h["steps"] for h in guard.history)
         bar.close(info=f"loss {result.loss:.4f}  accuracy {result.accuracy:.4f}")
-        bar = new_bar(result.epoch + 1)
+        bar = new_bar(result.epoch + 1) if result.epoch + 1 < sched.epochs else None
         pad = result.steps * slots - np.asarray(result.replica_samples)
         log.epoch(steps_done, result, np.asarray(result.replica_samples), pad)
 
@@ -145,6 +147,8 @@ def train_and_evaluate(p, session, train_plan: Plan, start: Cursor, guard, log, 
         if test is not None:
             log.test(steps_done, test)
     finally:
+        if bar is not None:  # training stopped inside an epoch: take the bar (and a hidden cursor) off the terminal
+            bar.stop()
         log.close()
         if monitor is not None:
             monitor.close()

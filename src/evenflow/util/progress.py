@@ -38,6 +38,7 @@ class ProgressBar:
         self._pending: list = []
         self._start = time.perf_counter()
         self._progress = None
+        self._stopped = False
         if self.live:
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=width),
                                       MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
@@ -83,6 +84,9 @@ class ProgressBar:
         """Finish the bar: its final state stays on the terminal, or one line goes to the log."""
         if info:
             self.info = info
+        if self._stopped:
+            return
+        self._stopped = True
         if self._progress is not None:
             self._progress.update(self._task, completed=self.done, rate=f"{self.rate:,.0f} {self.unit}/s",
                                   info=self.info)
@@ -91,6 +95,14 @@ class ProgressBar:
             return
         self.stream.write(self.line() + "\n")
         self.stream.flush()
+
+    def stop(self) -> None:
+        """Stop redrawing a bar that will not finish (the work failed or was interrupted): the terminal
+        keeps its last state and gets its cursor back; a log gets no line. Closing or stopping again does nothing."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        self._stopped = True
 
     def __enter__(self) -> "ProgressBar":
         return self
