@@ -18,3 +18,20 @@ def test_cli_reference_is_up_to_date():
     for name in ("demo", "train", "launch", "inspect", "convert", "index", "audit", "report"):
         assert f"## evenflow {name}\n" in have
     assert "`--collective-timeout" in have and "`--workers N`" in have
+
+
+def test_help_lists_the_choices_and_shows_no_rest_markup():
+    import subprocess
+    import sys
+
+    from evenflow.run.options import CHOICES
+
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    helps = {name: subprocess.run([sys.executable, "-m", "evenflow", name, "--help"], capture_output=True, text=True,
+                                  env=env, timeout=60).stdout
+             for name in ("demo", "train", "launch", "inspect", "convert", "index", "audit", "report")}
+    for name, text in helps.items():
+        assert text and "``" not in text, (name, text[:300])
+    for key, words in CHOICES.items():  # `--balance {count,cost}`, the words the options accept
+        assert f"--{key.replace('_', '-')} {{{','.join(words)}}}" in helps["train"], key
+    assert "--balance {count,cost}" in helps["inspect"]

@@ -53,6 +53,11 @@ def _fix(flag: str, kind: str, value: str) -> str:
     return f"a whole number, got {value!r}; write one without a decimal point or exponent"
 
 
+def help_description(doc: str) -> str:
+    """A command module's docstring as its ``--help`` description: the reST literals (two backticks) shown with one."""
+    return doc.replace("``", "`")
+
+
 def add_verbose_flag(parser: argparse.ArgumentParser, whose: str = "the ") -> None:
     """``--verbose``: let the frameworks' own native logging through (default: errors only), and let every
     process of a multi-process run print (default: process 0 only, errors on all).

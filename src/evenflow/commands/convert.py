@@ -6,6 +6,8 @@ import json
 import sys
 import warnings
 
+from evenflow.cli_flags import help_description
+
 EPILOG = """examples:
   evenflow convert builtin:digits data/digits --shards 4
   evenflow convert builtin:digits data/digits-png --image-format png --shards 2
@@ -25,7 +27,7 @@ leaves nothing behind; bad input exits 2 with one line naming the file.
 
 def add_parser(sub) -> None:
     p = sub.add_parser("convert", help="convert .npz arrays, an image folder or builtin:digits to indexed TFRecords",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=help_description(__doc__), epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src", metavar="SRC", help="a .npz file, an image folder, or builtin:digits")
     p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (absent or empty, or --overwrite)")
     p.add_argument("--shards", type=int, default=1, help="number of shard files (default 1)")

@@ -20,7 +20,7 @@ index places in a damaged stretch, with its bytes (a file never indexed before c
 damaged stretch as one record). Without --label-key/--cost-key, the columns of the earlier
 sidecars are kept only when the records are the ones they were built for.
 """
-from evenflow.cli_flags import add_cache_flags, use_cache_flags
+from evenflow.cli_flags import add_cache_flags, help_description, use_cache_flags
 from evenflow.records.remote.url import is_url
 
 SHOWN = 20  # records listed one a line; --json lists every one
@@ -28,7 +28,7 @@ SHOWN = 20  # records listed one a line; --json lists every one
 
 def add_parser(sub) -> None:
     p = sub.add_parser("index", help="build .idx sidecars (DALI format) for existing TFRecord files",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=help_description(__doc__), epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", metavar="FILES", nargs="+", help="TFRecord files, or object-store URLs (a quoted glob "
                                                               "such as 's3://bucket/train-*.tfrecord' is expanded)")
     p.add_argument("--verify", action="store_true", help="check every record's data CRC too")

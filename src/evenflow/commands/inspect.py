@@ -11,7 +11,7 @@ from evenflow.commands.inspect_run import builtin_array_labels, fill_from_run, r
 from evenflow.commands.inspect_inputs import (MAX_REPLICAS, check_numbers, check_replicas_fit, in_flags, load_column, parse_steps,
                                               parse_weights)
 from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
-from evenflow.cli_flags import add_cache_flags, cache_flags_for
+from evenflow.cli_flags import add_cache_flags, cache_flags_for, help_description
 
 EPILOG = """examples:
   evenflow inspect runs/demo                   # the plan a run trained on: its data, replicas, batch, seed
@@ -58,7 +58,7 @@ out the whole epoch and takes no --steps.
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("inspect", help="show the per-replica split of a plan", description=__doc__,
+    p = sub.add_parser("inspect", help="show the per-replica split of a plan", description=help_description(__doc__),
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (the --output-dir of evenflow "
                    "train or demo): plan its training split with its options, unless a flag says otherwise")
@@ -79,7 +79,7 @@ def add_parser(sub) -> None:
     p.add_argument("--labels", help="labels file (.npy or one integer per line)")
     p.add_argument("--costs", help="costs file (.npy or one number per line), e.g. sequence lengths")
     p.add_argument("--stratify", action="store_true", default=None, help="stratify steps and replicas by label")
-    p.add_argument("--balance", help="count (default) or cost")
+    p.add_argument("--balance", metavar="{count,cost}", help="count (default) or cost")
     p.add_argument("--bucket", action="store_true", default=None, help="bucket samples of similar cost into the "
                                                                        "same step")
     p.add_argument("--bucket-window", type=int, help="steps per sorted bucket window, of --bucket and of the modes "

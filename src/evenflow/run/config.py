@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from evenflow.run.data_options import DataOptions
-from evenflow.run.options import (AnomalyOptions, CheckpointOptions, ComputeOptions, ModelOptions, MonitorOptions,
-                                  OptimizerOptions, OutputOptions, ScheduleOptions)
+from evenflow.run.options import (CHOICES, AnomalyOptions, CheckpointOptions, ComputeOptions, ModelOptions,
+                                  MonitorOptions, OptimizerOptions, OutputOptions, ScheduleOptions)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -175,16 +175,16 @@ def add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | No
             continue
         flag = ["--" + key.replace("_", "-"), *FLAG_ALIASES.get(key, ())]
         help_text = f.metadata["help"] + "".join(f"; {a} is the same flag" for a in FLAG_ALIASES.get(key, ()))
+        metavar = "{" + ",".join(CHOICES[key]) + "}" if key in CHOICES else key.upper()
         kind = f.type if isinstance(f.type, type) else {"str": str, "int": int, "float": float, "bool": bool}[f.type]
         if kind is bool:
             parser.add_argument(*flag, dest=key, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
         elif "const" in f.metadata:  # e.g. `--augment` alone: a sensible value without typing one
-            parser.add_argument(*flag, dest=key, type=kind, default=None, metavar=key.upper(), nargs="?",
+            parser.add_argument(*flag, dest=key, type=kind, default=None, metavar=metavar, nargs="?",
                                 const=f.metadata["const"], help=help_text)
         else:
-            parser.add_argument(*flag, dest=key, type=kind, default=None, metavar=key.upper(),
-                                help=help_text)
+            parser.add_argument(*flag, dest=key, type=kind, default=None, metavar=metavar, help=help_text)
 
 
 def flag_values(args: argparse.Namespace) -> dict[str, Any]:

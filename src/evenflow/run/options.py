@@ -25,6 +25,12 @@ COMMUNICATIONS: tuple[str, ...] = ("auto", "ring", "nccl")
 BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl")
 STRATEGIES: tuple[str, ...] = ("mirrored", "ps")
 REBALANCE_MODES: tuple[str, ...] = ("auto", "on", "off")
+BALANCES: tuple[str, ...] = ("count", "cost")
+# The run options that take one of a few words: checked in the dataclasses, listed by `--help` ({a,b}).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model": MODEL_NAMES, "optimizer": OPTIMIZER_NAMES, "balance": BALANCES, "framework": FRAMEWORKS,
+    "strategy": STRATEGIES, "precision": PRECISIONS, "communication": COMMUNICATIONS, "backend": BACKENDS,
+    "gradient_compression": COMPRESSIONS, "rebalance": REBALANCE_MODES}
 # Long enough for a slow first step (tracing, pipeline start) or a chief writing a checkpoint while
 # the others wait in the next collective; short enough that a stuck run fails within minutes.
 DEFAULT_COLLECTIVE_TIMEOUT = 300.0
@@ -46,7 +52,7 @@ class ModelOptions:
                                                        "(0: none)"))
 
     def __post_init__(self):
-        check_choice("model", self.model, MODEL_NAMES)
+        check_choice("model", self.model, CHOICES["model"])
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
                 or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}; e.g. 0.2")
@@ -62,7 +68,7 @@ class OptimizerOptions:
                                                               f"{LEARNING_RATES[1]:g}]"))
 
     def __post_init__(self):
-        check_choice("optimizer", self.optimizer, OPTIMIZER_NAMES)
+        check_choice("optimizer", self.optimizer, CHOICES["optimizer"])
         object.__setattr__(self, "learning_rate", check_learning_rate(self.learning_rate))
 
 
@@ -87,7 +93,7 @@ class ScheduleOptions:
         check_int("global_batch_size", self.global_batch_size, 1, MAX_GLOBAL_BATCH)
         check_int("seed", self.seed, 0, MAX_SEED)
         check_bool("stratify", self.stratify)
-        check_choice("balance", self.balance, ("count", "cost"))
+        check_choice("balance", self.balance, CHOICES["balance"])
         check_bool("bucket", self.bucket)
 
 
@@ -130,18 +136,18 @@ class ComputeOptions:
         "and load on any number of ranks"))
 
     def __post_init__(self):
-        check_choice("framework", self.framework, FRAMEWORKS)
+        check_choice("framework", self.framework, CHOICES["framework"])
         check_bool("shard_parameters", self.shard_parameters)
-        check_choice("strategy", self.strategy, STRATEGIES)
+        check_choice("strategy", self.strategy, CHOICES["strategy"])
         check_int("replicas", self.replicas, 1)
-        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("precision", self.precision, CHOICES["precision"])
         check_int("threads", self.threads, 0, 1024)
-        check_choice("communication", self.communication, COMMUNICATIONS)
-        check_choice("backend", self.backend, BACKENDS)
+        check_choice("communication", self.communication, CHOICES["communication"])
+        check_choice("backend", self.backend, CHOICES["backend"])
         check_int("bytes_per_pack", self.bytes_per_pack, 0)
         timeout = check_float("collective_timeout", self.collective_timeout, 0.0)
         object.__setattr__(self, "collective_timeout", check_finite("collective_timeout", timeout, "300"))
-        check_choice("gradient_compression", self.gradient_compression, COMPRESSIONS)
+        check_choice("gradient_compression", self.gradient_compression, CHOICES["gradient_compression"])
         check_int("accumulate_steps", self.accumulate_steps, 1)
         if self.accumulate_steps > MAX_ACCUMULATE_STEPS:
             raise ValueError(f"accumulate_steps must be at most {MAX_ACCUMULATE_STEPS}, got {self.accumulate_steps}; "
@@ -231,7 +237,7 @@ class MonitorOptions:
         "replicas sharing CPU cores, it makes them work in parallel like separate devices"))
 
     def __post_init__(self):
-        check_choice("rebalance", self.rebalance, REBALANCE_MODES)
+        check_choice("rebalance", self.rebalance, CHOICES["rebalance"])
         check_bool("telemetry", self.telemetry)
         threshold = check_float("rebalance_threshold", self.rebalance_threshold, 1.0)
         object.__setattr__(self, "rebalance_threshold", check_finite("rebalance_threshold", threshold, "1.1"))
