@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evenflow.run.clusters import CLUSTERS
 from evenflow.run.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED, check_bool,
                                    check_choice, check_finite, check_float, check_int, check_learning_rate, check_str)
 
@@ -102,6 +103,10 @@ class ComputeOptions:
         "tf: mirrored (every replica holds the whole model; gradients all-reduced each step) or ps (variables on "
         "parameter servers, split across them; each step runs on whichever worker is free: under TF_CONFIG with "
         "chief, worker and ps tasks, e.g. evenflow launch --workers 2 --ps 2)"))
+    cluster: str = field(default="auto", metadata=_help(
+        "where the processes of a multi-machine run are listed: tf-config (TF_CONFIG), slurm (the variables srun "
+        "sets; tf and torch), kubernetes (refused: the training operator sets TF_CONFIG or torchrun's variables); "
+        "auto: torchrun's variables or TF_CONFIG when set, else Slurm's when srun started several tasks"))
     replicas: int = field(default=4, metadata=_help(
         "data-parallel replicas of this process: one per GPU, or logical CPU devices on a CPU-only machine "
         "(tf); with torch, the number of processes torchrun starts"))
@@ -133,6 +138,7 @@ class ComputeOptions:
         check_choice("framework", self.framework, FRAMEWORKS)
         check_bool("shard_parameters", self.shard_parameters)
         check_choice("strategy", self.strategy, STRATEGIES)
+        check_choice("cluster", self.cluster, CLUSTERS)
         check_int("replicas", self.replicas, 1)
         check_choice("precision", self.precision, PRECISIONS)
         check_int("threads", self.threads, 0, 1024)
