@@ -27,7 +27,8 @@ NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.
               "faults/test_damaged_records.py", "faults/test_resume_identity.py", "faults/test_run_directory.py",
               "torch/test_own_loop_ddp.py", "examples/test_torch_ddp_own_dataset.py")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_launcher.py", "torch/test_ddp.py",
-          "torch/test_cli_resume.py", "cli/test_flag_table.py")
+          "torch/test_cli_resume.py", "cli/test_flag_table.py", "cli/test_cluster_slurm.py",
+          "torch/test_elastic_nodes.py")
 
 
 def pytest_configure(config):

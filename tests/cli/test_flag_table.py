@@ -359,6 +359,10 @@ TABLE = {
                                      "test_evenflow_launch_with_ps_trains_on_the_chief_and_the_same_command_resumes"),
                  "torch": _refused("torch", "--strategy ps is not supported with --framework torch", "--strategy",
                                    "ps")},
+    "cluster": {"tf": ("elsewhere", "tests/cli/test_cluster_slurm.py::"
+                                    "test_two_slurm_tasks_form_one_tensorflow_run_of_two_workers"),
+                "torch": ("elsewhere", "tests/cli/test_cluster_slurm.py::"
+                                       "test_two_slurm_tasks_form_one_pytorch_run_of_two_ranks")},
     "shard_parameters": {"tf": _refused("tf", "--shard-parameters is not supported with --framework tf",
                                         "--shard-parameters"),
                          "torch": ("probe", "sharded")},

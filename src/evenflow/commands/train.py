@@ -86,11 +86,15 @@ def framework_adapter(name: str):
 
 
 def build_config(path, overrides: dict, defaults: dict | None = None):
-    """The run's config; under ``--framework torch`` the replicas default to the processes torchrun started."""
+    """The run's config; under ``--framework torch`` the replicas default to the processes torchrun started
+    (or the tasks of a Slurm job step under ``--cluster``: their variables become torchrun's)."""
     import os
+
+    from evenflow.run.clusters import torchrun_env
 
     config = load_config(path, overrides=overrides, defaults=defaults)
     if config.compute.framework == "torch":
+        os.environ.update(torchrun_env(config.compute.cluster, os.environ))
         world = os.environ.get("WORLD_SIZE", "1")
         config = load_config(path, overrides=overrides,
                              defaults={**(defaults or {}), "replicas": int(world) if world.isdigit() else 1})
@@ -122,9 +126,10 @@ def train(config, title: str, command: str) -> int:
 
 def serve_if_server(config) -> int | None:
     """On a worker or parameter-server task of a ``--strategy ps`` cluster, serve until stopped; else None."""
-    from evenflow.tf.ps.cluster import ps_task_from_env, serve
+    from evenflow.tf.adapter import ps_task_of
+    from evenflow.tf.ps.cluster import serve
 
-    task = ps_task_from_env()
+    task = ps_task_of(config)
     if task.is_chief:
         return None
     print(f"evenflow train: serving as {task.describe()}; the chief trains (stop this process when it is done)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evenflow.run.clusters import CLUSTERS
 from evenflow.run.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED, check_bool,
                                    check_choice, check_finite, check_float, check_int, check_learning_rate, check_str)
 
@@ -30,7 +31,7 @@ BALANCES: tuple[str, ...] = ("count", "cost")
 CHOICES: dict[str, tuple[str, ...]] = {
     "model": MODEL_NAMES, "optimizer": OPTIMIZER_NAMES, "balance": BALANCES, "framework": FRAMEWORKS,
     "strategy": STRATEGIES, "precision": PRECISIONS, "communication": COMMUNICATIONS, "backend": BACKENDS,
-    "gradient_compression": COMPRESSIONS, "rebalance": REBALANCE_MODES}
+    "gradient_compression": COMPRESSIONS, "rebalance": REBALANCE_MODES, "cluster": CLUSTERS}
 # Long enough for a slow first step (tracing, pipeline start) or a chief writing a checkpoint while
 # the others wait in the next collective; short enough that a stuck run fails within minutes.
 DEFAULT_COLLECTIVE_TIMEOUT = 300.0
@@ -108,6 +109,10 @@ class ComputeOptions:
         "tf: mirrored (every replica holds the whole model; gradients all-reduced each step) or ps (variables on "
         "parameter servers, split across them; each step runs on whichever worker is free: under TF_CONFIG with "
         "chief, worker and ps tasks, e.g. evenflow launch --workers 2 --ps 2)"))
+    cluster: str = field(default="auto", metadata=_help(
+        "where the processes of a multi-machine run are listed: tf-config (TF_CONFIG), slurm (the variables srun "
+        "sets; tf and torch), kubernetes (refused: the training operator sets TF_CONFIG or torchrun's variables); "
+        "auto: torchrun's variables or TF_CONFIG when set, else Slurm's when srun started several tasks"))
     replicas: int = field(default=4, metadata=_help(
         "data-parallel replicas of this process: one per GPU, or logical CPU devices on a CPU-only machine "
         "(tf); with torch, the number of processes torchrun starts"))
@@ -139,6 +144,7 @@ class ComputeOptions:
         check_choice("framework", self.framework, CHOICES["framework"])
         check_bool("shard_parameters", self.shard_parameters)
         check_choice("strategy", self.strategy, CHOICES["strategy"])
+        check_choice("cluster", self.cluster, CHOICES["cluster"])
         check_int("replicas", self.replicas, 1)
         check_choice("precision", self.precision, CHOICES["precision"])
         check_int("threads", self.threads, 0, 1024)

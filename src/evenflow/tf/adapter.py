@@ -2,7 +2,7 @@
 
 :class:`TensorFlow` implements :class:`evenflow.run.adapter.Framework`: one process per
 worker (MirroredStrategy over its replicas, or MultiWorkerMirroredStrategy when
-``TF_CONFIG`` names several workers), the replicas being GPUs or logical CPU devices.
+``TF_CONFIG`` or a Slurm job step names several workers: ``cluster``), the replicas being GPUs or logical CPU devices.
 It honours every ``evenflow train`` option except the PyTorch-only ones, which it refuses
 when they are set: ``loader_workers`` (tf.data runs its own threads) and ``backend``
 (the collectives are chosen by ``communication``).
@@ -17,7 +17,7 @@ from __future__ import annotations
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys, flag_text
 from evenflow.tf._lazy import skip_keras_sklearn_wrappers
-from evenflow.tf.launch.cluster import cluster_from_env
+from evenflow.tf.launch.cluster_source import tf_cluster
 from evenflow.tf.ps.cluster import ps_task_from_env
 
 # Options TensorFlow cannot honour, with the reason and what to do instead.
@@ -91,12 +91,12 @@ class TensorFlow:
 
     def processes(self, config) -> Processes:
         if config.compute.strategy == "ps":
-            task = ps_task_from_env()
+            task = ps_task_of(config)
             if not task.is_chief:
                 raise ValueError(f"this process is {task.describe()}: it serves, and only the chief trains; "
                                  f"run it with evenflow train, which serves for workers and parameter servers")
             return Processes(count=1, index=0, local_replicas=1)
-        cluster = cluster_from_env()
+        cluster = tf_cluster(config.compute.cluster)
         local = cluster.replicas_per_worker or config.compute.replicas
         return Processes(count=cluster.num_workers, index=cluster.index, local_replicas=local)
 
@@ -107,15 +107,23 @@ class TensorFlow:
         if prepared.config.compute.strategy == "ps":
             from evenflow.tf.ps.session import start_ps_session
 
-            return start_ps_session(prepared, ps_task_from_env())
+            return start_ps_session(prepared, ps_task_of(prepared.config))
         from evenflow.tf.session import start_session
         from evenflow.tf.launch.startup import meeting_the_others
 
-        cluster = cluster_from_env()
+        cluster = tf_cluster(prepared.config.compute.cluster)
         # Several workers wait for each other while the strategy is built: within the collective timeout.
         on_stop = prepared.directory.discard_unstarted if prepared.directory is not None else None
         with meeting_the_others(cluster, prepared.config.compute.collective_timeout, on_stop=on_stop):
             return start_session(prepared, cluster)
+
+
+def ps_task_of(config):
+    """This process's task of a ``--strategy ps`` cluster: ``TF_CONFIG``'s, the one source it has."""
+    if config.compute.cluster in ("slurm", "kubernetes"):
+        raise ValueError(f"--cluster {config.compute.cluster} is not supported with --strategy ps: a "
+                         f"parameter-server cluster is TF_CONFIG's chief, worker and ps tasks; drop --cluster")
+    return ps_task_from_env()
 
 
 ADAPTER = TensorFlow  # what `evenflow train --framework tf` makes (commands.train.framework_adapter)

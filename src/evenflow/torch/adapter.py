@@ -2,7 +2,7 @@
 
 :class:`Torch` implements :class:`evenflow.run.adapter.Framework`: the replicas are the
 processes ``torchrun`` starts (``RANK``, ``WORLD_SIZE``; a plain process is rank 0 of 1),
-one replica each. It honours every ``evenflow train`` option except these, which it refuses
+or the tasks of a Slurm job step (``cluster``: their variables become ``torchrun``'s), one replica each. It honours every ``evenflow train`` option except these, which it refuses
 when they are set, with the reason: text data, variable-length list features and the
 ``text_cnn`` model (``pad_lengths``), ``mixed_float16`` precision, and ``communication``
 (the process-group backend is ``backend``).
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from evenflow.run.adapter import Processes
+from evenflow.run.clusters import torchrun_env
 from evenflow.run.config import changed_keys, flag_text
 
 # (option, value or None for any set value) -> the reason and what to do instead.
@@ -73,6 +74,7 @@ class Torch:
                 f"this run has one process, so it has nothing to act on" for key in BETWEEN_RANKS if key in changed]
 
     def processes(self, config) -> Processes:
+        os.environ.update(torchrun_env(config.compute.cluster, os.environ))
         world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         rank = int(os.environ.get("RANK", "0") or 0)
         if world < 1 or not 0 <= rank < world:
