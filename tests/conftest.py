@@ -7,7 +7,7 @@ start several cooperating processes (workers, ranks) under tight deadlines or ti
 the others notice a killed one, and those whose assertions rest on measured speeds: run beside
 other tests, their peers or their timings would be starved by work that is not theirs. Tests
 of cooperating processes with generous deadlines and no timing in their assertions (the
-parameter-server and sharded-parameter tests, two ranks of your own DDP loop), the checkpoint
+parameter-server and sharded-parameter tests, the Slurm-launched runs, two ranks of your own DDP loop), the checkpoint
 and run-directory faults (one process at a time, killed at fixed points), and the refusals of bad
 values, damaged records and other data (in this process, before or without any peer), run in
 the parallel pass, as do the crash-and-resume runs of tf/test_fault_tolerance.py (one process at a
@@ -27,7 +27,7 @@ NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.
               "faults/test_damaged_records.py", "faults/test_resume_identity.py", "faults/test_run_directory.py",
               "torch/test_own_loop_ddp.py", "examples/test_torch_ddp_own_dataset.py")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_launcher.py", "torch/test_ddp.py",
-          "torch/test_cli_resume.py", "cli/test_flag_table.py", "cli/test_cluster_slurm.py",
+          "torch/test_cli_resume.py", "cli/test_flag_table.py",
           "torch/test_elastic_nodes.py")
 
 
