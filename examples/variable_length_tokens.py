@@ -71,7 +71,7 @@ def main(argv=None) -> None:
     summary = plan.epoch(0).summary()
     tokens = ", ".join(f"{r['cost']:.0f}" for r in summary["per_replica"])
     print(f"{len(files)} files, {source.num_samples} sequences, vocabulary {vocab}; epoch 0: tokens per replica "
-          f"{tokens}, per-step imbalance {summary['imbalance_mean']:.3f}")
+          f"{tokens}, cost imbalance {summary['imbalance_mean']:.3f}")
 
     with strategy.scope():
         model = build_model("text_cnn", (None,), 3, vocab_size=vocab)

@@ -6,7 +6,9 @@ a fence without a language.
 
 - `````python`` blocks: NAME is a key of ``PY_SETUPS``: code run before the block (the variables its
   prose assumes: a user's arrays, their model) and shared data copied into a scratch working
-  directory. Each Python block runs in a fresh process.
+  directory. Each Python block runs in a fresh process. Set-up ``alone`` runs nothing before the
+  block: it runs verbatim, as a reader copies it, imports and data included. Every Python block of
+  README.md names ``alone``.
 - `````bash`` / `````sh`` / `````console`` blocks: NAME is a key of ``SH_SETUPS``. Every block of one
   page that names the same set-up runs, in page order, in one scratch directory, so a later block
   sees what an earlier one wrote. ``evenflow`` runs ``python -m evenflow`` with ``PYTHONPATH=src``
@@ -66,6 +68,7 @@ x_train, y_train, x_test, y_test = x[:300], y[:300], x[300:], y[300:]
 
 # name -> (code run before the block, shared data copied into the working directory)
 PY_SETUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "alone": ("", ()),  # the block as written, nothing before it
     "plan": ("import numpy as np\n_r = np.random.default_rng(0)\nlabels = _r.integers(0, 10, 10_000)\n"
              "lengths = _r.integers(1, 512, 10_000)\n", ()),
     "plan-timing": ("n, r = 20_000, 8\n", ()),
@@ -190,6 +193,14 @@ for _b in BLOCKS:
 
 def test_every_block_has_a_language_and_a_test_marker():
     assert not PROBLEMS, "\n".join(PROBLEMS)
+
+
+def test_every_readme_python_block_runs_alone():
+    """A reader copies a README block as it stands: no set-up may supply its imports or data."""
+    readme = [b for b in BLOCKS if b.page.name == "README.md" and b.lang == "python"]
+    assert readme, "README.md has no Python block"
+    assert all(b.marker == "alone" for b in readme), \
+        [f"{b.where}: marker {b.marker!r}, not 'alone'" for b in readme if b.marker != "alone"]
 
 
 def _env(workdir: Path) -> dict[str, str]:

@@ -28,7 +28,7 @@ def test_the_example_trains_on_its_token_records(tmp_path):
     for k in range(2):  # the sidecars of `evenflow index --label-key label`
         assert all((tmp_path / f"tokens-{k}.tfrecord{suffix}").exists() for suffix in (".idx", ".meta.npz"))
     head = re.fullmatch(r"2 files, 200 sequences, vocabulary (\d+); epoch 0: tokens per replica (\d+), (\d+), "
-                        r"per-step imbalance ([\d.]+)", lines[0])
+                        r"cost imbalance ([\d.]+)", lines[0])
     assert head, lines[0]
     assert 2 < int(head[1]) <= 3001  # ids 0..2999 read as id + 1
     assert max(int(head[2]), int(head[3])) / min(int(head[2]), int(head[3])) < 1.05  # equal shares of tokens

@@ -220,12 +220,14 @@ def modes_table(rows: list[dict], window: bool = False) -> str:
     """Fixed-width table of :func:`evenflow.report.tokens.compare_modes` rows."""
     lines = ["", "tokens per replica per step (padded = each replica pads to its batch's longest sample; a packed "
                  "batch is rows x L):",
-             f"{'mode':<14}{'real':>9}{'padded':>9}{'busiest':>9}{'imbalance':>11}{'p99':>7}{'token eff':>11}"]
+             f"{'mode':<14}{'real':>9}{'padded':>9}{'busiest':>9}{'padded imbalance':>18}{'p99':>7}"
+             f"{'token eff':>11}"]
     for r in rows:
         lines.append(f"{r['mode']:<14}{r['tokens_per_replica_step']:>9.0f}{r['padded_per_replica_step']:>9.0f}"
-                     f"{r['max_padded_per_step']:>9.0f}{r['imbalance_mean']:>11.3f}{r['imbalance_p99']:>7.2f}"
-                     f"{r['token_efficiency']:>11.3f}")
-    lines.append("imbalance: busiest replica's padded tokens / mean, per step (mean over steps; 1.0 is perfect)")
+                     f"{r['max_padded_per_step']:>9.0f}{r['padded_imbalance_mean']:>18.3f}"
+                     f"{r['padded_imbalance_p99']:>7.2f}{r['token_efficiency']:>11.3f}")
+    lines.append("padded imbalance: per step, the busiest replica's padded tokens / its fair share (mean over steps; "
+                 "1.0 is perfect); the cost imbalance above counts real cost only")
     if window:
         lines.append("modes compared on the same steps; no pack row: a packed plan's steps hold other samples")
     if any(r["mode"].startswith("pack") for r in rows):

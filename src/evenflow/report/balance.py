@@ -1,4 +1,4 @@
-"""The per-replica balance table of an epoch plan: real samples, padding, label deviation."""
+"""The per-replica balance table of an epoch plan: real samples, padding slots, label deviation."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,11 +21,11 @@ def balance_table(ep: EpochPlan) -> str:
     """A fixed-width per-replica table: real samples, padding slots, label deviation."""
     summary = ep.summary()
     dev = replica_label_deviation(ep)
-    lines = [f"{'replica':>8} {'real':>7} {'padding':>8} {'label dev':>10}"]
+    lines = [f"{'replica':>8} {'real':>7} {'padding slots':>14} {'label dev':>10}"]
     for row, d in zip(summary["per_replica"], dev):
-        lines.append(f"{row['replica']:>8} {row['real']:>7} {row['padding']:>8} {d:>10.2f}")
+        lines.append(f"{row['replica']:>8} {row['real']:>7} {row['padding_slots']:>14} {d:>10.2f}")
     lines.append(f"{'total':>8} {summary['real_samples']:>7} "
-                 f"{sum(r['padding'] for r in summary['per_replica']):>8}")
+                 f"{sum(r['padding_slots'] for r in summary['per_replica']):>14}")
     lines.append(f"label deviation (samples, worst label on worst replica): per step "
                  f"{summary['label_deviation_step']:.2f}, over the epoch {summary['label_deviation_epoch']:.2f}")
     return "\n".join(lines)

@@ -170,7 +170,8 @@ def diagnose(tel: Telemetry, start: int = 0, stop: int | None = None) -> Diagnos
 
     Measures:
         input_wait_fraction: sum(input_wait) / sum(step_seconds).
-        imbalance: mean over steps of max(compute) / mean(compute).
+        imbalance: the compute imbalance, mean over steps of max(compute) / mean(compute) (the
+            imbalance of :func:`evenflow.plan.metrics.imbalance` with equal shares of the time).
         straggler_wait_seconds: each step charges the replica with the largest compute with
             sum over the others of (its compute - theirs); the straggler is the replica charged
             most, and this is its charge.

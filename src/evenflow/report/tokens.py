@@ -3,8 +3,10 @@
 A replica pads its batch to the batch's longest sample (what
 :class:`evenflow.data.TextSource` does), so its work at a step is
 ``longest * real samples`` tokens, of which ``sum(lengths)`` are real. Per step,
-the slowest replica sets the pace: imbalance is ``max_r(padded_r) / mean_r(padded_r)``
-(1.0 = every replica does the same work). Token efficiency is real tokens over
+the slowest replica sets the pace: the padded imbalance is the busiest replica's
+padded tokens over its fair share of the step's, ``max_r(padded_r / share_r) / total``
+(equal weights: ``max / mean``; 1.0 = every replica does its part), the one imbalance
+definition of :func:`evenflow.plan.metrics.imbalance`. Token efficiency is real tokens over
 padded tokens, the share of compute that is not spent on padding.
 
 The functions take a plain ids array ``[steps, replicas, slots]`` (-1 = padding),
@@ -14,6 +16,8 @@ so they measure an evenflow plan and any other batching scheme (``shard`` +
 from __future__ import annotations
 
 import numpy as np
+
+from evenflow.plan.metrics import imbalance
 
 # (name, balance, bucket) of the plan modes `evenflow inspect --dataset` compares.
 MODES: tuple[tuple[str, str, bool], ...] = (("count", "count", False), ("count+bucket", "count", True),
@@ -38,46 +42,39 @@ def token_loads(ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.nd
     return real, padded
 
 
-def token_summary(ids: np.ndarray, lengths: np.ndarray) -> dict:
-    """Per-step imbalance of padded tokens and token efficiency of a batching, as plain numbers.
+def token_summary(ids: np.ndarray, lengths: np.ndarray, shares: np.ndarray | None = None) -> dict:
+    """Per-step padded imbalance and token efficiency of a batching, as plain numbers.
+
+    Args:
+        shares: each replica's fair share of a step (the topology's weight shares); None: equal.
 
     Returns:
         ``steps``, ``tokens_per_replica_step`` (mean real tokens per replica per step),
         ``padded_per_replica_step``, ``max_padded_per_step`` (mean over steps of the
-        busiest replica's padded tokens), ``imbalance_mean`` / ``imbalance_p99``
-        (``max_r / mean_r`` of padded tokens per step) and ``token_efficiency``.
+        busiest replica's padded tokens), ``padded_imbalance_mean`` / ``padded_imbalance_p99``
+        (the padded imbalance per step) and ``token_efficiency``.
     """
-    real, padded = token_loads(ids, lengths)
-    mean = padded.mean(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        imb = np.where(mean > 0, padded.max(axis=1) / mean, 1.0)
+    return _summary(*token_loads(ids, lengths), shares)
+
+
+def _summary(real: np.ndarray, padded: np.ndarray, shares: np.ndarray | None) -> dict:
+    """:func:`token_summary` of real and padded tokens ``[steps, replicas]``."""
+    imb = imbalance(padded, shares)
     return {"steps": int(real.shape[0]),
             "tokens_per_replica_step": float(real.mean()),
             "padded_per_replica_step": float(padded.mean()),
             "max_padded_per_step": float(padded.max(axis=1).mean()),
-            "imbalance_mean": float(imb.mean()),
-            "imbalance_p99": float(np.percentile(imb, 99)) if imb.size else 1.0,
+            "padded_imbalance_mean": float(imb.mean()),
+            "padded_imbalance_p99": float(np.percentile(imb, 99)) if imb.size else 1.0,
             "token_efficiency": float(real.sum() / padded.sum()) if padded.sum() > 0 else 1.0}
 
 
 def packed_token_summary(ep) -> dict:
     """:func:`token_summary` of a packed epoch plan: every replica computes ``rows x L`` tokens per step."""
-    from evenflow.plan.metrics import replica_loads
+    from evenflow.plan.metrics import padded_loads, replica_loads
 
-    real = replica_loads(ep)  # the tokens of each replica's pieces
-    # A replica computes its whole batch [rows, L]; only a short last step leaves whole rows empty.
-    s, r, j = np.nonzero(ep.ids >= 0)
-    used = np.zeros(real.shape + (max(ep.rows, 1),), bool)
-    used[s, r, ep.row[s, r, j]] = True
-    padded = np.full(real.shape, float(ep.rows * ep.pack_length))
-    busy = used.sum(axis=2) * float(ep.pack_length)
-    mean = busy.mean(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        imb = np.where(mean > 0, busy.max(axis=1) / mean, 1.0)
-    return {"steps": int(real.shape[0]), "tokens_per_replica_step": float(real.mean()),
-            "padded_per_replica_step": float(padded.mean()), "max_padded_per_step": float(padded.max(axis=1).mean()),
-            "imbalance_mean": float(imb.mean()), "imbalance_p99": float(np.percentile(imb, 99)) if imb.size else 1.0,
-            "token_efficiency": float(real.sum() / padded.sum()) if padded.sum() > 0 else 1.0}
+    # The tokens of each replica's pieces, and its whole batch [rows, L] (a short last step's empty rows too).
+    return _summary(replica_loads(ep), padded_loads(ep), ep.topology.shares)
 
 
 def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch: int = 0,
@@ -109,7 +106,7 @@ def compare_modes(index, topology, global_batch_size: int, seed: int = 0, epoch:
         plan = Plan(index, topology, global_batch_size=global_batch_size, seed=seed, balance=balance,
                     bucket=bucket,
                     **({"bucket_window": bucket_window} if bucket and bucket_window is not None else {}))
-        rows.append({"mode": name, **token_summary(plan.epoch(epoch, *window).ids, index.costs)})
+        rows.append({"mode": name, **token_summary(plan.epoch(epoch, *window).ids, index.costs, topology.shares)})
     if steps is not None:
         return rows
     costs = np.asarray(index.costs)
