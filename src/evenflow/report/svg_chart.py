@@ -24,7 +24,7 @@ _e = html.escape
 # Markers carry their look as attributes too, so they are drawn where the page's stylesheet is not applied.
 _MARKER_LOOK = {"rebalance": 'stroke="#d62728" stroke-dasharray="5 4" stroke-width="1.5"',
                 "resume": 'stroke="#888888" stroke-dasharray="2 3"',
-                "epoch": 'stroke="#999999" stroke-width="1"'}
+                "epoch": 'stroke="#999999" stroke-width="1" shape-rendering="crispEdges"'}
 
 
 def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
