@@ -2,7 +2,8 @@
 
 Each chart is rasterised by resvg (an SVG renderer in a small wheel, no system libraries) with the
 page's own stylesheet: the PNG must decode, have the chart's size, not be blank, and show every
-series in its colour. Where PyQt6-WebEngine is installed (a Chromium; not in the ``dev`` extra: it
+series in its colour, also where the replicas' loads are equal and their lines coincide; each
+epoch's start is a grey line with its "epoch k" label drawn above the plot. Where PyQt6-WebEngine is installed (a Chromium; not in the ``dev`` extra: it
 is hundreds of MB and needs system libraries a clean machine may lack), the whole page is also
 screenshotted by that browser, headless.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 from evenflow.report.run_report import write_report
-from tests.report.test_run_report import R, _balanced, _straggling, _write
+from tests.report.test_run_report import R, _balanced, _step, _straggling, _write
 
 CHART_TITLES = ["per-replica load per step (samples)", "per-replica compute seconds per step",
                 "step imbalance: max / mean compute", "input-wait fraction per step"]
@@ -122,5 +123,87 @@ def test_a_headless_browser_draws_the_page(page, tmp_path):
     subprocess.run([sys.executable, "-c", _SHOT, str(path), str(shot)], env=env, timeout=60, capture_output=True)
     img = np.asarray(Image.open(shot).convert("RGB"))
     assert img.shape == (2400, 1100, 3) and img.std() > 10
-    drawn = {c: _pixels_near(img, _rgb(c)) for c in ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")}
+    drawn = {c: _pixels_near(img, _rgb(c)) for c in ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728")}
     assert min(drawn.values()) >= 30 and sum(drawn.values()) > 1000, drawn  # the replicas' lines and markers
+
+
+# Two epochs of 25 steps, every replica given the same 8 samples a step (their load lines coincide),
+# no costs; step k takes 0.5 + 0.02 k seconds: 49.5 s in all, 990 ms a step on average.
+EPOCH_STEPS, STEPS = 25, 50
+
+
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("render") / "run"
+    _write(run_dir, [_step(i, [0.3, 0.3, 0.45, 0.3], step_seconds=0.5 + 0.02 * i, epoch=i // EPOCH_STEPS,
+                           step=i % EPOCH_STEPS) for i in range(STEPS)])
+    path, _ = write_report(run_dir)
+    return _Page(path.read_text(encoding="utf-8")), path.read_text(encoding="utf-8")
+
+
+def _font():
+    """DejaVu Sans from matplotlib's own files (the dev extra), so text is drawn on any machine."""
+    pytest.importorskip("resvg_py", reason="resvg-py is in the dev extra: pip install -e '.[dev]'")
+    font_manager = pytest.importorskip("matplotlib.font_manager", reason="matplotlib is in the dev extra")
+    return font_manager.findfont("DejaVu Sans", fallback_to_default=False)
+
+
+def _render(svg: str, css: str) -> np.ndarray:
+    """The chart as a person sees it, RGB ``[h, w, 3]``; standalone, an SVG needs the namespace that
+    inline in HTML it takes from the page."""
+    import resvg_py
+    from PIL import Image
+
+    svg = svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)
+    png = resvg_py.svg_to_bytes(svg_string=svg, style_sheet=css, background="#ffffff", skip_system_fonts=True,
+                                font_files=[_font()], font_family="DejaVu Sans", sans_serif_family="DejaVu Sans")
+    return np.asarray(Image.open(io.BytesIO(bytes(png))).convert("RGB"))
+
+
+def _frame(svg: str) -> tuple[int, int, int, int]:
+    """The plot area's ``x, y, width, height``."""
+    return tuple(int(float(v)) for v in re.search(
+        r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)" class="frame"', svg).groups())
+
+
+def test_every_replica_shows_in_its_own_colour_where_their_loads_coincide(two_epochs):
+    doc, text = two_epochs
+    svg = doc.svgs[0]
+    x, y, w, h = _frame(svg)
+    plot = _render(svg, doc.css)[y + 2:y + h - 1, x + 2:x + w - 1]  # the lines only: no legend, no frame
+    legend = re.findall(r'stroke="(#[0-9a-f]{6})" stroke-width="3"/><text[^>]*>(replica \d+)<', svg)
+    assert [name for _, name in legend] == [f"replica {r}" for r in range(R)]
+    colours = {c for c, _ in legend}
+    assert len(colours) == R and "#d62728" not in colours  # four colours, none the rebalance markers' red
+    seen = {name: _pixels_near(plot, _rgb(c), tol=60) for c, name in legend}
+    assert min(seen.values()) >= 100, seen  # each replica's dashes along the whole run, not only the top line
+    assert "all 4 replicas had equal loads at every update" in text and "interleaved dashes" in text
+
+
+def test_each_epoch_start_is_a_line_labelled_with_its_epoch_from_0(two_epochs):
+    doc, _ = two_epochs
+    for svg in doc.svgs:  # every per-step chart
+        x, y, w, h = _frame(svg)
+        img = _render(svg, doc.css)
+        lines = [float(v) for v in re.findall(r'<line x1="([\d.]+)"[^>]*class="epoch"', svg)]
+        assert len(lines) == 1, lines  # epoch 1's start; epoch 0 starts at the left edge
+        bx = round(lines[0])
+        assert bx == pytest.approx(x + (EPOCH_STEPS - 0.5) / (STEPS - 1) * w, abs=1)  # between updates 24 and 25
+        column = img[y + 1:y + h - 1, bx - 1:bx + 2]
+        grey = int((np.abs(column.astype(int) - 0x99).max(-1) <= 40).any(1).sum())
+        assert grey >= 0.8 * (h - 2), (grey, h)  # drawn from top to bottom, under the data lines
+        labels = re.findall(r'<text x="([\d.]+)" y="[\d.]+" class="tick epoch-label">([^<]*)<', svg)
+        assert [t for _, t in labels] == ["epoch 0", "epoch 1"]
+        for lx, _ in labels:  # each label drawn: dark glyph pixels above the plot, right of its line
+            box = img[y - 16:y - 1, int(float(lx)):int(float(lx)) + 48]
+            assert (box.max(-1) < 140).sum() >= 40
+
+
+def test_the_page_names_mean_and_total_step_time_and_has_no_cost_column_without_costs(two_epochs):
+    _, text = two_epochs
+    facts = dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", text))
+    assert facts["mean step time"] == "990 ms per step"  # 49.5 s / 50
+    assert facts["total step time"] == f"49.5 s over {STEPS} steps"
+    assert "step time" not in facts  # no bare figure to mistake the total for a step's
+    headers = re.findall(r"<th>([^<]*)</th>", text)
+    assert "samples" in headers and "cost" not in headers and "load unit" in facts and facts["load unit"] == "samples"

@@ -169,7 +169,20 @@ def test_cli_prints_table_diagnosis_and_writes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out_file.is_file() and f"wrote {out_file}" in out
     assert "whole run (updates 0..9): straggler" in out and "replica 2 took 2.0x" in out
-    assert re.search(r"^\s*2\s+80\s+80\.0\s+20\.00\s", out, re.M)  # replica 2: 80 samples, cost 80, 20 s compute
+    assert re.search(r"^\s*2\s+80\s+20\.00\s", out, re.M)  # replica 2: 80 samples, 20 s compute
+    assert "cost" not in out.splitlines()[0]  # a run without costs: no cost column repeating the samples
+
+
+def test_the_cost_column_is_there_exactly_when_the_run_had_costs(tmp_path, capsys):
+    costly = [{**s, "cost": [12.5] * R} for s in _straggling(10)]
+    for unit, lines in (("cost", costly), ("samples", _straggling(10))):
+        run_dir = _write(tmp_path / unit, lines, load_unit=unit)
+        assert main(["report", str(run_dir)]) == 0
+        header = capsys.readouterr().out.splitlines()[0].split()
+        page = (run_dir / "report.html").read_text()
+        assert ("cost" in header) == ("<th>cost</th>" in page) == (unit == "cost"), (unit, header)
+        if unit == "cost":
+            assert re.search(r"<tr><td>2</td><td>80</td><td>125</td><td>20</td>", page)  # 10 steps x 12.5
 
 
 def test_cli_diagnoses_the_run_once_for_the_table_and_the_page(tmp_path, capsys, monkeypatch):

@@ -29,6 +29,12 @@ with a note.
 """
 
 
+# replica_rows' keys: the printed header and the value's format
+_COLUMNS = {"replica": ("replica", "d"), "samples": ("samples", "d"), "cost": ("cost", ".1f"),
+            "compute_s": ("compute s", ".2f"), "s_per_sample": ("s/sample", ".4g"),
+            "final_weight": ("final weight", ".4g"), "waited_for_s": ("others waited s", ".2f")}
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "report", help="diagnose a run from its telemetry and write an HTML report",
@@ -52,10 +58,9 @@ def run(args) -> int:
     # The page first: a reader that stops early (`evenflow report RUN | head`) still gets it written.
     summary, problem = read_summary(args.run_dir)  # read once: for the page, and a note if it is unreadable
     path, _ = write_report(args.run_dir, args.output, tel=tel, summary=summary, phases=phases)
-    rows = [[r["replica"], r["samples"], f"{r['cost']:.1f}", f"{r['compute_s']:.2f}", f"{r['s_per_sample']:.4g}",
-             f"{r['final_weight']:.4g}", f"{r['waited_for_s']:.2f}"] for r in replica_rows(tel, phases["whole run"])]
-    print(format_table(["replica", "samples", "cost", "compute s", "s/sample", "final weight", "others waited s"],
-                       rows, align="r" * 7))
+    table = replica_rows(tel, phases["whole run"])  # a cost column only for a run that had costs
+    rows = [[format(r[k], _COLUMNS[k][1]) for k in r] for r in table]
+    print(format_table([_COLUMNS[k][0] for k in table[0]], rows, align="r" * len(table[0])))
     if tel.truncated_line:
         print(f"note: skipped line {tel.truncated_line} of {tel.path}: truncated")
     if tel.damaged_lines:

@@ -3,7 +3,8 @@
 :func:`write_report` reads ``<run_dir>/telemetry.jsonl`` (see :mod:`evenflow.report.telemetry`)
 and writes ``report.html``: per-replica load and compute seconds per step, the step imbalance
 max/mean compute and the input-wait fraction per step, each a hand-written inline SVG line
-chart (:mod:`evenflow.report.svg_chart`) with dashed markers at rebalance events, so the page
+chart (:mod:`evenflow.report.svg_chart`) with dashed markers at rebalance events and a line and
+label where each epoch starts (epochs numbered from 0), so the page
 opens anywhere, offline, with no scripts, stylesheets or fonts to fetch. Long runs are averaged
 over buckets of consecutive steps down to at most 600 points per series.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evenflow.report.coincide import coincidence_note
 from evenflow.report.svg_chart import svg_line_chart
 from evenflow.report.telemetry import Diagnosis, Telemetry, damaged_note, diagnose_phases, load_telemetry
 from evenflow.util.files import read_json_checked, write_atomic
@@ -36,13 +38,19 @@ def downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tu
 
 
 def replica_rows(tel: Telemetry, whole: Diagnosis) -> list[dict]:
-    """Per replica over the whole run: total samples, cost and compute seconds, compute seconds
-    per sample, the final weight and the seconds the others waited for it."""
+    """Per replica over the whole run: total samples, cost (only for a run that had costs: its
+    load unit is cost; otherwise the cost of a sample is 1 and it would repeat the samples) and
+    compute seconds, compute seconds per sample, the final weight and the seconds the others
+    waited for it."""
     samples, cost, comp = tel.samples.sum(0), tel.cost.sum(0), tel.compute.sum(0)
-    return [{"replica": r, "samples": int(samples[r]), "cost": float(cost[r]), "compute_s": float(comp[r]),
+    rows = [{"replica": r, "samples": int(samples[r]), "cost": float(cost[r]), "compute_s": float(comp[r]),
              "s_per_sample": float(comp[r] / samples[r]) if samples[r] else float("nan"),
              "final_weight": float(tel.weights[-1, r]),
              "waited_for_s": whole.waited_for[r] if whole.waited_for else 0.0} for r in range(tel.replicas)]
+    if tel.load_unit != "cost":
+        for row in rows:
+            del row["cost"]
+    return rows
 
 
 def _per_replica_series(x: np.ndarray, y: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -99,8 +107,19 @@ def _facts(tel: Telemetry, summary: dict) -> list[tuple[str, object]]:
             ("global batch size", run.get("global_batch_size")), ("steps per epoch", run.get("steps_per_epoch")),
             ("load unit", tel.load_unit), ("updates", tel.num_updates),
             ("epochs", f"{tel.epoch.min()}..{tel.epoch.max()}"),
-            ("step time", f"{tel.step_seconds.sum():.1f} s"), ("rebalances", len(tel.rebalances)),
+            *_step_time_facts(tel), ("rebalances", len(tel.rebalances)),
             *_evaluation_facts(summary), ("samples per second", summary.get("samples_per_second"))]
+
+
+def _step_time_facts(tel: Telemetry) -> list[tuple[str, str]]:
+    """The mean seconds of a step and their total over the run's steps, each named as such."""
+    n, total = tel.num_updates, float(tel.step_seconds.sum())
+    return [("mean step time", f"{_seconds(total / n)} per step"),
+            ("total step time", f"{_seconds(total)} over {n} step{'s' if n != 1 else ''}")]
+
+
+def _seconds(v: float) -> str:
+    return f"{v * 1e3:.3g} ms" if v < 1 else f"{v:.3g} s" if v < 1000 else f"{v:,.0f} s"
 
 
 def _evaluation_facts(summary: dict) -> list[tuple[str, object]]:
@@ -155,32 +174,45 @@ def _imbalance_caption(phases: dict[str, Diagnosis]) -> str:
     return caption
 
 
+def _epoch_starts(tel: Telemetry) -> list[tuple[float, int]]:
+    """``(x, k)``: where each epoch starts on the per-update axis, halfway between its first update
+    and the one before (the run's first epoch at update 0); epochs numbered from 0, as written."""
+    e = tel.epoch
+    return [(0.0, int(e[0]))] + [(i - 0.5, int(e[i])) for i in np.flatnonzero(e[1:] != e[:-1]) + 1]
+
+
+def _caption(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
 def _charts(tel: Telemetry, phases: dict[str, Diagnosis]) -> list[tuple[str, str]]:
     """``(svg, caption)`` of the four charts: load, compute, imbalance and input-wait fraction per step."""
     x = np.arange(tel.num_updates, dtype=np.float64)
     unit = tel.load_unit
     load = tel.samples if unit == "samples" else tel.cost
-    marks = _markers(tel)
+    marks, epochs = _markers(tel), _epoch_starts(tel)
     xlabel = "training update (in the order written)"
     iwf = np.divide(tel.input_wait, tel.step_seconds, out=np.zeros_like(tel.input_wait),
                     where=tel.step_seconds > 0)
     xb, imb = downsample(x, _imbalance(tel))
+    lines = "dashed red lines: rebalances, dotted grey: resumes, grey: epoch starts"
+    averaged = f"{len(x)} updates averaged into {MAX_POINTS} points" if len(x) > MAX_POINTS else ""
     charts = [
         (svg_line_chart(_per_replica_series(x, load), title=f"per-replica load per step ({unit})", xlabel=xlabel,
-                        ylabel=unit, markers=marks),
-         f"{unit} each replica trained on per update; dashed red lines: rebalances, dotted grey: resumes"),
+                        ylabel=unit, markers=marks, epochs=epochs),
+         _caption(f"{unit} each replica trained on per update", coincidence_note(load, "loads", _MAX_LINES),
+                  lines, averaged)),
         (svg_line_chart(_per_replica_series(x, tel.compute), title="per-replica compute seconds per step",
-                        xlabel=xlabel, ylabel="seconds", markers=marks),
-         "seconds from each replica's step start to its gradients being ready"),
+                        xlabel=xlabel, ylabel="seconds", markers=marks, epochs=epochs),
+         _caption("seconds from each replica's step start to its gradients being ready",
+                  coincidence_note(tel.compute, "compute seconds", _MAX_LINES))),
         (svg_line_chart([("max/mean compute", xb, imb)], title="step imbalance: max / mean compute", xlabel=xlabel,
-                        ylabel="max / mean", markers=marks, y_floor=1.0), _imbalance_caption(phases)),
+                        ylabel="max / mean", markers=marks, epochs=epochs, y_floor=1.0), _imbalance_caption(phases)),
         (svg_line_chart([("input wait / step", *downsample(x, iwf))], title="input-wait fraction per step",
-                        xlabel=xlabel, ylabel="fraction", markers=marks),
+                        xlabel=xlabel, ylabel="fraction", markers=marks, epochs=epochs),
          f"seconds waiting for input batches / step seconds; "
          f"{phases['whole run'].input_wait_fraction:.1%} over the run"),
     ]
-    if len(x) > MAX_POINTS:
-        charts[0] = (charts[0][0], charts[0][1] + f"; {len(x)} updates averaged into {MAX_POINTS} points")
     return charts
 
 
@@ -191,11 +223,16 @@ def _chart_section(tel: Telemetry, phases: dict[str, Diagnosis]) -> list[str]:
     return p
 
 
+REPLICA_HEADERS = {"replica": "replica", "samples": "samples", "cost": "cost", "compute_s": "compute s",
+                   "s_per_sample": "s per sample", "final_weight": "final weight",
+                   "waited_for_s": "others waited for it, s"}
+
+
 def _replica_section(tel: Telemetry, whole: Diagnosis) -> list[str]:
     """HTML lines: the per-replica table over the whole run (:func:`replica_rows`)."""
-    p = ["<h2>Replicas</h2><table><tr><th>replica</th><th>samples</th><th>cost</th><th>compute s</th>"
-         "<th>s per sample</th><th>final weight</th><th>others waited for it, s</th></tr>"]
-    for row in replica_rows(tel, whole):
+    rows = replica_rows(tel, whole)
+    p = ["<h2>Replicas</h2><table><tr>" + "".join(f"<th>{_e(REPLICA_HEADERS[k])}</th>" for k in rows[0]) + "</tr>"]
+    for row in rows:
         p.append("<tr>" + "".join(f"<td>{_e(_fmt(v))}</td>" for v in row.values()) + "</tr>")
     p.append("</table>")
     return p
