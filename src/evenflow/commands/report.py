@@ -11,7 +11,8 @@ EPILOG = """examples:
 Reads RUN_DIR/telemetry.jsonl (and RUN_DIR/summary.json when present), prints each
 replica's totals and the diagnosis, and writes one self-contained HTML page (inline SVG
 charts, no scripts or external files): per-replica load and compute seconds per step, the
-step imbalance max/mean compute and the input-wait fraction, with rebalances marked.
+the compute imbalance per step (max/mean compute) and the input-wait fraction, with rebalances and
+epoch starts marked.
 
 Diagnosis, for each part of the run: input-bound when the steps waited >= 20% of their
 time for input; a straggler when the others waited for one replica >= 10% of their step
