@@ -10,7 +10,7 @@ EPILOG = """examples:
 
 Reads RUN_DIR/telemetry.jsonl (and RUN_DIR/summary.json when present), prints each
 replica's totals and the diagnosis, and writes one self-contained HTML page (inline SVG
-charts, no scripts or external files): per-replica load and compute seconds per step, the
+charts, no scripts or external files): per-replica load and compute seconds per step,
 the compute imbalance per step (max/mean compute) and the input-wait fraction, with rebalances and
 epoch starts marked.
 
