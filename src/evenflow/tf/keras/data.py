@@ -62,7 +62,7 @@ def keras_dataset(reader, plan: Plan, epochs: int | None = 1, start: Cursor | No
     return ds.repeat() if repeat else ds
 
 
-def keras_worker_dataset(strategy, reader, plan: Plan, epochs: int = 1, start: Cursor | None = None,
+def keras_worker_dataset(strategy, reader, plan: Plan, epochs: int, start: Cursor | None = None,
                          repeat: bool = False, weights=None):
     """:func:`keras_dataset` for a ``MultiWorkerMirroredStrategy``: a distributed dataset of the plan's steps.
 

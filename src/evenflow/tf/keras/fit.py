@@ -50,7 +50,7 @@ from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
 from evenflow.tf.keras.compiled import check_compiled
 from evenflow.tf.keras.data import keras_dataset, keras_worker_dataset
-from evenflow.tf.keras.workers import FitWorkers
+from evenflow.tf.keras.workers import FitWorkers, check_workers
 from evenflow.run.checkpoint_trust import agreement
 from evenflow.tf.keras.history import EpochLogs, progress_bar
 from evenflow.tf.keras.inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
@@ -108,19 +108,16 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
     strategy = _strategy(model)
     _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints)
     _check_keras_steps(initial_epoch, validation_freq)
-    if not isinstance(rebalance, (bool, RebalanceOptions)):
-        raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
+    _check_rebalance(rebalance)
     train, val, weights, train_w, val_w = _inputs(x, y, validation_split, validation_data, class_weight,
                                                   sample_weight, stratify)
     callbacks = as_callbacks(callbacks)
     base, val_plan = _plans(strategy, train, val, batch_size, seed, stratify, balance, steps_per_epoch)
     _build(model, strategy, train, base)
-    if simulate is not None:
-        simulate.check(base.topology.replicas)
+    check_workers(strategy, rebalance, simulate, base.topology.replicas)
     recorder = recorder_of(model, simulate) if output_dir is not None or rebalance or simulate is not None else None
     exact_steps(model, recorder)
     run = _Run(model, base, recorder, epochs, rebalance)
-    _check_workers(run.workers, rebalance, simulate)
     run.weights, run.validation_freq = train_w, validation_freq
     with contextlib.ExitStack() as stack:
         if output_dir is not None:
@@ -134,21 +131,15 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
 
 
 def _strategy(model):
-    tf = _tf()
     check_compiled(model, "first")
     strategy = model.distribute_strategy
     autotune_off_on_devices()  # Keras's per-device iterators: deleting one must not wait up to a minute
     return strategy
 
 
-
-def _check_workers(workers, rebalance, simulate) -> None:
-    """Refuse what ``fit`` does on one worker only: re-plans from measured speeds and simulated slow replicas."""
-    if workers.count > 1 and (rebalance or simulate is not None):
-        what = "rebalance" if rebalance else "simulate"
-        raise ValueError(f"{what}= re-plans from each replica's measured step times, which evenflow.tf.fit measures "
-                         f"on one worker only; under MultiWorkerMirroredStrategy leave {what} out, or use "
-                         f"`evenflow train --rebalance on` across workers")
+def _check_rebalance(rebalance) -> None:
+    if not isinstance(rebalance, (bool, RebalanceOptions)):
+        raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
 
 
 def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints) -> None:
@@ -161,7 +152,6 @@ def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoint
     if output_dir is None and keep_checkpoints != CheckpointOptions.keep_checkpoints:
         raise ValueError(f"keep_checkpoints={keep_checkpoints!r} sets how many checkpoints a run directory keeps, "
                          f"and there is none: pass output_dir= too, or leave keep_checkpoints out")
-
 
 
 def _inputs(x, y, validation_split, validation_data, class_weight, sample_weight, stratify):
@@ -388,7 +378,6 @@ class _Run:
         self.monitor.replanned(self.cursor, before, decision)
         if self.guard is not None:
             self.guard.weights = tuple(self.plan.topology.weights)
-
 
 
 def _resumed(run_dir: Path, found: Cursor, epochs: int, steps: int) -> str:

@@ -25,6 +25,18 @@ from evenflow.tf.launch.cluster import cluster_from_env
 from evenflow.tf.strategy import collective_failure, collective_watch, is_chief, num_workers
 
 
+def check_workers(strategy, rebalance, simulate, replicas: int) -> None:
+    """Check ``simulate`` against the plan's replicas; refuse what ``fit`` does on one worker only (re-plans from
+    measured speeds, simulated slow replicas)."""
+    if simulate is not None:
+        simulate.check(replicas)
+    if num_workers(strategy) > 1 and (rebalance or simulate is not None):
+        what = "rebalance" if rebalance else "simulate"
+        raise ValueError(f"{what}= re-plans from each replica's measured step times, which evenflow.tf.fit measures "
+                         f"on one worker only; under MultiWorkerMirroredStrategy leave {what} out, or use "
+                         f"`evenflow train --rebalance on` across workers")
+
+
 class FitWorkers:
     """The worker processes of one ``fit`` call's strategy (see the module docstring)."""
 
