@@ -2,15 +2,17 @@
 
 Two workers of one replica each train the weights one process trains with the same global batch,
 write an audit trail that ``evenflow audit`` finds exactly once, and a run whose worker stops
-taking part ends on the other worker with one line; the same command again resumes from the
-newest checkpoint to the weights of the unbroken run.
+taking part (or is killed) ends on the other worker with one line; the same command again resumes
+from the newest checkpoint to the weights of the unbroken run.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +127,34 @@ def test_a_worker_that_stops_ends_the_other_with_one_line_and_the_same_command_r
         for got, want in zip(_weights(_load(tmp_path / f"again-{w}.npz")), _weights(one)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert "2 epochs: every sample exactly once" in _audit(run)
+
+
+def test_a_killed_worker_ends_the_other_at_once_with_one_line_naming_the_checkpoint(tmp_path):
+    # Worker 1 is killed (SIGKILL) after its 5th step; worker 0 must not wait for the 120 s collective
+    # timeout: the reset connection or TensorFlow's heartbeats end it with the one-line error.
+    run = tmp_path / "run"
+    spec = _spec(tmp_path, "killed", epochs=2, output_dir=str(run), checkpoint_every=2, timeout=120, stall_after=5,
+                 stall_worker=1)
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    procs = [subprocess.Popen(["timeout", "-k", "5", "150", sys.executable, str(WORKER), spec,
+                               str(tmp_path / "killed-{worker}.npz")], env=dict(ENV, TF_CONFIG=tf_config(addresses, i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for i in (0, 1)]
+    try:
+        for line in procs[1].stdout:
+            if "STALLING" in line:
+                break
+        os.killpg(procs[1].pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err0 = procs[0].communicate(timeout=100)
+        waited = time.monotonic() - killed
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert procs[0].returncode == 1, err0[-3000:]
+    last = err0.strip().splitlines()[-1]
+    assert last.startswith("evenflow.tf.strategy.CollectiveFailure: worker 0 of 2 lost the other workers ("), last
+    assert "rerun the same command on every worker to resume from" in last and "ckpt-00000-000004" in last, last
+    assert waited < 60, f"worker 0 took {waited:.1f} s to notice"
