@@ -21,7 +21,7 @@ import numpy as np
 
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.launch.cluster import cluster_from_env
+from evenflow.tf.launch.cluster import Cluster
 from evenflow.tf.strategy import collective_failure, collective_watch, is_chief, num_workers
 
 
@@ -37,6 +37,15 @@ def check_workers(strategy, rebalance, simulate, replicas: int) -> None:
                          f"`evenflow train --rebalance on` across workers")
 
 
+def _cluster(strategy) -> Cluster:
+    """The workers of a multi-worker strategy as its cluster resolver knows them (``TF_CONFIG`` or your own)."""
+    resolver = strategy.cluster_resolver
+    jobs = resolver.cluster_spec().as_dict()
+    chief = list(jobs.get("chief", []))  # MultiWorkerMirroredStrategy numbers a chief first
+    index = 0 if resolver.task_type == "chief" else int(resolver.task_id or 0) + len(chief)
+    return Cluster(tuple(chief + list(jobs.get("worker", []))), index, has_chief=bool(chief))
+
+
 class FitWorkers:
     """The worker processes of one ``fit`` call's strategy (see the module docstring)."""
 
@@ -45,7 +54,7 @@ class FitWorkers:
         self.count = num_workers(strategy)
         self.local = len(strategy.extended.worker_devices)
         self.chief = is_chief(strategy)
-        self.cluster = cluster_from_env() if self.count > 1 else None
+        self.cluster = _cluster(strategy) if self.count > 1 else None
         self.index = self.cluster.index if self.cluster is not None else 0
         self.replica_ids = list(range(self.index * self.local, (self.index + 1) * self.local)) if self.count > 1 \
             else list(range(int(strategy.num_replicas_in_sync)))
