@@ -26,8 +26,8 @@ NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.
               "faults/test_readback_digests.py", "faults/test_bad_values.py", "faults/test_every_flag.py",
               "faults/test_damaged_records.py", "faults/test_resume_identity.py", "faults/test_run_directory.py",
               "torch/test_own_loop_ddp.py", "examples/test_torch_ddp_own_dataset.py")
-SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_rebalance.py", "tf/test_launcher.py", "torch/test_ddp.py",
-          "torch/test_cli_resume.py", "cli/test_flag_table.py",
+SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_keras_fit_multiworker.py", "tf/test_rebalance.py",
+          "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py",
           "torch/test_elastic_nodes.py")
 
 

@@ -62,6 +62,39 @@ def keras_dataset(reader, plan: Plan, epochs: int | None = 1, start: Cursor | No
     return ds.repeat() if repeat else ds
 
 
+def keras_worker_dataset(strategy, reader, plan: Plan, epochs: int, start: Cursor | None = None,
+                         repeat: bool = False, weights=None):
+    """:func:`keras_dataset` for a ``MultiWorkerMirroredStrategy``: a distributed dataset of the plan's steps.
+
+    Each worker reads only the rows of its own replicas (``PlanReader.worker_dataset``), as
+    ``(features, label, meta)`` per replica and step, and ``distribute_datasets_from_function``
+    hands them to its replicas in order; Keras takes a distributed dataset as it is.
+    """
+    tf = _tf()
+    epochs = _check_arguments(reader, plan, epochs, start, repeat)
+    local = len(strategy.extended.worker_devices)
+    table = None if weights is None else _weight_table(weights, plan)
+
+    def dataset_fn(ctx):
+        first = ctx.input_pipeline_id * local
+        ds = reader.worker_dataset(plan, range(first, first + local), start=start, epochs=epochs)
+
+        def to_keras(k, b):
+            rows = tf.shape(b["mask"])[0]
+            meta = {"mask": b["mask"], "global_real_count": tf.fill([rows], tf.cast(b["global_real_count"], tf.int64)),
+                    "id": b["id"], "replica": tf.fill([rows], first + k % local)}
+            if table is not None:
+                meta[WEIGHT] = tf.gather(table, tf.maximum(b["id"], 0)) * tf.cast(b["mask"], tf.float32)
+            return b["features"], b["label"], meta
+
+        ds = ds.enumerate().map(to_keras)
+        return ds.repeat() if repeat else ds
+
+    mode = tf.distribute.InputReplicationMode.PER_WORKER
+    return strategy.distribute_datasets_from_function(dataset_fn, options=tf.distribute.InputOptions(
+        experimental_replication_mode=mode, experimental_fetch_to_device=False))
+
+
 def _weight_table(weights, plan: Plan):
     tf = _tf()
     w = np.asarray(weights, np.float32)

@@ -20,8 +20,13 @@ callbacks unchanged. evenflow then
 * with ``rebalance=True``: measures each replica's step time and moves samples away from a slow
   one at the next epoch (``fit`` is called again on the new plan).
 
-``model.fit`` does not run under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585); use
-:class:`~evenflow.tf.trainer.Trainer` or ``evenflow train`` across workers.
+Under ``MultiWorkerMirroredStrategy`` (``evenflow launch --workers N -- python train.py``) every
+worker calls ``fit`` alike: each reads only its replicas' rows of the plan
+(:func:`~evenflow.tf.keras.data.keras_worker_dataset`), the steps hand Keras logs it can reduce
+across workers (keras-team/keras#20585), and the run directory is shared as under ``evenflow
+train`` (:mod:`evenflow.tf.keras.workers`): every worker writes its audit segments and its part of
+each checkpoint, the chief ``history.json``. ``rebalance`` and ``simulate`` run on one worker only,
+and several workers write no ``telemetry.jsonl``.
 """
 from __future__ import annotations
 
@@ -44,7 +49,9 @@ from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
 from evenflow.tf.keras.compiled import check_compiled
-from evenflow.tf.keras.data import keras_dataset
+from evenflow.tf.keras.data import keras_dataset, keras_worker_dataset
+from evenflow.tf.keras.workers import FitWorkers, check_workers
+from evenflow.run.checkpoint_trust import agreement
 from evenflow.tf.keras.history import EpochLogs, progress_bar
 from evenflow.tf.keras.inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
 from evenflow.tf.keras.run import PlanCallback
@@ -101,15 +108,13 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
     strategy = _strategy(model)
     _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints)
     _check_keras_steps(initial_epoch, validation_freq)
-    if not isinstance(rebalance, (bool, RebalanceOptions)):
-        raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
+    _check_rebalance(rebalance)
     train, val, weights, train_w, val_w = _inputs(x, y, validation_split, validation_data, class_weight,
                                                   sample_weight, stratify)
     callbacks = as_callbacks(callbacks)
     base, val_plan = _plans(strategy, train, val, batch_size, seed, stratify, balance, steps_per_epoch)
     _build(model, strategy, train, base)
-    if simulate is not None:
-        simulate.check(base.topology.replicas)
+    check_workers(strategy, rebalance, simulate, base.topology.replicas)
     recorder = recorder_of(model, simulate) if output_dir is not None or rebalance or simulate is not None else None
     exact_steps(model, recorder)
     run = _Run(model, base, recorder, epochs, rebalance)
@@ -117,7 +122,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
     with contextlib.ExitStack() as stack:
         if output_dir is not None:
             run.open(stack, Path(output_dir), audit, checkpoint_every, keep_checkpoints, _identity(train, val, weights))
-            if audit:  # evenflow audit --locate maps the trail's ids back to x's rows or the records
+            if audit and run.workers.chief:  # evenflow audit --locate maps the trail's ids back to x's rows
                 save_id_map(output_dir, source_id_map(_source_of(train), "evenflow.tf.fit's x" if _arrays(train)
                                                       else "", run.identity))
         elif rebalance:
@@ -126,16 +131,15 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
 
 
 def _strategy(model):
-    tf = _tf()
     check_compiled(model, "first")
     strategy = model.distribute_strategy
-    if isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy,
-                             tf.distribute.experimental.MultiWorkerMirroredStrategy)):
-        raise ValueError("Keras's model.fit does not run under MultiWorkerMirroredStrategy (keras-team/keras#20585);"
-                         " use evenflow.tf.Trainer or `evenflow train` across workers")
     autotune_off_on_devices()  # Keras's per-device iterators: deleting one must not wait up to a minute
     return strategy
 
+
+def _check_rebalance(rebalance) -> None:
+    if not isinstance(rebalance, (bool, RebalanceOptions)):
+        raise TypeError(f"rebalance must be True, False or an evenflow.plan.RebalanceOptions, got {rebalance!r}")
 
 
 def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoints) -> None:
@@ -148,7 +152,6 @@ def _check_options(shuffle, output_dir, checkpoint_every, audit, keep_checkpoint
     if output_dir is None and keep_checkpoints != CheckpointOptions.keep_checkpoints:
         raise ValueError(f"keep_checkpoints={keep_checkpoints!r} sets how many checkpoints a run directory keeps, "
                          f"and there is none: pass output_dir= too, or leave keep_checkpoints out")
-
 
 
 def _inputs(x, y, validation_split, validation_data, class_weight, sample_weight, stratify):
@@ -294,9 +297,11 @@ class _Run:
         self.cursor = Cursor(0, 0)
         self.run_dir = None
         self.weights, self.validation_freq = None, 1
+        self.workers = FitWorkers(model.distribute_strategy)
 
     def open(self, stack, run_dir: Path, audit: bool, every: int, keep: int, identity: str | None) -> None:
-        directory = RunDirectory(run_dir, chief=True)
+        workers = self.workers
+        directory = RunDirectory(run_dir, chief=workers.chief)
         stack.enter_context(directory.held())
         self.run_dir, self.identity = run_dir, identity
         candidates = resumable(run_dir)
@@ -305,19 +310,23 @@ class _Run:
             check_epochs_trained(latest, self.epochs, run_dir, KERAS_FIT)
         self.guard = TrainingGuard.in_run_dir(run_dir, self.base, TFState(self.model, self.model.optimizer),
                                               keep=keep, every=every, audit=audit,
-                                              meta={"framework": "tf", "api": "keras_fit", "data": identity})
-        found = self.guard.resume(list(candidates))
+                                              meta={"framework": "tf", "api": "keras_fit", "data": identity},
+                                              is_chief=workers.chief, worker=workers.index)
+        found = self.guard.resume(list(candidates), agreement(workers.all_gather, workers.local)
+                                  if workers.count > 1 else None)
         if found is not None:
             self.cursor = found
-            print(_resumed(run_dir, found, self.epochs, self.base.num_steps), file=sys.stderr, flush=True)
+            if workers.chief:
+                print(_resumed(run_dir, found, self.epochs, self.base.num_steps), file=sys.stderr, flush=True)
             self.plan = self.guard.plan_in_use()
-        self.monitor = plan_monitor(self.base, _rebalance(self.rebalance), run_dir, found is not None)
+        if workers.count == 1:  # telemetry of one process's replicas (several workers: none)
+            self.monitor = plan_monitor(self.base, _rebalance(self.rebalance), run_dir, found is not None)
         directory.started = True
 
     def train(self, reader, val, val_plan, verbose, callbacks, val_weights=None):
-        logs = EpochLogs(self.run_dir, self.cursor.epoch)
+        logs = EpochLogs(self.run_dir, self.cursor.epoch, write=self.workers.chief)
         val_kw = {} if val is None else {
-            "validation_data": keras_dataset(_reader_of(val), val_plan, epochs=1, repeat=True, weights=val_weights),
+            "validation_data": self._dataset(_reader_of(val), val_plan, epochs=1, repeat=True, weights=val_weights),
             "validation_steps": val_plan.num_steps, "validation_freq": list(self.validation_freq) if isinstance(self.validation_freq, tuple) else self.validation_freq}
         keras = _keras()
         own = [] if any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks) else \
@@ -328,11 +337,13 @@ class _Run:
             cursor = self.cursor
             stop = cursor.epoch + 1 if cursor.step > 0 else self.epochs
             watcher = None if self.recorder is None else \
-                PlanCallback.create(self.plan, self.base, self.recorder, cursor, self.guard, self.monitor)
-            data = keras_dataset(reader, self.plan, epochs=stop - cursor.epoch, start=cursor, weights=self.weights)
-            self.model.fit(data, epochs=stop, initial_epoch=cursor.epoch, verbose=verbose, shuffle=False,
-                           steps_per_epoch=self.plan.num_steps - cursor.step, **val_kw,
-                           callbacks=([watcher] if watcher is not None else []) + [logs.callback()] + own + callbacks)
+                PlanCallback.create(self.plan, self.base, self.recorder, cursor, self.guard, self.monitor,
+                                    self.workers)
+            data = self._dataset(reader, self.plan, epochs=stop - cursor.epoch, start=cursor, weights=self.weights)
+            self._fit(data, epochs=stop, initial_epoch=cursor.epoch, verbose=verbose, shuffle=False,
+                      steps_per_epoch=self.plan.num_steps - cursor.step, **val_kw,
+                      callbacks=[self.workers.watch_callback()] + ([watcher] if watcher is not None else [])
+                      + [logs.callback()] + own + callbacks)
             self.cursor = watcher.cursor if watcher is not None else Cursor(stop, 0)
             if watcher is not None and watcher.replan is not None:
                 self._adopt(watcher.replan)
@@ -344,13 +355,29 @@ class _Run:
             self.monitor.close()
         return logs.history(self.model)
 
+    def _fit(self, data, **kw) -> None:
+        """``model.fit``; a peer lost under several workers raises one line that says how to resume."""
+        try:
+            self.model.fit(data, **kw)
+        except Exception as e:
+            failure = self.workers.failure(e, self.run_dir)
+            if failure is None:
+                raise
+            raise failure from None
+
+    def _dataset(self, reader, plan, **kw):
+        """The plan's batches for Keras: a dataset of global steps, or per worker under several workers."""
+        strategy = self.model.distribute_strategy
+        if self.workers.count > 1:
+            return keras_worker_dataset(strategy, reader, plan, **kw)
+        return keras_dataset(reader, plan, **kw)
+
     def _adopt(self, decision) -> None:
         before = tuple(self.plan.topology.weights or (1.0,) * self.plan.topology.replicas)
         self.plan = self.base.with_topology(Topology(self.base.topology.replicas, decision.weights))
         self.monitor.replanned(self.cursor, before, decision)
         if self.guard is not None:
             self.guard.weights = tuple(self.plan.topology.weights)
-
 
 
 def _resumed(run_dir: Path, found: Cursor, epochs: int, steps: int) -> str:

@@ -32,10 +32,12 @@ class EpochLogs:
         run_dir: the run directory, or None (logs of this call only).
         before: the epoch training starts at: logs of that epoch and later (of a run that went
             past its newest checkpoint) are dropped.
+        write: write ``history.json`` (False: read it only, as the workers other than the chief do).
     """
 
-    def __init__(self, run_dir: Path | None, before: int):
+    def __init__(self, run_dir: Path | None, before: int, write: bool = True):
         self.path = None if run_dir is None else Path(run_dir) / HISTORY
+        self.write = write
         self.logs: dict[int, dict] = {}
         if self.path is not None and self.path.is_file():
             try:
@@ -53,7 +55,7 @@ class EpochLogs:
     def add(self, epoch: int, logs: dict | None) -> None:
         """Keep epoch ``epoch``'s logs (and write the file)."""
         self.logs[int(epoch)] = {k: float(v) for k, v in (logs or {}).items()}
-        if self.path is not None:
+        if self.path is not None and self.write:
             body = {"epochs": {str(e): self.logs[e] for e in sorted(self.logs)}}
             write_atomic(self.path, json.dumps(body, indent=1) + "\n")
 

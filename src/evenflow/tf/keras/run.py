@@ -24,20 +24,21 @@ from evenflow.run.results import Tally
 from evenflow.tf._lazy import keras as _keras
 
 
-def _rows(records: list[tuple], replicas: int) -> list[dict]:
-    """Group recorder records into one row per step: each replica's j-th record is step j's."""
+def _rows(records: list[tuple], replicas: list[int]) -> list[dict]:
+    """Group recorder records of this worker's ``replicas`` (global ids) into one row per step: each replica's
+    j-th record is step j's."""
     by_replica: dict[int, list] = {}
     for rec in records:
         by_replica.setdefault(rec[0], []).append(rec)
     steps = {len(v) for v in by_replica.values()}
-    if len(by_replica) != replicas or len(steps) != 1:
-        raise RuntimeError(f"expected one record per replica and step from {replicas} replicas, got "
+    if sorted(by_replica) != list(replicas) or len(steps) != 1:
+        raise RuntimeError(f"expected one record per replica and step from replicas {replicas}, got "
                            f"{ {r: len(v) for r, v in sorted(by_replica.items())} }; please report this as a bug")
     rows = []
     for j in range(steps.pop()):
-        recs = [by_replica[r][j] for r in range(replicas)]
-        rows.append({"replica": np.arange(replicas, dtype=np.int64), "ids": np.stack([r[1] for r in recs]),
-                     "sums": np.stack([r[2] for r in recs]), "flags": np.zeros((replicas, 3)),
+        recs = [by_replica[r][j] for r in replicas]
+        rows.append({"replica": np.array(replicas, dtype=np.int64), "ids": np.stack([r[1] for r in recs]),
+                     "sums": np.stack([r[2] for r in recs]), "flags": np.zeros((len(replicas), 3)),
                      "stamps": np.stack([r[3] for r in recs])})
     return rows
 
@@ -65,6 +66,8 @@ class PlanCallback:
         start: the cursor the ``fit`` call starts at.
         guard: a :class:`~evenflow.run.guard.TrainingGuard`, or None.
         monitor: a :class:`~evenflow.run.monitor.ReplicaMonitor`, or None.
+        workers: the :class:`~evenflow.tf.keras.workers.FitWorkers` of the strategy (this worker's
+            replicas and the all-gather), or None: one process with all the plan's replicas.
 
     Attributes:
         cursor: how far training got.
@@ -77,20 +80,23 @@ class PlanCallback:
     def create(cls, *args, **kwargs):
         return plan_callback(_keras().callbacks.Callback)(*args, **kwargs)
 
-    def __init__(self, plan: Plan, base: Plan, recorder, start: Cursor, guard=None, monitor=None):
+    def __init__(self, plan: Plan, base: Plan, recorder, start: Cursor, guard=None, monitor=None, workers=None):
         self.plan, self.base, self.recorder, self.guard, self.monitor = plan, base, recorder, guard, monitor
+        self.workers = workers
+        self.replicas = list(range(plan.topology.replicas)) if workers is None else workers.replica_ids
         self.cursor, self.replan = start, None
         self._start, self._tally, self._began, self._decided = start, None, 0.0, None
 
     def all_gather(self, rows) -> np.ndarray:
-        return np.asarray(rows, dtype=np.float64)  # one process: model.fit runs under MirroredStrategy only
+        """Every worker's rows of ``rows`` (this worker's replicas' rows)."""
+        return np.asarray(rows, dtype=np.float64) if self.workers is None else self.workers.all_gather(rows)
 
     # -- Keras hooks ------------------------------------------------------------------------
     def on_epoch_begin(self, epoch, logs=None):
         step = self._start.step if epoch == self._start.epoch else 0
         self.cursor = Cursor(int(epoch), step)
         partial = self.guard.partial(self.cursor) if self.guard is not None else None
-        self._tally = Tally(self.plan.topology.replicas, partial)
+        self._tally = Tally(len(self.replicas), partial, per_replica=self.workers is None or self.workers.count == 1)
         self.recorder.drain()
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -98,7 +104,7 @@ class PlanCallback:
 
     def on_train_batch_end(self, batch, logs=None):
         now = time.time()
-        for row in _rows(self.recorder.drain(), self.plan.topology.replicas):
+        for row in _rows(self.recorder.drain(), self.replicas):
             stamps = row.pop("stamps")
             ready = float(stamps[:, 0].min())
             row["timing"] = np.column_stack([np.full(len(stamps), min(self._began, ready)), np.full(len(stamps), ready),
@@ -121,7 +127,7 @@ class PlanCallback:
         if self.guard is not None:
             if end and self._decided is not None:
                 self.guard.weights = tuple(float(w) for w in self._decided.weights)
-            result = self._tally.result(epoch, self._tally.sums) if end else None
+            result = self._tally.result(epoch, self.all_gather(self._tally.sums)) if end else None
             self.guard.after_step(self, self.cursor, self._tally, result)
 
     def on_epoch_end(self, epoch, logs=None):

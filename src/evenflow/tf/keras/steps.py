@@ -145,7 +145,7 @@ class _Exact:
             done = self.recorder.record(meta["id"], sums, started, list(grads))
             grads = _after(grads, done)
         model.optimizer.apply_gradients(zip(grads, variables))
-        return self._metrics(x, y, y_pred, mask, meta)
+        return _for_reduction(self._metrics(x, y, y_pred, mask, meta))
 
     def test_step(self, data):
         if not (isinstance(data, tuple) and len(data) == 3 and _is_meta(data[2])):
@@ -153,7 +153,25 @@ class _Exact:
         x, y, meta = data
         y_pred = self.model(x, training=False)
         _, _, _, mask = self._loss(x, y, y_pred, meta, training=False)
-        return self._metrics(x, y, y_pred, mask, meta)
+        return _for_reduction(self._metrics(x, y, y_pred, mask, meta))
+
+    def maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras's symbolic build from one replica's first batch, under several workers.
+
+        Keras 3 averages a first distributed batch across the replicas to learn its shapes, a
+        reduction that ``MultiWorkerMirroredStrategy`` refuses for a nested batch; the shapes of
+        this worker's first replica are the same (every replica's row has the plan's slots).
+        """
+        tf = _tf()
+        strategy = self.model.distribute_strategy
+        if iterator is not None:
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda v: strategy.experimental_local_results(v)[0]
+                    if isinstance(v, tf.distribute.DistributedValues) else v, next(it))
+                break
+        with strategy.scope():
+            self.model._symbolic_build(data_batch=data_batch)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         # Keras builds the compiled metrics from a first batch; an evenflow ``meta`` dict there is
@@ -167,6 +185,24 @@ class _Exact:
             mask = _tf().cast(sample_weight.get(WEIGHT, sample_weight["mask"]), "float32")
             sample_weight = _tf().nest.map_structure(lambda out: _per_position(mask, out), y_pred)
         return self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+
+
+def _several_workers(strategy) -> bool:
+    """True for a strategy whose replicas span several worker processes."""
+    return strategy.num_replicas_in_sync > len(strategy.extended.worker_devices)
+
+
+def _for_reduction(logs):
+    """The step's logs as Keras reduces them across replicas: scalars as ``[1]`` under several workers.
+
+    Under ``MultiWorkerMirroredStrategy`` Keras reduces each value with ``strategy.reduce("MEAN", v, axis=0)``,
+    which refuses a scalar (keras-team/keras#20585); a ``[1]`` value reduces to the scalar mean over the
+    replicas, what Keras shows under ``MirroredStrategy``.
+    """
+    tf = _tf()
+    if not _several_workers(tf.distribute.get_strategy()):
+        return logs
+    return tf.nest.map_structure(lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, logs)
 
 
 def _after(grads, done):
@@ -200,6 +236,8 @@ def exact_steps(model, recorder: StepRecorder | None = None):
     current.recorder = recorder
     for name in ("train_step", "test_step", "compute_metrics", "compute_loss"):
         object.__setattr__(model, name, getattr(current, name))
+    if _several_workers(model.distribute_strategy):
+        object.__setattr__(model, "_maybe_symbolic_build", current.maybe_symbolic_build)
     if changed:  # functions traced before would keep the previous steps
         for name in ("train_function", "test_function"):
             object.__setattr__(model, name, None)
