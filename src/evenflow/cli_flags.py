@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 
 # argparse's words for a value its ``type`` refused: "argument --replicas: invalid int value: '1e9'".
-_BAD_NUMBER = re.compile(r"argument (?P<flag>[^:/ ]+)(?:/[^:]+)?: invalid (?P<kind>int|float) value: '(?P<value>.*)'$")
+_BAD_NUMBER = re.compile(r"argument (?P<flags>[^: ]+): invalid (?P<kind>int|float) value: '(?P<value>.*)'$")
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -21,7 +22,7 @@ class CommandParser(argparse.ArgumentParser):
         bad = _BAD_NUMBER.match(message)
         if bad is None:
             super().error(message)
-        flag, kind, value = bad["flag"], bad["kind"], bad["value"]
+        flag, kind, value = _as_typed(bad["flags"].split("/")), bad["kind"], bad["value"]
         self.exit(2, f"{self.prog}: error: {flag} takes {_fix(flag, kind, value)}\n")
 
 
@@ -39,6 +40,12 @@ class CommandParser(argparse.ArgumentParser):
                     hints.append(f"did you mean {close[0]}?")
         hint = f" ({'; '.join(hints)})" if hints else ""
         self.error(f"unrecognized arguments: {' '.join(extras)}{hint}; see {self.prog} --help")
+
+
+def _as_typed(names: list[str]) -> str:
+    """The name of a flag with aliases (``--global-batch-size/--batch-size``) as the command line gave it."""
+    given = [a.split("=", 1)[0] for a in sys.argv[1:]]
+    return next((n for n in names if n in given), names[0])
 
 
 def _fix(flag: str, kind: str, value: str) -> str:

@@ -35,6 +35,7 @@ BAD = {
     "threads": ("-1", "threads must be at least 0"),
     "communication": ("mpi", "communication must be one of"),
     "backend": ("mpi", "backend must be one of"),
+    "cluster": ("lsf", "cluster must be one of"),
     "bytes_per_pack": ("-1", "bytes_per_pack must be at least 0"),
     "collective_timeout": ("0", "collective_timeout must be greater than 0"),
     "gradient_compression": ("int8", "gradient_compression must be one of"),

@@ -231,9 +231,17 @@ def _multi_worker_class():
     return MultiWorkerMirroredStrategy
 
 
+def local_replicas(strategy) -> int:
+    """Replicas of ``strategy`` in this worker process (TensorFlow's default strategy: its one replica)."""
+    try:
+        return len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy has no worker devices of its own
+        return int(strategy.num_replicas_in_sync)
+
+
 def num_workers(strategy) -> int:
     """Worker processes taking part in ``strategy``'s collectives (1 for MirroredStrategy)."""
-    return max(int(strategy.num_replicas_in_sync) // len(strategy.extended.worker_devices), 1)
+    return max(int(strategy.num_replicas_in_sync) // local_replicas(strategy), 1)
 
 
 def on_cpu(strategy) -> bool:

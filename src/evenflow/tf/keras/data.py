@@ -18,6 +18,7 @@ import numpy as np
 from evenflow.plan import Cursor, Plan
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.reader import PlanReader
+from evenflow.tf.strategy import local_replicas
 
 META_KEYS = ("mask", "global_real_count", "id", "replica")
 WEIGHT = "weight"  # the optional meta key of per-sample weights
@@ -72,7 +73,7 @@ def keras_worker_dataset(strategy, reader, plan: Plan, epochs: int, start: Curso
     """
     tf = _tf()
     epochs = _check_arguments(reader, plan, epochs, start, repeat)
-    local = len(strategy.extended.worker_devices)
+    local = local_replicas(strategy)
     table = None if weights is None else _weight_table(weights, plan)
 
     def dataset_fn(ctx):

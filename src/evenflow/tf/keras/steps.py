@@ -39,6 +39,7 @@ from evenflow.tf.keras.data import META_KEYS, WEIGHT
 from evenflow.tf.keras.output_losses import exact_output_losses
 from evenflow.tf.keras.recorder import StepRecorder
 from evenflow.tf.input.pyfunc import wall_clock
+from evenflow.tf.strategy import local_replicas
 
 
 def _is_meta(value) -> bool:
@@ -189,7 +190,7 @@ class _Exact:
 
 def _several_workers(strategy) -> bool:
     """True for a strategy whose replicas span several worker processes."""
-    return strategy.num_replicas_in_sync > len(strategy.extended.worker_devices)
+    return strategy.num_replicas_in_sync > local_replicas(strategy)
 
 
 def _for_reduction(logs):

@@ -22,7 +22,7 @@ import numpy as np
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.launch.cluster import Cluster
-from evenflow.tf.strategy import collective_failure, collective_watch, is_chief, num_workers
+from evenflow.tf.strategy import collective_failure, collective_watch, is_chief, local_replicas, num_workers
 
 
 def check_workers(strategy, rebalance, simulate, replicas: int) -> None:
@@ -52,7 +52,7 @@ class FitWorkers:
     def __init__(self, strategy):
         self.strategy = strategy
         self.count = num_workers(strategy)
-        self.local = len(strategy.extended.worker_devices)
+        self.local = local_replicas(strategy)
         self.chief = is_chief(strategy)
         self.cluster = _cluster(strategy) if self.count > 1 else None
         self.index = self.cluster.index if self.cluster is not None else 0
