@@ -253,3 +253,58 @@ def test_missing_credentials_are_one_line(indexed, tmp_path):
                           capture_output=True, text=True, timeout=60)
     err = proc.stderr.strip()
     assert proc.returncode == 2 and len(err.splitlines()) == 1 and "no credentials for the store" in err, err
+
+
+def test_a_run_killed_mid_epoch_resumes_exactly_once(indexed, tmp_path, capsys):
+    pytest.importorskip("torch")
+    from evenflow.run.checkpoint_list import list_checkpoints
+    run = tmp_path / "run"
+    args = ["--epochs", "2", "--audit", "--checkpoint-every", "2", "--loader-workers", "0", "--simulate-sample-ms", "20"]
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    cmd = [sys.executable, "-m", "evenflow", "train", "--framework", "torch", "--dataset", GLOB, "--feature-key", "x",
+           "--label-key", "label", "--replicas", "1", "--global-batch-size", "16", "--output-dir", str(run), *args]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(c.cursor.step > 0 for c in list_checkpoints(run)) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first complete checkpoint within the epoch (step 2)
+        assert first.poll() is None, "the run ended before it could be killed"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert not (run / "summary.json").exists()  # killed mid-run, in the first of 2 epochs of 12 steps
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert second.returncode == 0, second.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    start = summary["resumed_from"]
+    assert start is not None and start["epoch"] == 0 and start["step"] > 0 and len(summary["history"]) == 2, start
+    assert main(["audit", str(run)]) == 0  # every sample trained on exactly once per epoch
+    assert "exactly once" in capsys.readouterr().out
+
+
+def test_a_gs_url_without_gcsfs_is_one_line(capsys):
+    try:
+        import gcsfs  # noqa: F401
+        pytest.skip("gcsfs is installed")
+    except ImportError:
+        pass
+    code = main(["inspect", "--dataset", "gs://bkt/d/a-*.tfrecord", "--replicas", "2", "--batch-size", "16"])
+    _one_line(capsys, code, "gs://bkt/d/a-*.tfrecord: gs:// URLs need a package that is not installed: pip install gcsfs")
+    with pytest.raises(RecordError, match=r"pip install gcsfs$"):
+        RecordDataset(["gs://bkt/d/a-0.tfrecord"])
+
+
+def test_the_cache_keeps_what_an_open_dataset_fetched_and_warns_above_its_limit(indexed, tmp_path, monkeypatch):
+    from evenflow.records.remote import cache
+    monkeypatch.setattr(cache, "_WARNED", [False])
+    monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("EVENFLOW_CACHE_SIZE", "4K")  # smaller than the set
+    objects = tmp_path / "c" / "objects"
+    with pytest.warns(UserWarning, match=r"holds .* above its limit of 4K .*the objects this process has open are kept"):
+        with RecordDataset(_urls()) as ds:
+            ds.fetch()
+            assert len(list(objects.iterdir())) == SHARDS  # nothing this process reads is evicted
+            assert cache.disk_bytes(str(objects)) > 4096
+    with RecordDataset(_urls()[:1]) as ds:  # closed objects are evicted down to the limit
+        ds.fetch()
+        assert len(list(objects.iterdir())) == 1

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from evenflow.records.errors import RecordError
 from evenflow.records.remote.retry import call, final_fault
 
-IN_FLIGHT = 64
+IN_FLIGHT = 16
 
 
 @dataclass(frozen=True)
