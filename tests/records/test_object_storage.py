@@ -147,6 +147,22 @@ def test_reads_equal_the_local_files_and_a_warm_cache_asks_nothing(indexed, tmp_
         assert ds.remote_stats == {"requests": 0, "bytes": 0}
 
 
+def test_an_open_asks_the_store_in_two_rounds_whatever_the_shard_count(indexed, tmp_path, monkeypatch):
+    from evenflow.records.remote import mirror
+    monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "cold"))
+    monkeypatch.setenv("EVENFLOW_BLOCK_SIZE", "40")  # blocks smaller than a record: the checks on open leave some
+    rounds = []
+    real = mirror.run_all
+    monkeypatch.setattr(mirror, "run_all", lambda requests, deadline_s: rounds.append(requests) or real(requests,
+                                                                                                       deadline_s))
+    with RecordDataset(_urls()) as ds:
+        # One listing of the folder and the 6 sidecars; then the blocks of the records the checks read.
+        assert [r.method for r in rounds[0]] == ["find"] + ["cat_file"] * 2 * SHARDS
+        assert len(rounds) == 2 and {r.url for r in rounds[1]} == set(_urls())
+        ds.read_batch(np.arange(N))  # the rest: one round of look-ups (ETags), one of blocks
+        assert len(rounds) == 4 and [r.method for r in rounds[2]] == ["info"] * SHARDS
+
+
 def _train(framework: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run([sys.executable, "-m", "evenflow", "train", "--framework", framework, "--dataset", GLOB,

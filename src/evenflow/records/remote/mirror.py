@@ -98,8 +98,10 @@ def look_up(urls: list[str], options: StoreOptions) -> list[Found]:
         if isinstance(listing, dict):  # a failed listing: those objects are looked up one by one
             entries.update({r.fs.unstrip_protocol(k): v for k, v in listing.items()})
     unlisted = [u for u in urls if u not in entries]
-    infos = run_all([_look_up_request(u, *filesystem(u, options.timeout_s)) for u in unlisted], options.deadline_s)
-    entries.update(zip(unlisted, raise_first(infos)))
+    if unlisted:
+        infos = run_all([_look_up_request(u, *filesystem(u, options.timeout_s)) for u in unlisted],
+                        options.deadline_s)
+        entries.update(zip(unlisted, raise_first(infos)))
     found = []
     for k, url in enumerate(urls):
         blobs = results[len(lists) + 2 * k:len(lists) + 2 * k + 2]
