@@ -19,7 +19,8 @@ local + the set's bytes at the measured bandwidth; no block fetched twice (bytes
 
     python benchmarks/bench_object_storage.py                 # 64 MB, 8 shards, 1 kB records
     python benchmarks/bench_object_storage.py --quick         # 8 MB
-    python benchmarks/bench_object_storage.py --shards 4 --megabytes 256   # 64 MB shards: 4 blocks each
+    python benchmarks/bench_object_storage.py --shards 4 --megabytes 256 \
+        --json benchmarks/results/object_storage_large.json      # 64 MB shards: 4 blocks each
 """
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ def main() -> dict:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3, help="runs per row (the median is shown)")
     ap.add_argument("--quick", action="store_true", help="8 MB")
+    ap.add_argument("--json", type=Path, default=ROOT / "results" / "object_storage.json", help="where the result goes")
     args = ap.parse_args()
     mb = 8 if args.quick else args.megabytes
     tmp = Path(tempfile.mkdtemp(prefix="bench-store-"))
@@ -153,9 +155,10 @@ def main() -> dict:
                  f"(the download); cold open + epoch {cold:.3f} s, budget 1.3 x local + fetch once = "
                  f"{cold_budget:.3f} s: {'met' if cold <= cold_budget else 'MISSED'}")
     table = "\n".join(lines)
-    result = {"machine": machine(), "args": vars(args), "set_bytes": size, "bandwidth": bandwidth,
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    result = {"machine": machine(), "args": given, "set_bytes": size, "bandwidth": bandwidth,
               "cold_budget_s": cold_budget, "cold_s": cold, "rows": rows, "runs": runs}
-    return write_result(result, table, ROOT / "results" / "object_storage.json")
+    return write_result(result, table, args.json)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Shards and sidecars in object storage, against a real S3-compatible server (moto's) on 127.0.0.1.
 
 One server and one indexed bucket per module: ``evenflow index`` of ``s3://`` objects, ``inspect``,
-reads equal to the local files through the block cache (a warm cache asks the store nothing),
-training with TensorFlow and PyTorch (and a resumed run audited exactly once), a store that stalls
-(SIGSTOP) retried, one that stays down failing with one line, a changed object refused, and a bad
-URL, a missing bucket and missing credentials each one line.
+reads equal to the local files through the block cache (a warm cache asks the store nothing; an
+open asks in two rounds whatever the shard count), training with TensorFlow and PyTorch (a resumed
+run, and one killed mid-epoch and resumed, audited exactly once), a store that stalls (SIGSTOP)
+retried, one that stays down failing with one line, a changed object refused, a bad URL, a missing
+bucket, missing credentials and a ``gs://`` URL without gcsfs each one line, and a cache limit
+smaller than the open data kept and warned about.
 """
 from __future__ import annotations
 
@@ -153,8 +155,7 @@ def test_an_open_asks_the_store_in_two_rounds_whatever_the_shard_count(indexed, 
     monkeypatch.setenv("EVENFLOW_BLOCK_SIZE", "40")  # blocks smaller than a record: the checks on open leave some
     rounds = []
     real = mirror.run_all
-    monkeypatch.setattr(mirror, "run_all", lambda requests, deadline_s: rounds.append(requests) or real(requests,
-                                                                                                       deadline_s))
+    monkeypatch.setattr(mirror, "run_all", lambda reqs, deadline_s: rounds.append(reqs) or real(reqs, deadline_s))
     with RecordDataset(_urls()) as ds:
         # One listing of the folder and the 6 sidecars; then the blocks of the records the checks read.
         assert [r.method for r in rounds[0]] == ["find"] + ["cat_file"] * 2 * SHARDS
@@ -275,7 +276,8 @@ def test_a_run_killed_mid_epoch_resumes_exactly_once(indexed, tmp_path, capsys):
     pytest.importorskip("torch")
     from evenflow.run.checkpoint_list import list_checkpoints
     run = tmp_path / "run"
-    args = ["--epochs", "2", "--audit", "--checkpoint-every", "2", "--loader-workers", "0", "--simulate-sample-ms", "20"]
+    args = ["--epochs", "2", "--audit", "--checkpoint-every", "2", "--loader-workers", "0",
+            "--simulate-sample-ms", "20"]
     env = dict(os.environ, PYTHONPATH=str(SRC))
     cmd = [sys.executable, "-m", "evenflow", "train", "--framework", "torch", "--dataset", GLOB, "--feature-key", "x",
            "--label-key", "label", "--replicas", "1", "--global-batch-size", "16", "--output-dir", str(run), *args]
@@ -305,7 +307,8 @@ def test_a_gs_url_without_gcsfs_is_one_line(capsys):
     except ImportError:
         pass
     code = main(["inspect", "--dataset", "gs://bkt/d/a-*.tfrecord", "--replicas", "2", "--batch-size", "16"])
-    _one_line(capsys, code, "gs://bkt/d/a-*.tfrecord: gs:// URLs need a package that is not installed: pip install gcsfs")
+    _one_line(capsys, code,
+              "gs://bkt/d/a-*.tfrecord: gs:// URLs need a package that is not installed: pip install gcsfs")
     with pytest.raises(RecordError, match=r"pip install gcsfs$"):
         RecordDataset(["gs://bkt/d/a-0.tfrecord"])
 
@@ -316,7 +319,8 @@ def test_the_cache_keeps_what_an_open_dataset_fetched_and_warns_above_its_limit(
     monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "c"))
     monkeypatch.setenv("EVENFLOW_CACHE_SIZE", "4K")  # smaller than the set
     objects = tmp_path / "c" / "objects"
-    with pytest.warns(UserWarning, match=r"holds .* above its limit of 4K .*the objects this process has open are kept"):
+    with pytest.warns(UserWarning, match=r"holds .* above its limit of 4K .*the objects this process has open "
+                                         r"are kept"):
         with RecordDataset(_urls()) as ds:
             ds.fetch()
             assert len(list(objects.iterdir())) == SHARDS  # nothing this process reads is evicted

@@ -3,8 +3,9 @@
 A remote shard (a URL: :mod:`evenflow.records.remote`) is read through its
 :class:`~evenflow.records.remote.mirror.Mirror`, a local file of the cache folder whose blocks are
 fetched before they are read: the checks on open fetch the blocks of the records they check
-(:func:`fetch_checked`), a batch those of its records (:func:`fill`), every shard's in one round. Everything else reads the
-mirror's local file as it reads a local shard, and every error names the URL (:func:`named_by_url`).
+(:func:`fetch_checked`), a batch those of its records (:func:`fill`), every shard's in one round.
+Everything else reads the mirror's local file as it reads a local shard, and every error names
+the URL (:func:`named_by_url`).
 """
 from __future__ import annotations
 

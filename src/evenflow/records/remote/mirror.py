@@ -199,10 +199,6 @@ class Mirror:
             need = need[~self._present[need]]
         return need
 
-    def ensure(self, starts, ends) -> None:
-        """Fetch the blocks that hold bytes ``[starts[j], ends[j])`` and are not cached yet."""
-        fetch_blocks([(self, self.blocks_of(starts, ends))])
-
     def ensure_all(self) -> None:
         """Fetch every block not cached yet (the whole object)."""
         fetch_blocks([(self, self.missing())])
