@@ -86,7 +86,9 @@ def add_cache_flags(parser: argparse.ArgumentParser) -> None:
                              "$EVENFLOW_CACHE_DIR, else ~/.cache/evenflow)")
     parser.add_argument("--cache-size", metavar="SIZE", default=None,
                         help="object-store data: the block cache's size limit, e.g. 500M or 20G; least recently "
-                             "used objects are evicted down to it (default $EVENFLOW_CACHE_SIZE, else 20G)")
+                             "used objects are evicted down to it, except those the run has open: a dataset larger "
+                             "than the limit overshoots it while read, with a warning (default "
+                             "$EVENFLOW_CACHE_SIZE, else 20G)")
 
 
 def use_cache_flags(args) -> None:

@@ -1,10 +1,12 @@
 """Shards and sidecars in object storage, against a real S3-compatible server (moto's) on 127.0.0.1.
 
 One server and one indexed bucket per module: ``evenflow index`` of ``s3://`` objects, ``inspect``,
-reads equal to the local files through the block cache (a warm cache asks the store nothing),
-training with TensorFlow and PyTorch (and a resumed run audited exactly once), a store that stalls
-(SIGSTOP) retried, one that stays down failing with one line, a changed object refused, and a bad
-URL, a missing bucket and missing credentials each one line.
+reads equal to the local files through the block cache (a warm cache asks the store nothing; an
+open asks in two rounds whatever the shard count), training with TensorFlow and PyTorch (a resumed
+run, and one killed mid-epoch and resumed, audited exactly once), a store that stalls (SIGSTOP)
+retried, one that stays down failing with one line, a changed object refused, a bad URL, a missing
+bucket, missing credentials and a ``gs://`` URL without gcsfs each one line, and a cache limit
+smaller than the open data kept and warned about.
 """
 from __future__ import annotations
 
@@ -147,6 +149,21 @@ def test_reads_equal_the_local_files_and_a_warm_cache_asks_nothing(indexed, tmp_
         assert ds.remote_stats == {"requests": 0, "bytes": 0}
 
 
+def test_an_open_asks_the_store_in_two_rounds_whatever_the_shard_count(indexed, tmp_path, monkeypatch):
+    from evenflow.records.remote import mirror
+    monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "cold"))
+    monkeypatch.setenv("EVENFLOW_BLOCK_SIZE", "40")  # blocks smaller than a record: the checks on open leave some
+    rounds = []
+    real = mirror.run_all
+    monkeypatch.setattr(mirror, "run_all", lambda reqs, deadline_s: rounds.append(reqs) or real(reqs, deadline_s))
+    with RecordDataset(_urls()) as ds:
+        # One listing of the folder and the 6 sidecars; then the blocks of the records the checks read.
+        assert [r.method for r in rounds[0]] == ["find"] + ["cat_file"] * 2 * SHARDS
+        assert len(rounds) == 2 and {r.url for r in rounds[1]} == set(_urls())
+        ds.read_batch(np.arange(N))  # the rest: one round of look-ups (ETags), one of blocks
+        assert len(rounds) == 4 and [r.method for r in rounds[2]] == ["info"] * SHARDS
+
+
 def _train(framework: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run([sys.executable, "-m", "evenflow", "train", "--framework", framework, "--dataset", GLOB,
@@ -253,3 +270,61 @@ def test_missing_credentials_are_one_line(indexed, tmp_path):
                           capture_output=True, text=True, timeout=60)
     err = proc.stderr.strip()
     assert proc.returncode == 2 and len(err.splitlines()) == 1 and "no credentials for the store" in err, err
+
+
+def test_a_run_killed_mid_epoch_resumes_exactly_once(indexed, tmp_path, capsys):
+    pytest.importorskip("torch")
+    from evenflow.run.checkpoint_list import list_checkpoints
+    run = tmp_path / "run"
+    args = ["--epochs", "2", "--audit", "--checkpoint-every", "2", "--loader-workers", "0",
+            "--simulate-sample-ms", "20"]
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    cmd = [sys.executable, "-m", "evenflow", "train", "--framework", "torch", "--dataset", GLOB, "--feature-key", "x",
+           "--label-key", "label", "--replicas", "1", "--global-batch-size", "16", "--output-dir", str(run), *args]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(c.cursor.step > 0 for c in list_checkpoints(run)) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first complete checkpoint within the epoch (step 2)
+        assert first.poll() is None, "the run ended before it could be killed"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert not (run / "summary.json").exists()  # killed mid-run, in the first of 2 epochs of 12 steps
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert second.returncode == 0, second.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    start = summary["resumed_from"]
+    assert start is not None and start["epoch"] == 0 and start["step"] > 0 and len(summary["history"]) == 2, start
+    assert main(["audit", str(run)]) == 0  # every sample trained on exactly once per epoch
+    assert "exactly once" in capsys.readouterr().out
+
+
+def test_a_gs_url_without_gcsfs_is_one_line(capsys):
+    try:
+        import gcsfs  # noqa: F401
+        pytest.skip("gcsfs is installed")
+    except ImportError:
+        pass
+    code = main(["inspect", "--dataset", "gs://bkt/d/a-*.tfrecord", "--replicas", "2", "--batch-size", "16"])
+    _one_line(capsys, code,
+              "gs://bkt/d/a-*.tfrecord: gs:// URLs need a package that is not installed: pip install gcsfs")
+    with pytest.raises(RecordError, match=r"pip install gcsfs$"):
+        RecordDataset(["gs://bkt/d/a-0.tfrecord"])
+
+
+def test_the_cache_keeps_what_an_open_dataset_fetched_and_warns_above_its_limit(indexed, tmp_path, monkeypatch):
+    from evenflow.records.remote import cache
+    monkeypatch.setattr(cache, "_WARNED", [False])
+    monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("EVENFLOW_CACHE_SIZE", "4K")  # smaller than the set
+    objects = tmp_path / "c" / "objects"
+    with pytest.warns(UserWarning, match=r"holds .* above its limit of 4K .*the objects this process has open "
+                                         r"are kept"):
+        with RecordDataset(_urls()) as ds:
+            ds.fetch()
+            assert len(list(objects.iterdir())) == SHARDS  # nothing this process reads is evicted
+            assert cache.disk_bytes(str(objects)) > 4096
+    with RecordDataset(_urls()[:1]) as ds:  # closed objects are evicted down to the limit
+        ds.fetch()
+        assert len(list(objects.iterdir())) == 1

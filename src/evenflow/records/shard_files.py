@@ -3,12 +3,12 @@
 A remote shard (a URL: :mod:`evenflow.records.remote`) is read through its
 :class:`~evenflow.records.remote.mirror.Mirror`, a local file of the cache folder whose blocks are
 fetched before they are read: the checks on open fetch the blocks of the records they check
-(:func:`fetch_checked`), a batch those of its records (:func:`fill`). Everything else reads the
-mirror's local file as it reads a local shard, and every error names the URL (:func:`named_by_url`).
+(:func:`fetch_checked`), a batch those of its records (:func:`fill`), every shard's in one round.
+Everything else reads the mirror's local file as it reads a local shard, and every error names
+the URL (:func:`named_by_url`).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 
@@ -44,20 +44,14 @@ def resolve_remote(url: str) -> tuple[list[str], Manifest | None, str | None, st
 
 
 def open_mirrors(files: list[str]) -> list:
-    """The mirror of each remote file, None for a local one (no store is asked for local files)."""
-    if not any(is_url(f) for f in files):
+    """The mirror of each remote file, None for a local one (no store is asked for local files); the
+    remote ones' look-ups and sidecars are asked in one round."""
+    remote = [f for f in files if is_url(f)]
+    if not remote:
         return [None] * len(files)
-    from evenflow.records.remote.mirror import Mirror
-    options = _options()
-    return _each(lambda f: Mirror(f, options) if is_url(f) else None, files)
-
-
-def _each(fn, items: list) -> list:
-    """``[fn(x) for x in items]``, up to 16 at once: a store answers many requests at once faster than one by one."""
-    if len(items) < 2:
-        return [fn(x) for x in items]
-    with concurrent.futures.ThreadPoolExecutor(min(16, len(items))) as pool:
-        return list(pool.map(fn, items))
+    from evenflow.records.remote.mirror import open_all
+    mirrors = iter(open_all(remote, _options()))
+    return [next(mirrors) if is_url(f) else None for f in files]
 
 
 def local_files(files: list[str], mirrors: list) -> list[str]:
@@ -80,36 +74,40 @@ def named_by_url(mirrors: list):
 
 
 def fetch_checked(shards, mirrors: list, check: str) -> None:
-    """Fetch what the checks on open read of each remote shard: its sampled records (``"ends"``),
-    or all of it."""
-    def fetch(pair):
-        s, m = pair
+    """Fetch what the checks on open read of each remote shard, all shards at once: its sampled
+    records (``"ends"``), or all of it."""
+    from evenflow.records.remote.mirror import fetch_blocks
+    wanted = []
+    for s, m in zip(shards, mirrors):
         if m is None or s.num_records == 0:
-            return
+            continue
         if check != "ends":
-            m.ensure_all()
-            return
+            wanted.append((m, m.missing()))
+            continue
         which = [sample_positions(s.num_records), [0, s.num_records - 1]]
         if s.content is not None:
             which.append(s.content.sample_record)
         which = np.unique(np.concatenate(which).astype(np.int64))
-        m.ensure(s.offsets[which], s.offsets[which] + s.lengths[which])
-
-    _each(fetch, list(zip(shards, mirrors)))
+        wanted.append((m, m.blocks_of(s.offsets[which], s.offsets[which] + s.lengths[which])))
+    fetch_blocks(wanted, recheck=False)  # the look-ups of the open were just made
 
 
 def fill(mirrors: list, shard: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> None:
     """Fetch the blocks of the records (``shard``, framed ``offsets``/``lengths``) not cached yet:
-    at most one round of ranged reads per remote shard of the batch."""
+    one round of ranged reads for all the remote shards of the batch (after one of look-ups)."""
+    from evenflow.records.remote.mirror import fetch_blocks
+    wanted = []
     for s in np.unique(shard).tolist():
         m = mirrors[s]
-        if m is not None:
+        if m is not None and not m.complete:
             mine = shard == s
-            m.ensure(offsets[mine], offsets[mine] + lengths[mine])
+            wanted.append((m, m.blocks_of(offsets[mine], offsets[mine] + lengths[mine])))
+    fetch_blocks(wanted)
 
 
 def fetch_all(mirrors: list) -> None:
-    _each(lambda m: m is None or m.ensure_all(), mirrors)
+    from evenflow.records.remote.mirror import fetch_blocks
+    fetch_blocks([(m, m.missing()) for m in mirrors if m is not None])
 
 
 def remote_stats(mirrors: list) -> dict:

@@ -4,6 +4,7 @@
 * :mod:`.options`: :class:`~.options.StoreOptions`, the cache folder, its size limit, the block size and the
   fault deadline, from the environment.
 * :mod:`.retry`: every store call retried with backoff until a deadline, then one line naming the object.
+* :mod:`.batch`: many requests in one round (every shard's look-up, sidecars or blocks at once).
 * :mod:`.cache`: the cache folder, its objects least recently used first, evicted down to the limit.
 * :mod:`.listing`: what a URL names: a glob's objects, a folder's TFRecord objects, a remote ``dataset.json``.
 * :mod:`.mirror`: one remote shard as a local sparse file whose fixed-size blocks are fetched on demand.

@@ -7,7 +7,10 @@ size, so a changed object is another folder (its stale one ages out). Several pr
 machine share the folder: a block is written in place and marked only after, a folder is
 evicted by renaming it away first, and a process that still maps an evicted file keeps reading
 its own copy. Eviction removes the least recently opened folders until the folder's disk usage
-is within the limit, never one this process has open.
+is within the limit, never one this process has open: the limit bounds what the cache keeps of
+objects no dataset of the process reads, so while open datasets hold more than the limit, the
+cache holds all they fetched (every block of an object stays until the object is closed) and
+:func:`evict` warns once per process, naming both sizes.
 """
 from __future__ import annotations
 
@@ -15,11 +18,13 @@ import hashlib
 import os
 import shutil
 import time
+import warnings
 
 from evenflow.records.remote.url import basename
 
 OBJECTS = "objects"
 _IN_USE: set[str] = set()  # object folders this process has open
+_WARNED: list[bool] = [False]
 
 
 def object_dir(cache_dir: str, url: str, etag: str, size: int) -> str:
@@ -51,7 +56,8 @@ def disk_bytes(path: str) -> int:
 
 def evict(cache_dir: str, limit: int) -> int:
     """Remove the least recently used object folders (not this process's open ones) until the cache
-    holds at most ``limit`` bytes; returns the bytes removed."""
+    holds at most ``limit`` bytes; returns the bytes it holds then (more than ``limit`` when this
+    process's open objects alone hold more: warned once per process)."""
     root = os.path.join(cache_dir, OBJECTS)
     try:
         names = os.listdir(root)
@@ -64,7 +70,7 @@ def evict(cache_dir: str, limit: int) -> int:
             entries.append((os.stat(p).st_mtime, p, disk_bytes(p)))
         except OSError:
             continue
-    total, removed = sum(e[2] for e in entries), 0
+    total = sum(e[2] for e in entries)
     for _, p, size in sorted(entries):
         if total <= limit:
             break
@@ -76,8 +82,21 @@ def evict(cache_dir: str, limit: int) -> int:
         except OSError:
             continue  # another process evicted it first
         shutil.rmtree(trash, ignore_errors=True)
-        total, removed = total - size, removed + size
-    return removed
+        total -= size
+    if total > limit and not _WARNED[0]:
+        _WARNED[0] = True
+        warnings.warn(f"the block cache {cache_dir} holds {human(total)}, above its limit of "
+                      f"{human(limit)} (--cache-size, EVENFLOW_CACHE_SIZE): the objects this process has open "
+                      f"are kept until it closes them; give the cache room for the data read at once", stacklevel=2)
+    return total
+
+
+def human(n: int) -> str:
+    """``n`` bytes as ``1.5G``, ``300M``, ``12K`` (the units ``--cache-size`` takes)."""
+    for unit, shift in (("T", 40), ("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g}{unit}"
+    return f"{n}B"
 
 
 def n_is_trash(path: str) -> bool:

@@ -59,8 +59,10 @@ class StoreOptions:
 
     Attributes:
         cache_dir: the block cache folder (shared by every process of the machine).
-        cache_bytes: its size limit: least recently used objects are evicted down to it
-            (the objects an open dataset reads stay while it is open).
+        cache_bytes: its size limit: least recently used objects are evicted down to it, but
+            never the objects this process has open (every block an open dataset fetched
+            stays until it is closed, so data read at once that is larger than the limit
+            overshoots it, with a warning).
         block_bytes: the unit of ranged reads and of the cache.
         timeout_s: seconds one request may take before it is retried.
         deadline_s: seconds a read may keep retrying before it fails.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from evenflow.records.indexer import IndexReport, index_file
-from evenflow.records.remote.mirror import Mirror, as_url
+from evenflow.records.remote.mirror import as_url, open_all
 from evenflow.records.remote.options import StoreOptions
 from evenflow.records.remote.retry import call
 from evenflow.records.errors import RecordError
@@ -25,7 +25,7 @@ def index_url(url: str, **kwargs) -> IndexReport:
             (:func:`~.retry.call`).
     """
     options = StoreOptions.from_env()
-    m = Mirror(url, options)
+    m = open_all([url], options)[0]
     try:
         m.ensure_all()
         try:

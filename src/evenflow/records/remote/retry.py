@@ -17,7 +17,7 @@ _CLIENTS = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google
 _NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
 
 
-def _final(url: str, e: BaseException) -> RecordError | None:
+def final_fault(url: str, e: BaseException) -> RecordError | None:
     """The error for a fault that retrying cannot mend, or None."""
     names = {c.__name__ for c in type(e).__mro__}
     if names & set(_NO_CREDENTIALS) or "credentials" in str(e).lower() and "unable to locate" in str(e).lower():
@@ -57,7 +57,7 @@ def call(url: str, what: str, fn, *args, deadline_s: float, **kwargs):
         except RecordError:
             raise
         except Exception as e:  # noqa: BLE001 -- every client's faults: sorted into final and retried
-            final = _final(url, e)
+            final = final_fault(url, e)
             if final is not None:
                 raise final from e
             if not isinstance(e, (OSError, TimeoutError)) and type(e).__module__.split(".")[0] not in _CLIENTS:

@@ -10,6 +10,9 @@ import os
 import posixpath
 
 GLOB_CHARS = "*?["
+# What to install for a protocol's fsspec filesystem (others: the package fsspec's own message names).
+PACKAGES = {"s3": "'evenflow[s3]'", "s3a": "'evenflow[s3]'", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
+            "abfs": "adlfs", "abfss": "adlfs"}
 
 
 def is_url(path) -> bool:
@@ -27,7 +30,8 @@ def filesystem(url: str, timeout_s: float):
     retry policy is :func:`evenflow.records.remote.retry.call`'s.
 
     Raises:
-        RecordError: fsspec (or the store's package, e.g. s3fs) is not installed, or an unknown protocol.
+        RecordError: fsspec (or the store's package: s3fs for ``s3://``, gcsfs for ``gs://``) is not
+            installed, or an unknown protocol; one line naming the ``pip install`` that mends it.
     """
     from evenflow.records.errors import RecordError
     try:
@@ -42,12 +46,21 @@ def filesystem(url: str, timeout_s: float):
                                                 "retries": {"max_attempts": 1, "mode": "standard"}}}
     try:
         fs, path = fsspec.core.url_to_fs(url, **opts)
-    except (ImportError, ValueError) as e:
-        raise RecordError(url, f"cannot open this URL's store ({e}); install its fsspec package (for s3://: "
-                          f"pip install 'evenflow[s3]')", kind="input") from e
+    except ImportError as e:
+        package = PACKAGES.get(protocol)
+        fix = f"pip install {package}" if package else f"install its fsspec package ({_first_line(e)})"
+        raise RecordError(url, f"{protocol}:// URLs need a package that is not installed: {fix}",
+                          kind="input") from e
+    except ValueError as e:
+        raise RecordError(url, f"cannot open this URL's store ({_first_line(e)}); check the protocol (s3://, gs://, "
+                          f"or another fsspec protocol)", kind="input") from e
     if opts:
         fs.retries = 1  # s3fs's own retry loop (5 tries, backoff) would stretch every stalled request
     return fs, path
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def full_url(fs, path: str) -> str:
