@@ -1,11 +1,12 @@
-"""Two ``torchrun`` agents (two "nodes") on 127.0.0.1 with a c10d rendezvous: one lost mid-run.
+"""Two ``torchrun`` agents (two "nodes") on 127.0.0.1 with a c10d rendezvous: one lost mid-run, one joining.
 
 The recipe of docs/pytorch.md "Across machines": every node runs
-``torchrun --nnodes=1:2 --nproc_per_node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --max-restarts=3
--m evenflow train --framework torch ...``. When a node is lost, the survivor's rank loses contact and
-exits; its agent restarts it at the world size that is left, and the run resumes from its newest
-checkpoint. Every training sample is trained exactly once per epoch (``evenflow audit``) and the
-run ends normally.
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:2 --nproc_per_node=1 --rdzv-backend=c10d
+--rdzv-endpoint=HOST:PORT --max-restarts=3 -m evenflow train --framework torch ...``. When a node is
+lost, the survivor's rank loses contact and exits; its agent restarts it at the world size that is
+left. When a node joins, the running agent sees it waiting, stops its rank (SIGTERM) and both agents
+start their ranks at the larger world size. Either way the run resumes from its newest checkpoint,
+every training sample is trained exactly once per epoch (``evenflow audit``) and the run ends normally.
 """
 from __future__ import annotations
 
@@ -27,15 +28,19 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
 
 
-def _agent(root: Path, port: int, name: str, host: bool) -> subprocess.Popen:
+def _agent(root: Path, port: int, name: str, host: bool, sample_ms: int = 30) -> subprocess.Popen:
     """One node: a torchrun agent with one rank, in its own process group (killed whole, like a lost machine)."""
     cmd = ["timeout", "-k", "5", "150", sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2",
            "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic",
            f"--rdzv-conf=last_call_timeout=8,is_host={str(host).lower()}", "--max-restarts=3", "--monitor-interval=0.5",
            "-m", "evenflow", "train", "--framework", "torch", "--dataset", str(root / "d.npz"), "--model", "mlp",
            "--epochs", "2", "--global-batch-size", "16", "--checkpoint-every", "3", "--loader-workers", "0",
-           "--simulate-sample-ms", "30", "--collective-timeout", "30", "--audit", "--output-dir", str(root / "run")]
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+           "--simulate-sample-ms", str(sample_ms), "--collective-timeout", "30", "--audit", "--output-dir", str(root / "run")]
+    # Without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 a joining node never starts: the running agent keeps
+    # the store address of its first round and does not publish it in the round the new node joins,
+    # which waits 60 s for MASTER_ADDR (torch 2.13). LOGLEVEL=INFO: the agents' rendezvous in the logs.
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+           "LOGLEVEL": "INFO"}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"):
         env.pop(key, None)
     log = open(root / f"{name}.log", "w")
@@ -59,14 +64,15 @@ def _logs(root: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(root.glob("*.log")))
 
 
-def _finish(root: Path, agent: subprocess.Popen) -> dict:
-    """Wait for ``agent``; the run's audit (exactly once) and summary."""
-    try:
-        agent.wait(timeout=150)
-    finally:
-        if agent.poll() is None:
-            _kill(agent)
-    assert agent.returncode == 0, _logs(root)
+def _finish(root: Path, *agents: subprocess.Popen) -> dict:
+    """Wait for every one of ``agents`` to exit 0; the run's audit (exactly once) and summary."""
+    for agent in agents:
+        try:
+            agent.wait(timeout=150)
+        finally:
+            if agent.poll() is None:
+                _kill(agent)
+        assert agent.returncode == 0, _logs(root)
     audit = subprocess.run(["timeout", "-k", "5", "60", sys.executable, "-m", "evenflow", "audit",
                             str(root / "run"), "--json"], capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(SRC)})
@@ -110,3 +116,23 @@ def test_a_lost_node_leaves_the_survivor_to_finish_at_world_size_one_exactly_onc
         _kill(first), _kill(second)
     assert result["summary"]["replicas"] == 1, result["summary"]
     assert result["summary"]["resumed_from"] is not None
+
+
+def test_a_node_that_joins_makes_the_run_resume_on_both_at_world_size_two_exactly_once(tmp_path):
+    _data(tmp_path)
+    port = free_port()
+    # alone: world size 1 after the last call; 60 ms a sample leaves it ~15 s of epoch 0 for the other to join
+    first = _agent(tmp_path, port, "first", host=True, sample_ms=60)
+    second = None
+    try:
+        _wait_for_checkpoint(tmp_path, [first])
+        second = _agent(tmp_path, port, "second", host=False, sample_ms=60)
+        result = _finish(tmp_path, first, second)
+    finally:
+        _kill(first)
+        if second is not None:
+            _kill(second)
+    assert result["summary"]["replicas"] == 2, result["summary"]
+    assert result["summary"]["resumed_from"] is not None
+    # the steps before the join ran on one rank, the steps after it on two
+    assert {n for e in result["audit"]["epochs"] for n in e["replica_counts"]} == {1, 2}, result["audit"]
