@@ -208,10 +208,11 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
     # It started from the checkpoint, not from epoch 1, and ran to the end.
     assert not re.search(r"epoch +0 \( *1/40\)", resumed) and re.search(r"epoch +39 \(40/40\)", resumed), \
         resumed[-3000:]
-    # ... with the weights measured before the kill, on every worker (the global replica count).
-    for i in (0, 1):
-        text = (tmp_path / f"r{i}.out").read_text()
-        assert re.search(r"resuming with the measured replica weights [0-9.]+, [0-9.]+\n", text), text[:2000]
+    # ... with the weights measured before the kill (the global replica count). Worker 0 says so; worker 1 is
+    # quiet without --verbose, and the workers' agreement on one plan (weights included) holds before any step.
+    text = (tmp_path / "r0.out").read_text()
+    assert re.search(r"resuming with the measured replica weights [0-9.]+, [0-9.]+\n", text), text[:2000]
+    assert (tmp_path / "r1.out").read_text() == ""
     audit = subprocess.run([sys.executable, "-m", "evenflow", "audit", str(tmp_path / "run")], env=ENV,
                            capture_output=True, text=True, timeout=120)
     assert audit.returncode == 0, audit.stdout + audit.stderr
