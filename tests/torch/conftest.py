@@ -90,6 +90,22 @@ def run_ranks(groups: list[tuple], timeout: float) -> list[list[RankRun]]:
     return out
 
 
+def one_and_two_ranks(worker: Path, root: Path, timeout: float) -> tuple[dict, list[dict]]:
+    """``python WORKER OUT.npz`` on 1 rank and on 2 ranks at once; what the one rank and each of the two wrote."""
+    groups = [(lambda r, w=w: [sys.executable, str(worker), str(root / f"w{w}-{r}.npz")], w,
+               lambda r, w=w: root / f"w{w}-{r}.npz") for w in (1, 2)]
+    one, two = run_ranks(groups, timeout=timeout)
+    for world, ranks in ((1, one), (2, two)):
+        for r, run in enumerate(ranks):
+            assert run.returncode == 0 and run.found is not None, f"rank {r} of {world} failed:\n{run.stderr[-3000:]}"
+    return one[0].found, [run.found for run in two]
+
+
+def saved_params(found: dict, name: str) -> list[np.ndarray]:
+    """The 4 parameter arrays a worker saved under ``NAME_p0..3``."""
+    return [found[f"{name}_p{i}"] for i in range(4)]
+
+
 @pytest.fixture
 def torchrun():
     """``torchrun(args, timeout) -> CompletedProcess``: ``torchrun --nproc_per_node=2 -m evenflow ARGS``, killed at the deadline."""

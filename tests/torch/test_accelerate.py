@@ -8,14 +8,13 @@ the DataLoader with the sampler is refused at its first batch, naming the fix.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.torch._own_datasets import N
-from tests.torch.conftest import run_ranks
+from tests.torch.conftest import one_and_two_ranks
 
 pytest.importorskip("accelerate")
 
@@ -24,14 +23,7 @@ WORKER = Path(__file__).with_name("_accelerate_worker.py")
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("accelerate")
-    groups = [(lambda r, w=w: [sys.executable, str(WORKER), str(root / f"w{w}-{r}.npz")], w,
-               lambda r, w=w: root / f"w{w}-{r}.npz") for w in (1, 2)]
-    one, two = run_ranks(groups, timeout=120)
-    for world, ranks in ((1, one), (2, two)):
-        for r, run in enumerate(ranks):
-            assert run.returncode == 0 and run.found is not None, f"rank {r} of {world} failed:\n{run.stderr[-3000:]}"
-    return one[0].found, [run.found for run in two]
+    return one_and_two_ranks(WORKER, tmp_path_factory.mktemp("accelerate"), timeout=120)
 
 
 @pytest.mark.parametrize("name", ["sampler", "loader"])

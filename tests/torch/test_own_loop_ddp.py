@@ -9,7 +9,6 @@ process (no process group) and 2 ranks run at once, on 127.0.0.1 with a hard dea
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 import torch
 
 from tests.torch._own_datasets import N, arrays
-from tests.torch.conftest import run_ranks
+from tests.torch.conftest import one_and_two_ranks, saved_params
 
 pytestmark = pytest.mark.slow
 
@@ -28,18 +27,8 @@ STEPS = 2 * 7  # two epochs of ceil(203 / 30) steps
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("own_loop")
-    groups = [(lambda r, w=w: [sys.executable, str(WORKER), str(root / f"w{w}-{r}.npz")], w,
-               lambda r, w=w: root / f"w{w}-{r}.npz") for w in (1, 2)]
-    one, two = run_ranks(groups, timeout=150)
-    for world, ranks in ((1, one), (2, two)):
-        for r, run in enumerate(ranks):
-            assert run.returncode == 0 and run.found is not None, f"rank {r} of {world} failed:\n{run.stderr[-3000:]}"
-    return one[0].found, [run.found for run in two]
+    return one_and_two_ranks(WORKER, tmp_path_factory.mktemp("own_loop"), timeout=150)
 
-
-def _params(found: dict, name: str) -> list[np.ndarray]:
-    return [found[f"{name}_p{i}"] for i in range(4)]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -48,7 +37,7 @@ def test_two_ranks_give_the_loss_curve_and_weights_of_one_process(runs, kind):
     assert one[f"{kind}_loss"].shape == (STEPS,)
     np.testing.assert_allclose(r0[f"{kind}_loss"], one[f"{kind}_loss"], rtol=1e-5)
     np.testing.assert_array_equal(r0[f"{kind}_loss"], r1[f"{kind}_loss"])  # the same all-reduced curve
-    for a, b, c in zip(_params(r0, kind), _params(r1, kind), _params(one, kind)):
+    for a, b, c in zip(saved_params(r0, kind), saved_params(r1, kind), saved_params(one, kind)):
         np.testing.assert_array_equal(a, b)  # DDP keeps the ranks identical
         np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-6)
     assert one[f"{kind}_loss"][-1] < 0.6 * one[f"{kind}_loss"][0]  # and it learned
@@ -83,7 +72,7 @@ def test_one_process_curve_is_a_plain_loop_over_the_mean_of_each_steps_samples(r
         optimizer.step()
         curve.append(loss.item())
     np.testing.assert_allclose(one[f"{kind}_loss"], curve, rtol=1e-5)
-    for mine, plain in zip(_params(one, kind), model.parameters()):
+    for mine, plain in zip(saved_params(one, kind), model.parameters()):
         np.testing.assert_allclose(mine, plain.detach().numpy(), rtol=1e-4, atol=1e-6)
 
 
@@ -91,7 +80,7 @@ def test_plain_ddp_under_masked_mean_is_made_to_sum_and_trains_the_one_process_m
     # DistributedDataParallel's own hook would divide every gradient by 2 (the weights end 0.31 away);
     # masked_mean registers evenflow's sum hook on it before the first backward, and says so once.
     one, (r0, r1) = runs
-    for a, b, c in zip(_params(r0, "plain_ddp"), _params(r1, "plain_ddp"), _params(one, "tensors")):
+    for a, b, c in zip(saved_params(r0, "plain_ddp"), saved_params(r1, "plain_ddp"), saved_params(one, "tensors")):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(r0["plain_ddp_loss"], one["tensors_loss"], rtol=1e-5)

@@ -9,7 +9,6 @@ mid-epoch, save ``state_dict()``, restore in a fresh loader or sampler on 2, 3 a
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 import evenflow as ef
 import evenflow.torch as et
 from tests.torch._own_datasets import N, arrays
-from tests.torch.conftest import run_ranks
+from tests.torch.conftest import one_and_two_ranks, saved_params
 
 WORKER = Path(__file__).with_name("_user_loader_worker.py")
 STEPS = 7  # ceil(203 / 30) per epoch; the last step has 23 samples, split unevenly with padding
@@ -27,18 +26,8 @@ STEPS = 7  # ceil(203 / 30) per epoch; the last step has 23 samples, split uneve
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("user_loader")
-    groups = [(lambda r, w=w: [sys.executable, str(WORKER), str(root / f"w{w}-{r}.npz")], w,
-               lambda r, w=w: root / f"w{w}-{r}.npz") for w in (1, 2)]
-    one, two = run_ranks(groups, timeout=120)
-    for world, ranks in ((1, one), (2, two)):
-        for r, run in enumerate(ranks):
-            assert run.returncode == 0 and run.found is not None, f"rank {r} of {world} failed:\n{run.stderr[-3000:]}"
-    return one[0].found, [run.found for run in two]
+    return one_and_two_ranks(WORKER, tmp_path_factory.mktemp("user_loader"), timeout=120)
 
-
-def _params(found: dict, name: str) -> list[np.ndarray]:
-    return [found[f"{name}_p{i}"] for i in range(4)]
 
 
 @pytest.mark.parametrize("name", ["short", "pad"])
@@ -46,7 +35,7 @@ def test_own_dataloader_with_the_sampler_trains_on_two_ranks_as_on_one(runs, nam
     one, (r0, r1) = runs
     assert one[f"{name}_loss"].shape == (2 * STEPS,) and r0[f"{name}_loss"].shape == (2 * STEPS,)  # equal steps
     np.testing.assert_allclose(r0[f"{name}_loss"], one[f"{name}_loss"], rtol=1e-5)
-    for a, b, c in zip(_params(r0, name), _params(r1, name), _params(one, name)):
+    for a, b, c in zip(saved_params(r0, name), saved_params(r1, name), saved_params(one, name)):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-6)
     assert one[f"{name}_loss"][-1] < 0.6 * one[f"{name}_loss"][0]

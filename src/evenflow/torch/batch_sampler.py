@@ -37,7 +37,7 @@ from evenflow.plan import Cursor, Plan
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.ddp_watch import watch_ddp
 from evenflow.torch.exact import masked_mean
-from evenflow.torch.loader import PlanSteps, _is_int, rank_and_world_size
+from evenflow.torch.loader import PlanSteps, _is_int, plan_rank_and_world_size, rank_and_world_size
 from evenflow.torch.position import position_state, restored_cursor
 
 
@@ -53,17 +53,12 @@ class PlanBatchSampler:
     """
 
     def __init__(self, plan: Plan, *, rank: int | None = None, world_size: int | None = None, pad: bool = False):
-        if not isinstance(plan, Plan):
-            raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
+        self.rank, self.world_size = plan_rank_and_world_size(plan, rank, world_size)
         if plan.options.pack:
             raise ValueError("PlanBatchSampler yields dataset indices, and a packed plan (Plan(pack=L)) places "
                              "token spans; read a packed plan with PlanLoader over a TextSource")
         if not isinstance(pad, bool):
             raise TypeError(f"pad must be True or False, got {pad!r}")
-        self.rank, self.world_size = rank_and_world_size(rank, world_size)
-        if plan.topology.replicas != self.world_size:
-            raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the world size is "
-                             f"{self.world_size}; plan with ef.Topology({self.world_size})")
         self.plan, self.pad = plan, pad
         self._sizes = plan.step_sizes
         self._real = np.zeros(plan.num_steps, dtype=np.int64)

@@ -73,6 +73,17 @@ def rank_and_world_size(rank: int | None = None, world_size: int | None = None) 
     return int(rank), int(world_size)
 
 
+def plan_rank_and_world_size(plan: Plan, rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``rank_and_world_size``, for a reader of ``plan``: refused when the plan has other replicas than ranks."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
+    rank, world_size = rank_and_world_size(rank, world_size)
+    if plan.topology.replicas != world_size:
+        raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the world size is "
+                         f"{world_size}; plan with ef.Topology({world_size})")
+    return rank, world_size
+
+
 def _is_int(value) -> bool:
     """An int or a numpy integer, not a bool."""
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
@@ -237,12 +248,7 @@ class PlanLoader:
         if not isinstance(source, Source):
             raise TypeError(f"source must follow the evenflow.data Source protocol (num_samples, index(), "
                             f"batch(ids)), got {type(source).__name__}")
-        if not isinstance(plan, Plan):
-            raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
-        self.rank, self.world_size = rank_and_world_size(rank, world_size)
-        if plan.topology.replicas != self.world_size:
-            raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the world size is "
-                             f"{self.world_size}; plan with ef.Topology({self.world_size})")
+        self.rank, self.world_size = plan_rank_and_world_size(plan, rank, world_size)
         if plan.index.num_samples != source.num_samples:
             raise ValueError(f"the plan covers {plan.index.num_samples} samples but the source has "
                              f"{source.num_samples}; plan with source.index()")
