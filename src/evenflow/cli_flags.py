@@ -18,11 +18,17 @@ class CommandParser(argparse.ArgumentParser):
     argparse prints before its other errors.
     """
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = [a.split("=", 1)[0] for a in (sys.argv[1:] if args is None else args)]
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
         bad = _BAD_NUMBER.match(message)
         if bad is None:
             super().error(message)
-        flag, kind, value = _as_typed(bad["flags"].split("/")), bad["kind"], bad["value"]
+        names = bad["flags"].split("/")  # a flag with aliases: the name as this command line gave it
+        flag = next((n for n in names if n in getattr(self, "_given", ())), names[0])
+        kind, value = bad["kind"], bad["value"]
         self.exit(2, f"{self.prog}: error: {flag} takes {_fix(flag, kind, value)}\n")
 
 
@@ -40,12 +46,6 @@ class CommandParser(argparse.ArgumentParser):
                     hints.append(f"did you mean {close[0]}?")
         hint = f" ({'; '.join(hints)})" if hints else ""
         self.error(f"unrecognized arguments: {' '.join(extras)}{hint}; see {self.prog} --help")
-
-
-def _as_typed(names: list[str]) -> str:
-    """The name of a flag with aliases (``--global-batch-size/--batch-size``) as the command line gave it."""
-    given = [a.split("=", 1)[0] for a in sys.argv[1:]]
-    return next((n for n in names if n in given), names[0])
 
 
 def _fix(flag: str, kind: str, value: str) -> str:

@@ -24,7 +24,7 @@ from evenflow.run.engine import Stream
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.clock import now
 from evenflow.tf.input.pyfunc import closing as pipelines_closing
-from evenflow.tf.strategy import collective_watch, num_workers, on_cpu
+from evenflow.tf.strategy import collective_watch, local_replicas, num_workers, on_cpu
 
 # On accelerators the host reads each step's outputs this many updates behind the newest
 # dispatched one: anomalies are seen promptly without making the host wait for every step.
@@ -44,7 +44,7 @@ class TFEngine:
     def __init__(self, strategy, step):
         tf = _tf()
         self.strategy, self.step = strategy, step
-        self.local_replicas = len(strategy.extended.worker_devices)
+        self.local_replicas = local_replicas(strategy)
         self.num_processes = num_workers(strategy)
         self.lag = 0 if on_cpu(strategy) else LAG
         # Every call below that may wait for the other workers runs under the collective timeout.

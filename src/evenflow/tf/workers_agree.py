@@ -14,6 +14,7 @@ import numpy as np
 
 from evenflow.run.preflight import check_workers_agree
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.strategy import local_replicas
 
 
 def check_workers_agree_tf(strategy, plan, identity: str | None) -> None:
@@ -24,7 +25,7 @@ def check_workers_agree_tf(strategy, plan, identity: str | None) -> None:
     if workers <= 1:
         return
     tf = _tf()
-    local = len(strategy.extended.worker_devices)
+    local = local_replicas(strategy)
     gather = tf.function(lambda values: strategy.gather(values, axis=0))
 
     def rows_of_all(rows: np.ndarray) -> np.ndarray:

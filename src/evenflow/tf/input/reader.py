@@ -57,7 +57,7 @@ from evenflow.tf.input.pyfunc import numpy_function
 from evenflow.tf.input.source_adapter import reader_source
 # Re-exported: the source protocol is part of the reader's interface.
 from evenflow.tf.input.sources import TensorSource
-from evenflow.tf.strategy import check_strategy, on_cpu
+from evenflow.tf.strategy import check_strategy, local_replicas, on_cpu
 
 
 class PlanReader:
@@ -269,7 +269,7 @@ class PlanReader:
                              f"{strategy.num_replicas_in_sync}; plan with evenflow.tf.topology_of(strategy)")
         start = Cursor(0, 0) if start is None else start
         rows = EpochRows(plan, start, keep=epochs if epochs is not None else 3)
-        local = len(strategy.extended.worker_devices)
+        local = local_replicas(strategy)
         multi_worker = strategy.num_replicas_in_sync > local
 
         def dataset_fn(ctx):
