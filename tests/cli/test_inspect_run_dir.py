@@ -81,3 +81,16 @@ def test_an_unknown_flag_gets_the_commands_usage_and_the_flag_meant(argv, meant,
     err = capsys.readouterr().err
     assert err.startswith(f"usage: evenflow {argv[0]} ")
     assert f"evenflow {argv[0]}: error: unrecognized arguments:" in err and f"(did you mean {meant}?)" in err
+
+
+def test_a_run_without_its_summary_is_planned_from_its_newest_checkpoint(tmp_path, capsys):
+    """A run that has not finished (killed, or still training) has no summary.json yet: its checkpoint says."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("torch")
+    run = tmp_path / "run"
+    assert main(["train", "--framework", "torch", "--dataset", "builtin:digits", "--epochs", "1",
+                 "--global-batch-size", "64", "--seed", "3", "--stratify", "--output-dir", str(run)]) == 0
+    capsys.readouterr()
+    finished = _inspect_json([str(run)], capsys)
+    (run / "summary.json").unlink()
+    assert _inspect_json([str(run)], capsys) == finished == json.loads(json.dumps(_train_plan(1).epoch(0).summary()))

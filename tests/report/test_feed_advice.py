@@ -21,6 +21,7 @@ def test_torch_names_its_loader_workers_and_augment_only_when_used():
     assert "--loader-workers (now 1;" in plain and "--augment" not in plain and "evenflow convert" not in plain
     augmented = feed_advice({"input": {"framework": "torch", "augment": True, "loader_workers": 0}})
     assert "--loader-workers (now 0;" in augmented and "--augment costs CPU per sample" in augmented
+    assert max(len(a) for a in (GENERAL, plain, augmented)) <= 160  # one terminal line of the report
 
 
 def test_tensorflow_has_no_loader_workers_to_name():

@@ -31,9 +31,10 @@ EPILOG = """examples:
   evenflow inspect --costs lengths.npy --replicas 4096 --batch-size 1048576 --balance cost --bucket --steps 0:1
 
 RUN_DIR, the --output-dir of an evenflow train or demo run, gives the plan options from its
-summary.json: the run's dataset split as the run split it (the training samples), its
-replicas, global batch, seed, stratification, balance and bucketing; a flag given with it
-replaces the run's value. --global-batch-size and --batch-size are one flag (the global batch,
+summary.json (or, while the run trains or after it was killed, from its newest checkpoint):
+the run's dataset split as the run split it (the training samples), its replicas, global
+batch, seed, stratification, balance and bucketing; a flag given with it replaces the run's
+value. --global-batch-size and --batch-size are one flag (the global batch,
 summed over replicas), as in evenflow train.
 
 Labels and costs files are .npy arrays or text with one number per line; with one of

@@ -3,7 +3,7 @@
 (``--dataset builtin:digits``).
 
 A run directory's ``summary.json`` (written by ``evenflow train`` and ``evenflow demo`` at the end
-of a run) holds the run's config; inspect reloads its dataset, splits it as the run did and plans
+of a run), or before the run ends its newest checkpoint, holds the run's config; inspect reloads its dataset, splits it as the run did and plans
 the training split with the run's replicas, global batch, seed, stratification, balance and
 bucketing. A flag given next to RUN_DIR replaces the run's value.
 """
@@ -19,14 +19,17 @@ _PLAN_KEYS = (("replicas", "replicas"), ("global_batch_size", "batch_size"), ("s
 
 
 def run_config(run_dir: str) -> dict:
-    """The config a run directory's ``summary.json`` holds; ValueError naming the file and the fix."""
+    """The config of the run in ``run_dir``; ValueError naming the file and the fix.
+
+    A finished run's ``summary.json`` holds it; a run that has not finished (still training, or
+    killed) has it in its newest checkpoint's sealed ``meta.json``.
+    """
     path = Path(run_dir) / "summary.json"
     if not Path(run_dir).is_dir():
         raise ValueError(f"{run_dir} is not a run directory; pass the --output-dir of an evenflow train or demo run, "
                          f"or inspect without RUN_DIR (--samples N, --dataset ...)")
     if not path.is_file():
-        raise ValueError(f"{path} not found: it is written when a run ends; let the run finish (or inspect with "
-                         f"--dataset and --replicas, --global-batch-size)")
+        return _checkpoint_config(run_dir, path)
     try:
         summary, ok = read_json_checked(path)
     except (OSError, ValueError) as e:
@@ -37,6 +40,18 @@ def run_config(run_dir: str) -> dict:
         raise ValueError(f"{path} holds no run config (changed or damaged); inspect with --dataset and --replicas, "
                          f"--global-batch-size")
     return {**config, "replicas": summary.get("replicas", config.get("replicas"))}
+
+
+def _checkpoint_config(run_dir: str, summary: Path) -> dict:
+    """The run config the newest checkpoint of an unfinished run recorded."""
+    from evenflow.run.checkpoint_list import list_checkpoints
+
+    for info in reversed(list_checkpoints(run_dir)):
+        run = info.meta.get("run")
+        if isinstance(run, dict) and isinstance(run.get("config"), dict) and run["config"].get("dataset"):
+            return {**run["config"], "replicas": run.get("replicas", run["config"].get("replicas"))}
+    raise ValueError(f"{summary} not found, nor a checkpoint that records the run's config: they are written as a "
+                     f"run trains and when it ends; inspect with --dataset and --replicas, --global-batch-size")
 
 
 def fill_from_run(args, config: dict, given: set[str]) -> None:

@@ -8,22 +8,20 @@ advice is the general one.
 """
 from __future__ import annotations
 
-GENERAL = ("feed faster: more parallel reads and decoding, cache the decoded dataset, a deeper prefetch; convert "
-           "images or arrays to indexed records with `evenflow convert`; augmentation costs CPU per sample (try a "
-           "run without it)")
+GENERAL = ("feed faster: more parallel reads and decoding, a cached decoded dataset, a deeper prefetch; records "
+           "from `evenflow convert`; augmentation costs CPU per sample")
 
 
 def feed_advice(run: dict) -> str:
-    """The advice for an input-bound run whose telemetry ``run`` line is ``run``."""
+    """The advice for an input-bound run whose telemetry ``run`` line is ``run`` (one line of at most 160 characters)."""
     facts = run.get("input")
     if not isinstance(facts, dict) or facts.get("framework") not in ("tf", "torch"):
         return GENERAL
     todo = []
     workers = facts.get("loader_workers")
     if facts["framework"] == "torch" and isinstance(workers, int):
-        todo.append(f"try another --loader-workers (now {workers}; 0 loads in the training process, which suits "
-                    f"in-memory arrays; more worker processes help decoding)")
+        todo.append(f"other --loader-workers (now {workers}; 0 suits arrays in memory)")
     if facts.get("augment"):
-        todo.append("--augment costs CPU per sample (try a run without it)")
-    todo.append("a larger --global-batch-size spreads each step's fixed input cost over more samples")
+        todo.append("--augment costs CPU per sample")
+    todo.append("a larger --global-batch-size spreads fixed per-step costs")
     return "feed faster: " + "; ".join(todo)

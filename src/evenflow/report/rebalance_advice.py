@@ -13,37 +13,36 @@ def seconds(x: float) -> str:
     return f"{x:,.0f} s" if x >= 99.95 else f"{x:#.3g} s"
 
 
-def rebalance_advice(tel, start: int, stop: int, strag: int) -> str:
-    """What rebalancing did about straggler ``strag`` in updates ``start..stop-1`` of telemetry ``tel``."""
+def rebalance_advice(tel, start: int, stop: int, strag: int) -> tuple[str, ...]:
+    """What rebalancing did about straggler ``strag`` in updates ``start..stop-1`` of telemetry ``tel``: its lines."""
     undone = [ev["index"] for ev in tel.rebalances if ev.get("reason") == "undo"]
     if undone:
         return (f"rebalancing gave replica {strag} less work, but steps got no faster, so it went back at update "
-                f"{undone[0]} and keeps this split: the time is lost outside the replicas' compute (communication "
-                f"or input on a shared core?)")
+                f"{undone[0]} and keeps this split", "the time is lost outside the replicas' compute (communication or "
+                "input on a shared core?)")
     at = [ev["index"] for ev in tel.rebalances]
     inside, later = [i for i in at if start < i < stop], [i for i in at if i >= stop]
     if inside:
         return (f"rebalancing is on and changed the weights {len(inside)} time{'s' * (len(inside) != 1)} within "
-                f"these steps (first at update {inside[0]}): compare the diagnoses before and after rebalancing")
+                f"these steps (first at update {inside[0]}): compare the diagnoses before and after rebalancing",)
     if later:
-        return f"rebalancing is on and changed the weights after these steps, at update {later[0]}"
+        return (f"rebalancing is on and changed the weights after these steps, at update {later[0]}",)
     held = [ev for ev in tel.held if start < ev["index"] <= stop]
     if held:  # the check nearest to paying off: the largest saving
         return _held_advice(max(held, key=lambda ev: float(ev.get("saving_seconds", 0.0))), len(held))
     if at or tel.run.get("rebalance"):
         return (f"rebalancing is on but has not caught up: replica {strag} may be slow irregularly (a shared or "
-                f"throttling device?) — check it, or give it a smaller fixed weight")
+                f"throttling device?) — check it, or give it a smaller fixed weight",)
     return (f"rebalancing is off: turn it on so the plan gives replica {strag} a smaller share, or give it a "
-            f"smaller weight")
+            f"smaller weight",)
 
 
-def _held_advice(ev: dict, checks: int) -> str:
-    """Why rebalancing kept a straggler's split, from the ``held`` line ``ev`` of the window."""
+def _held_advice(ev: dict, checks: int) -> tuple[str, str]:
+    """Why rebalancing kept a straggler's split, from the ``held`` line ``ev`` of the window: two lines."""
     cost = float(ev.get("replan_seconds", float("nan")))
-    source = ("the first opening of the pipelines stands in for it until a re-plan is measured"
-              if not ev.get("replans") else "measured")
+    source = "measured" if ev.get("replans") else "estimated from the pipelines' first opening"
     return (f"rebalancing is on but kept the split: {checks} check{'s' * (checks != 1)} predicted faster steps "
             f"(the best after {ev['index']} updates: {float(ev.get('gain', float('nan'))):.2f}x, "
-            f"{seconds(float(ev.get('saving_seconds', float('nan'))))} saved over the steps left), less than "
-            f"{float(ev.get('payback', float('nan'))):g}x what a re-plan is taken to cost ({seconds(cost)}: {source}); "
-            f"a longer run re-plans, or lower --rebalance-payback (0: whenever the gain clears the threshold)")
+            f"{seconds(float(ev.get('saving_seconds', float('nan'))))} saved over the steps left)",
+            f"less than {float(ev.get('payback', float('nan'))):g}x a re-plan's cost ({seconds(cost)}, {source}); "
+            f"a longer run re-plans, as does a lower --rebalance-payback")

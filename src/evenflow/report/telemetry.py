@@ -282,12 +282,13 @@ def _lines(tel: Telemetry, d: Diagnosis, wait_total: float, step_total: float) -
         todo.append(feed_advice(tel.run))
     if d.straggler is not None and shown_fraction(d.straggler_fraction) >= STRAGGLER:
         at = 0 if d.kind == "straggler" else 1
-        todo.insert(at, rebalance_advice(tel, d.start, d.stop, d.straggler))
+        advice = rebalance_advice(tel, d.start, d.stop, d.straggler)
+        todo[at:at] = advice
         window = slice(d.start, d.stop)
         if tel.load_unit == "cost":
             unit = cost_advice(tel.cost[window], tel.samples[window], tel.compute[window])
             if unit is not None:
-                todo.insert(at + 1, unit)
+                todo.insert(at + len(advice), unit)
     return (f"{d.kind}: {figures[0]}", *figures[1:], *(todo or ["nothing to fix"]))
 
 

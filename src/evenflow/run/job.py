@@ -45,7 +45,7 @@ from evenflow.run.models import check_model_input, check_tokens
 from evenflow.run.preflight import check_plan
 from evenflow.run.resume import audit_note, check_resume, learning_rate_note, resumable, run_facts
 from evenflow.run.runlog import NoLog, RunLog, clear_events
-from evenflow.run.summary import print_header, print_results, run_summary
+from evenflow.run.summary import print_header, print_results, run_config, run_summary
 from evenflow.run.training import train_and_evaluate
 from evenflow.util.files import write_json_checked
 
@@ -262,4 +262,6 @@ def _guard(p: Prepared, session) -> TrainingGuard:
                                     every=ckpt.checkpoint_every, audit=ckpt.audit, anomalies=policy,
                                     is_chief=procs.is_chief, worker=procs.index,
                                     meta={"framework": cfg.compute.framework, "data": p.data.identity,
-                                          "config": run_facts(cfg)})
+                                          "config": run_facts(cfg),
+                                          # what `evenflow inspect RUN_DIR` plans from before summary.json exists
+                                          "run": {"config": run_config(p), "replicas": procs.replicas}})

@@ -63,7 +63,7 @@ def _evaluation_line(p) -> str:
     return f"evaluating on the {facts['samples']} held-out test samples"
 
 
-def _config(p) -> dict:
+def run_config(p) -> dict:
     """The run's config with the feature and label keys actually read (None where the dataset has no keys)."""
     config = p.config.to_dict()
     config["feature_key"], config["label_key"] = p.data.keys
@@ -106,7 +106,7 @@ def run_summary(p, session, trained, guard, began: float) -> dict:
         "global_batch_size": sched.global_batch_size, "slots_per_replica": p.train_plan.slots, "seed": sched.seed,
         "epochs": sched.epochs, "steps": trained.steps, "dataset": p.data.description, "augment": cfg.data.augment,
         "skipped_records": list(p.data.skipped), "split": p.data.split, "data_identity": p.data.identity,
-        "config": _config(p), "plan": p.train_plan.epoch(0).summary(),
+        "config": run_config(p), "plan": p.train_plan.epoch(0).summary(),
         "history": [{k: h[k] for k in ("epoch", "loss", "accuracy", "samples", "seconds", "replica_samples",
                                        "skipped_steps")} for h in history],
         # The checkpoint actually restored: an older one than the newest when that one was damaged.
