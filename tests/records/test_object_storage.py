@@ -173,6 +173,7 @@ def test_a_cold_open_of_small_shards_is_one_round_and_a_warm_one_one_listing(ind
         assert ds.remote_stats["requests"] == SHARDS and ds.remote_stats["bytes"] == sum(s.file_size for s in ds.shards)
         ds.read_batch(np.arange(N))
         assert len(rounds) == 1
+    assert not any((tmp_path / "cold" / "incoming").iterdir())  # each first block moved into its object's folder
     rounds.clear()
     with RecordDataset(_urls()) as ds:  # a second process of the machine, or epoch 2: the listing only
         assert np.array_equal(ds.labels, indexed["rows"]["label"])
@@ -295,6 +296,7 @@ def test_bad_urls_are_one_line(indexed, capsys):
     _one_line(capsys, inspect("s3://bkt/d/none-*.tfrecord"), "the pattern matches no object in the store")
     _one_line(capsys, inspect("s3://bkt/d/none.tfrecord"), "s3://bkt/d/none.tfrecord: no such object in the store")
     _one_line(capsys, inspect("s3://no-such-bucket/a.tfrecord"), "no such bucket in the store")
+    assert not any((Path(os.environ["EVENFLOW_CACHE_DIR"]) / "incoming").iterdir())  # nothing left of them
 
 
 def test_missing_credentials_are_one_line(indexed, tmp_path):

@@ -3,7 +3,9 @@
 ``<cache_dir>/objects/<name>-<url key>-<version key>/`` holds one object: ``<name>`` (a sparse file of
 the object's size whose fetched blocks are filled in), its sidecars next to it (:mod:`.sidecars`), and
 ``present``, one byte per block, set to 1 once the block is in the file (one read tells which
-blocks another process fetched). The URL key hashes the URL, the version key the URL with the
+blocks another process fetched). ``<cache_dir>/incoming/`` holds the first blocks read before
+their objects' versions are known, each moved into its object's folder at once (a killed process's
+are removed after a day). The URL key hashes the URL, the version key the URL with the
 object's ETag and size, so a changed object is another folder (its stale one ages out) and one
 listing of the folder tells which URLs have a version cached. Several processes of a machine share
 the folder: a block is written in place and marked only after, a folder is evicted by renaming it
@@ -25,6 +27,8 @@ import warnings
 from evenflow.records.remote.url import basename
 
 OBJECTS = "objects"
+INCOMING = "incoming"
+_STALE_S = 24 * 3600.0
 _IN_USE: set[str] = set()  # object folders this process has open
 _WARNED: list[bool] = [False]
 
@@ -54,6 +58,28 @@ def cached_urls(cache_dir: str) -> set[str]:
     return {n.rsplit("-", 2)[-2] for n in names if not n_is_trash(n) and n.count("-") >= 2}
 
 
+def incoming(cache_dir: str, url: str) -> str:
+    """Where this process writes the first block of ``url`` while the object's version is not known yet."""
+    folder = os.path.join(cache_dir, INCOMING)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{url_key(url)}-{os.getpid()}")
+
+
+def _remove_stale_incoming(cache_dir: str) -> None:
+    folder = os.path.join(cache_dir, INCOMING)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for n in names:
+        p = os.path.join(folder, n)
+        try:
+            if time.time() - os.stat(p).st_mtime > _STALE_S:
+                os.remove(p)
+        except OSError:
+            pass
+
+
 def release(path: str) -> None:
     """This process no longer reads the object folder ``path``."""
     _IN_USE.discard(path)
@@ -75,6 +101,7 @@ def evict(cache_dir: str, limit: int) -> int:
     """Remove the least recently used object folders (not this process's open ones) until the cache
     holds at most ``limit`` bytes; returns the bytes it holds then (more than ``limit`` when this
     process's open objects alone hold more: warned once per process)."""
+    _remove_stale_incoming(cache_dir)
     root = os.path.join(cache_dir, OBJECTS)
     try:
         names = os.listdir(root)

@@ -19,6 +19,7 @@ never mixed with the old.
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from evenflow.records.errors import RecordError
 from evenflow.records.remote.batch import Request, raise_first, run_all
-from evenflow.records.remote.cache import cached_urls, evict, object_dir, release, url_key
+from evenflow.records.remote.cache import cached_urls, evict, incoming, object_dir, release, url_key
 from evenflow.records.remote.lookup import SIDECARS, Found, identity, look_up, look_up_request
 from evenflow.records.remote.options import StoreOptions
 from evenflow.records.remote.sidecars import cached, install
@@ -40,26 +41,34 @@ def _sidecar_reads(url: str, fs, path: str) -> list[Request]:
 
 def open_all(urls: list[str], options: StoreOptions) -> list["Mirror"]:
     """The mirror of each remote shard ``urls[k]``, opened with all others' in at most two rounds of requests."""
-    known, early, first = cached_urls(options.cache_dir), [], []
+    known, early, first = cached_urls(options.cache_dir), {}, []
     for u in urls:  # no version cached: its sidecars and first block asked with the look-ups
         fs, path = filesystem(u, options.timeout_s)
         if url_key(u) not in known and tells_version(fs):
-            early.append(u)
-            first += _sidecar_reads(u, fs, path) + [read(u, "read block 0 of", fs, path, 0, options.block_bytes)]
-    found, got = look_up(urls, options, first)
+            early[u] = incoming(options.cache_dir, u)
+            fd = os.open(early[u], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            first += _sidecar_reads(u, fs, path) + [read(u, "read block 0 of", fs, path, 0, options.block_bytes,
+                                                          into=(fd, None))]
+    try:
+        found, got = look_up(urls, options, first)
+    except BaseException:
+        _discard(early.values())
+        raise
+    finally:
+        for r in first[2::3]:
+            os.close(r.args[3][0])
     answered = {u: got[3 * i:3 * i + 3] for i, u in enumerate(early)}
     mirrors: list[Mirror] = []
     try:
         rest = []  # (mirror, found, None: its sidecars, else the block to read)
         for u, f in zip(urls, found):
-            m = Mirror(u, options, f)
+            m = Mirror(u, options, f, _first_block(early.get(u), answered.get(u), f, options))
             mirrors.append(m)
             if u in answered:
                 _take_sidecars(m, f, answered[u][:2])
-                _take_blocks(m, [0], answered[u][2:], first=True)
             elif not cached(m.local, f.sidecars):
                 rest.append((m, f, None))
-            if m.blocks == 1 and u not in answered and m.missing().size:
+            if m.blocks == 1 and m.missing().size:
                 rest.append((m, f, 0))
         reqs = [r for m, _, k in rest for r in (_sidecar_reads(m.url, m.fs, m.path) if k is None else [m.read(k)])]
         results = iter(run_all(reqs, options.deadline_s) if reqs else [])
@@ -71,9 +80,28 @@ def open_all(urls: list[str], options: StoreOptions) -> list["Mirror"]:
     except BaseException:
         for m in mirrors:
             m.close()
+        _discard(early.values())
         raise
     evict(options.cache_dir, options.cache_bytes)
     return mirrors
+
+
+def _discard(paths) -> None:
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(p)
+
+
+def _first_block(incoming: str | None, answered: list | None, f: Found, options: StoreOptions) -> str | None:
+    """``incoming`` when it holds the first block of the version ``f`` (else None, and it is removed)."""
+    if incoming is None:
+        return None
+    res = answered[2]
+    if not isinstance(res, RecordError) and f.size and parse(res) == (min(f.size, options.block_bytes), f.etag,
+                                                                        f.size):
+        return incoming
+    os.remove(incoming)  # failed, or of another version: read again when needed
+    return None
 
 
 def _take_sidecars(m: "Mirror", f: Found, results: list) -> None:
@@ -96,14 +124,11 @@ def _take_sidecars(m: "Mirror", f: Found, results: list) -> None:
     install(m.local, blobs, versions)
 
 
-def _take_blocks(m: "Mirror", blocks: list[int], results: list, first: bool = False) -> None:
-    """Store the blocks the reads ``results`` answered, once each is known to be of the version opened;
-    ``first``: the unasked read of block 0 with the look-up (dropped if it failed or read another version:
-    the block is read again when needed)."""
+def _take_blocks(m: "Mirror", blocks: list[int], results: list) -> None:
+    """Store the blocks the reads ``results`` answered (S3's already in the file), once each is known to
+    be of the version opened."""
     parts = []
     for k, res in zip(blocks, results):
-        if first and (isinstance(res, RecordError) or m.size == 0 or _version(res) not in (None, (m.size, m.etag))):
-            return
         if isinstance(res, RecordError):
             raise res
         version = _version(res)
@@ -132,12 +157,14 @@ class Mirror:
         requests, fetched: ranged GETs made for this mirror and the bytes they brought.
     """
 
-    def __init__(self, url: str, options: StoreOptions, found: Found):
+    def __init__(self, url: str, options: StoreOptions, found: Found, first: str | None = None):
+        """``first``: a file holding the object's first block (of this version), taken as the local file."""
         self.url, self.options = url, options
         self._pid, (self._fs, self.path) = os.getpid(), filesystem(url, options.timeout_s)
         self.size, self.etag = found.size, found.etag
         self.dir = object_dir(options.cache_dir, url, self.etag, self.size)
         self.local = os.path.join(self.dir, basename(url))
+        adopted = first is not None and _adopt(first, self.local)
         self._fd = os.open(self.local, os.O_RDWR | os.O_CREAT, 0o644)
         self._marks = os.open(os.path.join(self.dir, "present"), os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size != self.size:
@@ -146,6 +173,8 @@ class Mirror:
         self._present, self._complete = np.zeros(self.blocks, bool), False
         self._mark_found()
         self.requests, self.fetched = 0, 0
+        if adopted:
+            self.store(0, self.span(0)[1])
         self.mm = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ) if self.size else b""
         self.data = np.frombuffer(self.mm, dtype=np.uint8)
 
@@ -205,8 +234,9 @@ class Mirror:
         return k * b, min((k + 1) * b, self.size)
 
     def read(self, k: int) -> Request:
-        """The ranged read of block ``k`` (:mod:`.tagged`)."""
-        return read(self.url, f"read block {k} of", self.fs, self.path, *self.span(k))
+        """The ranged read of block ``k`` (:mod:`.tagged`: into the local file, if of the version opened)."""
+        return read(self.url, f"read block {k} of", self.fs, self.path, *self.span(k),
+                    into=(self._fd, (self.size, self.etag)))
 
     def same_object(self, info: dict) -> None:
         """Raise when the store's ``info`` is not the object this mirror opened."""
@@ -221,13 +251,16 @@ class Mirror:
                               f"rebuild its sidecars with `evenflow index {self.url}` if the records changed)",
                               kind="index")
 
-    def store(self, k: int, blob: bytes) -> None:
-        """Write block ``k`` into the local file and mark it present."""
+    def store(self, k: int, blob: bytes | int) -> None:
+        """Write block ``k`` into the local file (an int: that many bytes of it are written already) and mark it
+        present."""
         start, end = self.span(k)
-        if len(blob) != end - start:
-            raise RecordError(self.url, f"the store answered {len(blob)} bytes for bytes {start}..{end}: the object "
+        n = blob if isinstance(blob, int) else len(blob)
+        if n != end - start:
+            raise RecordError(self.url, f"the store answered {n} bytes for bytes {start}..{end}: the object "
                               f"changed while it was read; run again", kind="index")
-        os.pwrite(self._fd, blob, start)
+        if not isinstance(blob, int):
+            os.pwrite(self._fd, blob, start)
         os.pwrite(self._marks, b"\x01", k)  # after the block: a mark always means its bytes are in
         self._present[k] = True
         self.requests += 1
@@ -240,6 +273,17 @@ class Mirror:
             os.close(self._marks)
             self._fd = -1
             release(self.dir)
+
+
+def _adopt(first: str, local: str) -> bool:
+    """Make the file ``first`` the mirror file ``local`` unless another process made one first."""
+    try:
+        os.link(first, local)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.remove(first)
 
 
 def fetch_blocks(wanted: list, recheck: bool = True) -> None:
