@@ -1,8 +1,8 @@
 """Shards and sidecars in object storage, against a real S3-compatible server (moto's) on 127.0.0.1.
 
 One server and one indexed bucket per module: ``evenflow index`` of ``s3://`` objects, ``inspect``,
-reads equal to the local files through the block cache (a warm cache asks the store nothing; an
-open asks in two rounds whatever the shard count), training with TensorFlow and PyTorch (a resumed
+reads equal to the local files through the block cache (a cold open of shards no larger than a
+block asks the store in one round whatever the shard count, a warm one lists the folder only), training with TensorFlow and PyTorch (a resumed
 run, and one killed mid-epoch and resumed, audited exactly once), a store that stalls (SIGSTOP)
 retried, one that stays down failing with one line, a changed object refused, a bad URL, a missing
 bucket, missing credentials and a ``gs://`` URL without gcsfs each one line, and a cache limit
@@ -149,19 +149,56 @@ def test_reads_equal_the_local_files_and_a_warm_cache_asks_nothing(indexed, tmp_
         assert ds.remote_stats == {"requests": 0, "bytes": 0}
 
 
-def test_an_open_asks_the_store_in_two_rounds_whatever_the_shard_count(indexed, tmp_path, monkeypatch):
-    from evenflow.records.remote import mirror
-    monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "cold"))
-    monkeypatch.setenv("EVENFLOW_BLOCK_SIZE", "40")  # blocks smaller than a record: the checks on open leave some
+def _count_rounds(monkeypatch) -> list:
+    """The requests of each round the store is asked (look-ups, sidecars, blocks), appended as they go."""
+    from evenflow.records.remote import lookup, mirror
     rounds = []
     real = mirror.run_all
-    monkeypatch.setattr(mirror, "run_all", lambda reqs, deadline_s: rounds.append(reqs) or real(reqs, deadline_s))
+    for module in (lookup, mirror):
+        monkeypatch.setattr(module, "run_all", lambda reqs, deadline_s: rounds.append(reqs) or real(reqs, deadline_s))
+    return rounds
+
+
+def _names(requests) -> list[str]:
+    return [r.method if isinstance(r.method, str) else "get" for r in requests]
+
+
+def test_a_cold_open_of_small_shards_is_one_round_and_a_warm_one_one_listing(indexed, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "cold"))
+    monkeypatch.setenv("EVENFLOW_BLOCK_SIZE", "1M")  # every shard one block
+    rounds = _count_rounds(monkeypatch)
     with RecordDataset(_urls()) as ds:
-        # One listing of the folder and the 6 sidecars; then the blocks of the records the checks read.
-        assert [r.method for r in rounds[0]] == ["find"] + ["cat_file"] * 2 * SHARDS
+        # One listing of the folder, and each shard's 2 sidecars and its one block, all at once.
+        assert len(rounds) == 1 and _names(rounds[0]) == ["find"] + ["get"] * 3 * SHARDS
+        assert ds.remote_stats["requests"] == SHARDS and ds.remote_stats["bytes"] == sum(s.file_size for s in ds.shards)
+        ds.read_batch(np.arange(N))
+        assert len(rounds) == 1
+    assert not any((tmp_path / "cold" / "incoming").iterdir())  # each first block moved into its object's folder
+    rounds.clear()
+    with RecordDataset(_urls()) as ds:  # a second process of the machine, or epoch 2: the listing only
+        assert np.array_equal(ds.labels, indexed["rows"]["label"])
+        ds.read_batch(np.arange(N))
+        assert [_names(r) for r in rounds] == [["find"]] and ds.remote_stats == {"requests": 0, "bytes": 0}
+    versions = next((tmp_path / "cold" / "objects").glob("a-1.tfrecord-*")) / "a-1.tfrecord.versions"
+    versions.write_text(versions.read_text().replace(" ", " 1", 1))  # cached sidecars of another version
+    rounds.clear()
+    with RecordDataset(_urls()) as ds:  # those are read again, with nothing else
+        assert [_names(r) for r in rounds] == [["find"], ["get"] * 2]
+        assert {r.url for r in rounds[1]} == {_urls()[1] + ".idx", _urls()[1] + ".meta.npz"}
+        assert np.array_equal(ds.labels, indexed["rows"]["label"])
+
+
+def test_an_open_of_shards_of_many_blocks_asks_the_blocks_its_checks_read_after(indexed, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVENFLOW_CACHE_DIR", str(tmp_path / "cold"))
+    monkeypatch.setenv("EVENFLOW_BLOCK_SIZE", "40")  # blocks smaller than a record: the checks on open leave some
+    rounds = _count_rounds(monkeypatch)
+    with RecordDataset(_urls()) as ds:
+        # The listing with each shard's sidecars and first block; then the blocks of the records the checks read.
+        assert _names(rounds[0]) == ["find"] + ["get"] * 3 * SHARDS
         assert len(rounds) == 2 and {r.url for r in rounds[1]} == set(_urls())
-        ds.read_batch(np.arange(N))  # the rest: one round of look-ups (ETags), one of blocks
-        assert len(rounds) == 4 and [r.method for r in rounds[2]] == ["info"] * SHARDS
+        ds.read_batch(np.arange(N))  # the rest: one round of blocks, each answering its ETag (no look-ups)
+        assert len(rounds) == 3 and _names(rounds[2]) == ["get"] * len(rounds[2])
+        assert ds.remote_stats["bytes"] == sum(s.file_size for s in ds.shards)
 
 
 def _train(framework: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -259,6 +296,7 @@ def test_bad_urls_are_one_line(indexed, capsys):
     _one_line(capsys, inspect("s3://bkt/d/none-*.tfrecord"), "the pattern matches no object in the store")
     _one_line(capsys, inspect("s3://bkt/d/none.tfrecord"), "s3://bkt/d/none.tfrecord: no such object in the store")
     _one_line(capsys, inspect("s3://no-such-bucket/a.tfrecord"), "no such bucket in the store")
+    assert not any((Path(os.environ["EVENFLOW_CACHE_DIR"]) / "incoming").iterdir())  # nothing left of them
 
 
 def test_missing_credentials_are_one_line(indexed, tmp_path):

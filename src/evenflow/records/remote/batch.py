@@ -22,7 +22,11 @@ IN_FLIGHT = 16
 
 @dataclass(frozen=True)
 class Request:
-    """``fs.<method>(*args, **kwargs)`` about the object ``url``; ``what`` names the action in errors."""
+    """``fs.<method>(*args, **kwargs)`` about the object ``url``; ``what`` names the action in errors.
+
+    ``method`` is the name of a method of ``fs``, or an asynchronous function called as
+    ``method(fs, *args, **kwargs)`` on the event loop of ``fs`` (an asynchronous filesystem's).
+    """
 
     url: str
     what: str
@@ -52,6 +56,8 @@ def _on_loop(batch: list[Request]) -> list:
 
     async def one(r: Request, gate):
         async with gate:
+            if callable(r.method):
+                return await r.method(r.fs, *r.args, **r.kwargs)
             return await getattr(r.fs, "_" + r.method)(*r.args, **r.kwargs)
 
     async def every():
@@ -64,7 +70,7 @@ def _on_loop(batch: list[Request]) -> list:
 def _on_threads(batch: list[Request]) -> list:
     def one(r: Request):
         try:
-            return getattr(r.fs, r.method)(*r.args, **r.kwargs)
+            return blocking(r)(*r.args, **r.kwargs)
         except Exception as e:  # noqa: BLE001 -- settled by _settle like the loop's
             return e
 
@@ -72,6 +78,17 @@ def _on_threads(batch: list[Request]) -> list:
         return [one(r) for r in batch]
     with concurrent.futures.ThreadPoolExecutor(min(16, len(batch))) as pool:
         return list(pool.map(one, batch))
+
+
+def blocking(r: Request):
+    """The request's function as a blocking call (an asynchronous ``method`` run on its filesystem's loop)."""
+    if not callable(r.method):
+        return getattr(r.fs, r.method)
+
+    def run(*args, **kwargs):
+        from fsspec.asyn import sync
+        return sync(r.fs.loop, r.method, r.fs, *args, **kwargs)
+    return run
 
 
 def _settle(r: Request, e: BaseException, deadline_s: float):
@@ -85,7 +102,7 @@ def _settle(r: Request, e: BaseException, deadline_s: float):
         final.__cause__ = e
         return final
     try:
-        return call(r.url, r.what, getattr(r.fs, r.method), *r.args, deadline_s=deadline_s, **r.kwargs)
+        return call(r.url, r.what, blocking(r), *r.args, deadline_s=deadline_s, **r.kwargs)
     except RecordError as err:
         return err
 

@@ -1,16 +1,20 @@
 """The block cache folder: one subfolder per remote object version, least recently used evicted first.
 
-``<cache_dir>/objects/<name>-<key>/`` holds one object: ``<name>`` (a sparse file of the object's
-size whose fetched blocks are filled in), its sidecars next to it, and ``blocks/<k>``, an empty
-marker written once block ``k`` is in the file. ``<key>`` hashes the URL with the object's ETag and
-size, so a changed object is another folder (its stale one ages out). Several processes of a
-machine share the folder: a block is written in place and marked only after, a folder is
-evicted by renaming it away first, and a process that still maps an evicted file keeps reading
-its own copy. Eviction removes the least recently opened folders until the folder's disk usage
-is within the limit, never one this process has open: the limit bounds what the cache keeps of
-objects no dataset of the process reads, so while open datasets hold more than the limit, the
-cache holds all they fetched (every block of an object stays until the object is closed) and
-:func:`evict` warns once per process, naming both sizes.
+``<cache_dir>/objects/<name>-<url key>-<version key>/`` holds one object: ``<name>`` (a sparse file of
+the object's size whose fetched blocks are filled in), its sidecars next to it (:mod:`.sidecars`), and
+``present``, one byte per block, set to 1 once the block is in the file (one read tells which
+blocks another process fetched). ``<cache_dir>/incoming/`` holds the first blocks read before
+their objects' versions are known, each moved into its object's folder at once (a killed process's
+are removed after a day). The URL key hashes the URL, the version key the URL with the
+object's ETag and size, so a changed object is another folder (its stale one ages out) and one
+listing of the folder tells which URLs have a version cached. Several processes of a machine share
+the folder: a block is written in place and marked only after, a folder is evicted by renaming it
+away first, and a process that still maps an evicted file keeps reading its own copy. Eviction
+removes the least recently opened folders until the folder's disk usage is within the limit, never
+one this process has open: the limit bounds what the cache keeps of objects no dataset of the
+process reads, so while open datasets hold more than the limit, the cache holds all they fetched
+(every block of an object stays until the object is closed) and :func:`evict` warns once per
+process, naming both sizes.
 """
 from __future__ import annotations
 
@@ -23,18 +27,57 @@ import warnings
 from evenflow.records.remote.url import basename
 
 OBJECTS = "objects"
+INCOMING = "incoming"
+_STALE_S = 24 * 3600.0
 _IN_USE: set[str] = set()  # object folders this process has open
 _WARNED: list[bool] = [False]
 
 
+def url_key(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
 def object_dir(cache_dir: str, url: str, etag: str, size: int) -> str:
     """The folder of one version of the object ``url`` (created, and marked as used now)."""
-    key = hashlib.sha256(f"{url}\n{etag}\n{size}".encode()).hexdigest()[:24]
-    path = os.path.join(cache_dir, OBJECTS, f"{basename(url)[:80]}-{key}")
-    os.makedirs(os.path.join(path, "blocks"), exist_ok=True)
-    os.utime(path)
+    key = hashlib.sha256(f"{url}\n{etag}\n{size}".encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, OBJECTS, f"{basename(url)[:80]}-{url_key(url)}-{key}")
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
     _IN_USE.add(path)
     return path
+
+
+def cached_urls(cache_dir: str) -> set[str]:
+    """The URL keys (:func:`url_key`) of the objects with a version in the cache (one listing)."""
+    try:
+        names = os.listdir(os.path.join(cache_dir, OBJECTS))
+    except FileNotFoundError:
+        return set()
+    return {n.rsplit("-", 2)[-2] for n in names if not n_is_trash(n) and n.count("-") >= 2}
+
+
+def incoming(cache_dir: str, url: str) -> str:
+    """Where this process writes the first block of ``url`` while the object's version is not known yet."""
+    folder = os.path.join(cache_dir, INCOMING)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{url_key(url)}-{os.getpid()}")
+
+
+def _remove_stale_incoming(cache_dir: str) -> None:
+    folder = os.path.join(cache_dir, INCOMING)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for n in names:
+        p = os.path.join(folder, n)
+        try:
+            if time.time() - os.stat(p).st_mtime > _STALE_S:
+                os.remove(p)
+        except OSError:
+            pass
 
 
 def release(path: str) -> None:
@@ -58,6 +101,7 @@ def evict(cache_dir: str, limit: int) -> int:
     """Remove the least recently used object folders (not this process's open ones) until the cache
     holds at most ``limit`` bytes; returns the bytes it holds then (more than ``limit`` when this
     process's open objects alone hold more: warned once per process)."""
+    _remove_stale_incoming(cache_dir)
     root = os.path.join(cache_dir, OBJECTS)
     try:
         names = os.listdir(root)

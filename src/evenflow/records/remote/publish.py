@@ -14,6 +14,7 @@ from evenflow.records.indexer import IndexReport, index_file
 from evenflow.records.remote.mirror import as_url, open_all
 from evenflow.records.remote.options import StoreOptions
 from evenflow.records.remote.retry import call
+from evenflow.records.remote.sidecars import forget
 from evenflow.records.errors import RecordError
 
 
@@ -28,6 +29,7 @@ def index_url(url: str, **kwargs) -> IndexReport:
     m = open_all([url], options)[0]
     try:
         m.ensure_all()
+        forget(m.local)  # the cached sidecars are rewritten here
         try:
             report = index_file(m.local, **kwargs)
         except RecordError as e:
