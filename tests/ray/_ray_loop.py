@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-N, G, EPOCHS = 96, 8, 2   # 12 steps an epoch
+N, G, EPOCHS = 48, 8, 2   # 6 steps an epoch
 
 
 def train_loop(cfg: dict) -> None:

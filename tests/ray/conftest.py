@@ -15,7 +15,9 @@ except ModuleNotFoundError:  # without pip install 'evenflow[ray,torch]' these t
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 # Quiet, reproducible clusters: no dashboard, no usage report, every worker line once.
+# The controller polls its workers every 0.5 s (default 2 s): sooner to see a report, and a lost worker.
 RAY_ENV = {"RAY_DEDUP_LOGS": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+           "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
            "PYTHONPATH": f"{SRC}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
 
 

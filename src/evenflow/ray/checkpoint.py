@@ -81,10 +81,13 @@ def restored_position(checkpoint=None) -> dict | None:
 
 
 def restore(reader, checkpoint=None):
-    """Resume ``reader`` at the position saved in ``checkpoint`` (default: the one Ray hands this worker).
+    """Resume ``reader`` at the position of the checkpoint Ray hands this worker, else of ``checkpoint``.
 
-    Returns the checkpoint (load the model and optimizer from it too), or None on a fresh start (the
-    reader is left as it is). The position restores on any number of workers.
+    Ray hands a checkpoint to a worker group it restarts (the newest one this run reported); ``checkpoint``
+    (a ``ray.train.Checkpoint``, e.g. of an earlier run) is where a fresh start begins, and is not read
+    again after a restart. Returns the checkpoint restored from (load the model and optimizer from it
+    too), or None when there is none (the reader is left as it is). The position restores on any
+    number of workers.
 
     Raises:
         TypeError: ``reader`` has no ``load_state_dict``.
@@ -93,8 +96,7 @@ def restore(reader, checkpoint=None):
     if not callable(getattr(reader, "load_state_dict", None)):
         raise TypeError(f"reader must have load_state_dict() (a PlanLoader or PlanBatchSampler), got "
                         f"{type(reader).__name__}")
-    if checkpoint is None:
-        checkpoint = ray_train().get_checkpoint()
+    checkpoint = ray_train().get_checkpoint() or checkpoint
     state = restored_position(checkpoint)
     if state is None:
         return None
