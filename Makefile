@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c $(CONSTRAINTS) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[tf-cpu,torch,demo,report,s3,dev]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[tf-cpu,torch,demo,report,s3,dev,ray]'
 	$(COMPILE)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP) $(DEMO_STAMP)

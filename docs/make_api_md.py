@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "api.md"
 # The faces, in the order of the page: the top level first, then the layers, then the adapters.
 FACES = ("evenflow", "evenflow.data", "evenflow.plan", "evenflow.records", "evenflow.run", "evenflow.report",
-         "evenflow.tf", "evenflow.tf.ps", "evenflow.torch")
+         "evenflow.tf", "evenflow.tf.ps", "evenflow.torch", "evenflow.ray")
 WIDE = 100  # a signature longer than this is written one parameter a line
 
 _ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj):`(~?)([^`<]+?)(?:\s*<[^>]*>)?`")

@@ -22,7 +22,7 @@ ROWS = [
     [("plan", "the plan: numpy and the stdlib only"), ("records", "TFRecord files and their sidecars")],
     [("data", "the one Source family, loading, conversion"), ("report", "tables, telemetry, diagnosis")],
     [("run", "the framework-neutral run: options, loop, checkpoints, audit, monitor, adapter interface")],
-    [("tf", "TensorFlow adapter"), ("torch", "PyTorch adapter")],
+    [("tf", "TensorFlow adapter"), ("torch", "PyTorch adapter"), ("ray", "Ray Train glue")],
     [("commands", "the evenflow command (cli.py, commands/): imports the rest lazily")],
 ]
 WIDTH, ROW_H, PAD, LINE = 980, 118, 10, 15

@@ -28,7 +28,7 @@ NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.
               "torch/test_own_loop_ddp.py", "examples/test_torch_ddp_own_dataset.py")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_keras_fit_multiworker.py", "tf/test_rebalance.py",
           "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py",
-          "torch/test_elastic_nodes.py")
+          "torch/test_elastic_nodes.py", "ray/test_ray_train.py")
 
 
 def pytest_configure(config):

@@ -83,6 +83,9 @@ PY_SETUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "torch-own": (DIGITS + "import torch\ndataset = torch.utils.data.TensorDataset(torch.tensor(x), torch.tensor(y))\n"
                   "model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))\n"
                   "optimizer = torch.optim.SGD(model.parameters(), 0.1)\n", ()),
+    # Ray Train quiet: no usage report, each worker line once (the block starts its own local cluster).
+    "ray": ("import os\nos.environ.update(RAY_DEDUP_LOGS='0', RAY_USAGE_STATS_ENABLED='0', "
+            "RAY_TRAIN_ENABLE_PRINT_PATCH='0')\n", ()),
     "token-writer": ("import os\nimport numpy as np\nimport tensorflow as tf\nos.makedirs('data/tokens')\n"
                      "_r = np.random.default_rng(0)\nsamples = [(_r.integers(0, 3000, _r.integers(0, 40)).tolist(), "
                      "int(_r.integers(0, 4))) for _ in range(60)]\n", ()),

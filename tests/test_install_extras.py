@@ -54,7 +54,7 @@ def test_make_installs_the_exact_cpu_builds_of_the_constraints():
     makefile = (ROOT / "Makefile").read_text()
     installs = re.findall(r"^\t\$\(BIN\)/pip install -q (-c .*)$", makefile, re.M)
     assert installs == ["-c $(CONSTRAINTS) -e '.[tf-cpu,demo,report]'", "-c $(CONSTRAINTS) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch",
-                        "-c $(CONSTRAINTS) -e '.[tf-cpu,torch,demo,report,s3,dev]'"], installs
+                        "-c $(CONSTRAINTS) -e '.[tf-cpu,torch,demo,report,s3,dev,ray]'"], installs
     assert "CONSTRAINTS := ci/constraints.txt" in makefile and "u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=5)" in makefile
 
 

@@ -154,6 +154,16 @@ def test_report_imports_the_plan_only():
                        FRAMEWORKS) == []
 
 
+def test_ray_glue_imports_no_framework_and_no_adapter():
+    """evenflow.ray (Ray Train glue) sits on the run layer like the adapters, and imports neither them nor a
+    framework: the workers load the framework adapter by name."""
+    inner = ("evenflow.ray", "evenflow.run", "evenflow.data", "evenflow.plan", "evenflow.records", "evenflow.report",
+             "evenflow.util")
+    assert _violations("evenflow.ray", inner, None, FRAMEWORKS) == []
+    assert not any(_in(m, "evenflow.ray") for m, (inner, _) in GRAPH.items() for t in inner
+                   if _in(t, "evenflow.ray") and not _in(m, "evenflow.ray") and not _in(m, "evenflow.commands"))
+
+
 def test_util_imports_no_evenflow_package():
     assert _violations("evenflow.util", ("evenflow.util",), None) == []
 

@@ -392,11 +392,17 @@ TABLE = {
     # Object-storage data only (refused for local data): trained from a local S3 server there.
     "cache_dir": _both(("elsewhere", "tests/records/test_object_storage.py::test_train_from_the_store")),
     "cache_size": _both(("elsewhere", "tests/records/test_object_storage.py::test_train_from_the_store")),
+    # Ray Train workers run PyTorch ranks: trained (a worker lost) on a local Ray cluster in tests/ray/.
+    **{key: {"tf": _refused("tf", "--engine ray is not supported with --framework tf", "--engine", "ray", "--workers",
+                            "1", "--address", "127.0.0.1:1"),
+             "torch": ("elsewhere", "tests/ray/test_ray_train.py::test_cli_engine_ray_restarts_a_lost_worker_and_"
+                                    "the_audit_is_clean")}
+       for key in ("engine", "workers", "address")},
 }
 
 
 def test_the_table_has_a_row_for_every_option():
-    assert set(TABLE) == set(KEYS) | {"config", "verbose", "cache_dir", "cache_size"}
+    assert set(TABLE) == set(KEYS) | {"config", "verbose", "cache_dir", "cache_size", "engine", "workers", "address"}
 
 
 def _probe(name: str, framework: str, r) -> None:

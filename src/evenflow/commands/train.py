@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from evenflow.cli_flags import add_cache_flags, add_verbose_flag, cache_flags_for
+from evenflow.commands.train_engine import add_engine_flags, ray_engine, train_on_ray
 from evenflow.run.config import add_config_flags, flag_values, load_config
 
 EXAMPLES = """examples:
@@ -29,6 +30,8 @@ PyTorch (DDP, one process per rank; the same options, checkpoints, audit and tel
 command to resume from its checkpoint):
   evenflow train --framework torch --dataset builtin:digits --epochs 5 --output-dir runs/torch
   torchrun --nproc_per_node=2 -m evenflow train --framework torch --dataset data/digits --audit --output-dir runs/ddp
+  evenflow train --engine ray --workers 2 --framework torch --dataset data/digits --audit --output-dir runs/ray
+      # 2 Ray Train workers (a local Ray cluster, or --address / RAY_ADDRESS); a lost worker is restarted
 
 run.toml (flat keys; each one is also a flag, e.g. learning_rate -> --learning-rate):
   framework = "tf"               # tf | torch
@@ -71,6 +74,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_config_flags(parser)
     add_verbose_flag(parser)
     add_cache_flags(parser)
+    add_engine_flags(parser)
     parser.set_defaults(run=run)
     return parser
 
@@ -143,9 +147,13 @@ def serve_if_server(config) -> int | None:
 
 
 def run(args) -> int:
-    config = build_config(args.config, flag_values(args))
+    on_ray = ray_engine(args)
+    config = load_config(args.config, flag_values(args), {"replicas": args.workers}) if on_ray else \
+        build_config(args.config, flag_values(args))
     remote = [d for d in (config.data.dataset, config.data.eval_dataset) if "://" in d]
     cache_flags_for(args, remote[0] if remote else config.data.dataset)
+    if on_ray:
+        return train_on_ray(args, config)
     return train(config, "evenflow train", "train")
 
 
