@@ -11,9 +11,14 @@
 * **Accumulation.** ``accumulate_steps`` plan steps make one update: the first ones run
   under ``no_sync`` (no all-reduce), the last one all-reduces the summed gradients.
 * **Compression.** ``fp16`` gradients travel in float16 (:mod:`evenflow.torch.distributed`).
-* **Agreed skips.** One all-reduce of two flags per update tells every rank whether any
-  rank's loss or the summed gradients are non-finite; then every rank skips the update or
-  none does. Suspect samples (non-finite input, logits or loss) are reported per slot.
+* **Agreed skips.** Every rank learns whether any rank's loss or the summed gradients are
+  non-finite, and skips the update or none does. Under DDP the ranks' loss flags travel in the
+  gradient all-reduce (:class:`~evenflow.torch.verdict.Verdict`), so no collective of its own;
+  sharded, one all-reduce of two flags. Suspect samples (non-finite input, logits or loss) of an
+  anomalous step are reported per slot.
+* **Few host reads.** An update reads the device once (the verdict); a step's sums, ids and
+  suspects stay tensors until the loop reads them (:meth:`TorchEngine.read`), ids only when
+  asked (audit, anomaly log).
 * **Timing.** Per update: when it began, when its batches were there, when this rank's own
   computation (forwards, and the backwards that need no peer) started and ended, and when
   the update was applied — the rank's own speed without the wait for the slowest rank in
@@ -42,6 +47,7 @@ from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import check_per_sample, masked_loss
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
+from evenflow.torch.verdict import Verdict
 
 GRADIENT_SUMS = ("ordered", "ring")
 
@@ -95,6 +101,7 @@ class TorchEngine:
         self.model = model.to(self.device)
         self.optimizer, self.loss_fn = optimizer, loss_fn
         self.ddp, self.sharded = self.model, is_sharded(self.model)
+        self.verdict = None  # set under DDP: see _apply
         if self.sharded:
             _check_sharded(gradient_sum, compute, options.simulate)
             sum_gradients(self.model)  # a model the user sharded by hand adds the ranks' gradients too
@@ -102,7 +109,9 @@ class TorchEngine:
             ids = [self.device.index] if self.device.type == "cuda" else None
             extra = {"bucket_cap_mb": bucket_bytes / 2**20} if bucket_bytes else {}
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids, **extra)
-            self.ddp.register_comm_hook(None, self._stamped(gradient_hook(gradient_sum, compression)))
+            self.verdict = Verdict()  # the flags of the agreed skip travel with the gradients
+            hook = self.verdict.hook(gradient_hook(gradient_sum, compression))
+            self.ddp.register_comm_hook(None, self._stamped(hook))
         self._grads_ready = None  # when DDP handed this rank's last gradient bucket to the hook
         self.local_replicas, self.num_processes, self.lag = 1, self.world, 0
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
@@ -128,10 +137,18 @@ class TorchEngine:
         return outs, batches if keep_batches else None
 
     def read(self, out, with_ids: bool) -> dict:
-        return out if with_ids else {k: v for k, v in out.items() if k in ("sums", "flags", "timing")}
+        row = {"sums": _host_sums(out), "flags": out["flags"]}
+        if "timing" in out:
+            row["timing"] = out["timing"]
+        if with_ids:
+            ids = out["ids"].cpu().numpy().astype(np.int64)[None, :]
+            suspects = out["nonfinite"]
+            row.update(ids=ids, replica=out["replica"],
+                       nonfinite=np.zeros(ids.shape, bool) if suspects is None else suspects.cpu().numpy()[None, :])
+        return row
 
     def sums(self, outs: list):
-        return sum(o["sums"] for o in outs)
+        return sum(_host_sums(o) for o in outs)
 
     def close(self, stream, finished: bool) -> None:
         if stream.feed is not None:
@@ -149,7 +166,7 @@ class TorchEngine:
                 x, y, mask = (batch[k].to(self.device) for k in ("features", "label", "mask"))
                 with self._autocast():
                     logits = _forward(self.model, batch, x, self.device)
-                totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask)
+                totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask).cpu().numpy()
         return totals
 
     def all_gather(self, rows: np.ndarray) -> np.ndarray:
@@ -171,7 +188,7 @@ class TorchEngine:
         self.ddp.train()
         total = float(sum(int(b["global_real_count"]) for b in batches))
         self.optimizer.zero_grad(set_to_none=True)
-        seen, loss_sum, own = [], 0.0, 0.0
+        seen, loss_sum, own = [], None, 0.0
         start = time.time()
         for i, batch in enumerate(batches):
             x, y, mask = (batch[k].to(self.device, non_blocking=True) for k in ("features", "label", "mask"))
@@ -185,7 +202,11 @@ class TorchEngine:
                 if not last:
                     loss.backward()  # no peer involved: this rank's own work
                 own += time.time() - t0
+                step_loss = loss.detach().double()  # summed in float64: finite losses add up to a finite sum
+                loss_sum = step_loss if loss_sum is None else loss_sum + step_loss
                 if last:
+                    if self.verdict is not None:
+                        self.verdict.arm((~_torch().isfinite(loss_sum)).float())
                     emulated = self._emulate(batches, start, own, global_step)
                     self._grads_ready = None
                     loss.backward()  # DDP sums the gradients over ranks here
@@ -193,7 +214,6 @@ class TorchEngine:
                     # when the all-reduce that waits for the slowest rank returns; an emulated
                     # device's, when its emulated time is up.
                     done = emulated if emulated is not None else self._grads_ready or time.time()
-            loss_sum += float(loss.detach())
             seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask))
         flags = self._apply(loss_sum)
         outs = [_outputs(*s, rank=self.rank, flags=flags) for s in seen]
@@ -229,14 +249,22 @@ class TorchEngine:
             time.sleep(delay)
         return start + own + max(delay, 0.0)
 
-    def _apply(self, loss_sum: float) -> np.ndarray:
-        """Apply the update unless the agreed verdict is non-finite; returns flags ``[1, 3]``."""
+    def _apply(self, loss_sum) -> np.ndarray:
+        """Apply the update unless the agreed verdict is non-finite; returns flags ``[1, 3]``.
+
+        Under DDP the verdict came with the gradient all-reduce (:class:`~evenflow.torch.verdict.Verdict`);
+        alone or sharded, this rank checks its gradients (or shards) and, sharded, the flags are all-reduced.
+        """
         torch = _torch()
-        grads = [local_tensor(p.grad) for p in self.model.parameters() if p.grad is not None]
-        grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-        local = np.array([0.0 if np.isfinite(loss_sum) else 1.0, 1.0 if grads_bad else 0.0])
-        agreed = all_reduce_sum(local, self.device) if self.world > 1 else local
-        anomaly = bool(agreed.max() > 0)
+        if self.verdict is not None:
+            loss_bad, any_loss_bad, grads_bad = self.verdict.read()
+            local = np.array([float(loss_bad), float(grads_bad)])
+            anomaly = any_loss_bad or grads_bad
+        else:
+            grads = [local_tensor(p.grad) for p in self.model.parameters() if p.grad is not None]
+            grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+            local = np.array([0.0 if bool(torch.isfinite(loss_sum)) else 1.0, 1.0 if grads_bad else 0.0])
+            anomaly = bool((all_reduce_sum(local, self.device) if self.world > 1 else local).max() > 0)
         skipped = anomaly and self.skip_nonfinite
         if skipped:
             self.optimizer.zero_grad(set_to_none=True)
@@ -266,28 +294,44 @@ def _forward(module, batch: dict, x, device):
     return logits_of(module(x))
 
 
-def _sums(logits, per_sample, y, mask) -> np.ndarray:
-    """``[loss sum, hits, real count]`` over the real slots (hits: :func:`~evenflow.torch.checks.class_hits`)."""
+def _sums(logits, per_sample, y, mask):
+    """float64 tensor ``[loss sum, hits, real count]`` over the real slots
+    (hits: :func:`~evenflow.torch.checks.class_hits`)."""
     torch = _torch()
     with torch.no_grad():
         check_per_sample(per_sample, mask)
         real = mask > 0
         per_sample = per_sample.float()
         loss_sum = torch.where(real, per_sample, torch.zeros_like(per_sample)).sum()
-        return np.array([float(loss_sum), class_hits(logits, y, real), float(real.sum())])
+        hits = class_hits(logits, y, real)
+        return torch.stack([loss_sum.double(), torch.as_tensor(hits, device=real.device).double(),
+                            real.sum().double()])
 
 
-def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndarray) -> dict:
-    """One plan step's outputs as the loop reads them (numpy, one row: this rank)."""
+def _host_sums(out) -> np.ndarray:
+    """A step's sums as the loop reads them: float64 ``[1, 3]`` on the host (the step's one read of them)."""
+    return out["sums"].cpu().numpy()[None, :]
+
+
+def _suspects(x, logits, per_sample, mask):
+    """bool tensor ``[slots]``: real slots whose input, logits or loss is non-finite."""
     torch = _torch()
     with torch.no_grad():
         rows = logits.shape[0]  # one per slot (a packed batch's x has rows of several samples)
         finite = torch.isfinite(per_sample.float()) & torch.isfinite(logits.float()).reshape(rows, -1).all(1)
         if x.is_floating_point() and x.shape[0] == rows:
             finite &= torch.isfinite(x.float()).reshape(rows, -1).all(1)
-        suspects = ((mask > 0) & ~finite).cpu().numpy()
-    return {"sums": _sums(logits, per_sample, y, mask)[None, :], "flags": flags,
-            "ids": batch["id"].cpu().numpy().astype(np.int64)[None, :], "nonfinite": suspects[None, :],
+        return (mask > 0) & ~finite
+
+
+def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndarray) -> dict:
+    """One plan step's outputs, as tensors until :meth:`TorchEngine.read` (one row: this rank).
+
+    Suspect samples are looked for in an anomalous step only (``flags[0, 1]``): the only
+    step whose suspects are read (:class:`~evenflow.run.anomaly.AnomalyPolicy`); other steps read none.
+    """
+    suspects = _suspects(x, logits, per_sample, mask) if flags[0, 1] > 0 else None
+    return {"sums": _sums(logits, per_sample, y, mask), "flags": flags, "ids": batch["id"], "nonfinite": suspects,
             "replica": np.array([rank], np.int64)}
 
 
