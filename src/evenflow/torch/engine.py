@@ -45,7 +45,7 @@ from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import check_precision, class_hits, logits_of
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
-from evenflow.torch.losses import check_per_sample, masked_loss
+from evenflow.torch.losses import loss_denominator, masked_sum
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
 from evenflow.torch.verdict import Verdict
 
@@ -64,9 +64,12 @@ class TorchReader:
     def __init__(self, source, num_workers: int = 0, transform=None):
         self.source, self.num_workers, self.transform = source, num_workers, transform
 
-    def loader(self, plan, rank: int, world: int, start: Cursor, epochs: int, feed=None) -> PlanLoader:
+    def loader(self, plan, rank: int, world: int, start: Cursor, epochs: int, feed=None,
+               pin_memory: bool = False) -> PlanLoader:
+        """This rank's loader; ``pin_memory``: page-locked batches, for asynchronous copies to a GPU."""
         return PlanLoader(self.source, plan, rank=rank, world_size=world, start=start, epochs=epochs,
-                          num_workers=self.num_workers, transform=self.transform, trim_padding=True, feed=feed)
+                          num_workers=self.num_workers, transform=self.transform, trim_padding=True, feed=feed,
+                          pin_memory=pin_memory)
 
 
 class TorchEngine:
@@ -99,6 +102,8 @@ class TorchEngine:
         self.rank, self.world = rank_and_world_size()
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self.model = model.to(self.device)
+        # Batches for a GPU load page-locked, so their copies (non_blocking) overlap the computation.
+        self.pin_memory = self.device.type == "cuda"
         self.optimizer, self.loss_fn = optimizer, loss_fn
         self.ddp, self.sharded = self.model, is_sharded(self.model)
         self.verdict = None  # set under DDP: see _apply
@@ -124,7 +129,8 @@ class TorchEngine:
         # The sampler runs on this thread, the one that switches plans: a request while the feed is
         # held for a switch would be a bug, so it raises instead of waiting.
         feed = PlanFeed(plan, start, start.epoch + epochs, block=False) if switchable else None
-        self.stream = Stream(iter(reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed)), feed)
+        loader = reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed, self.pin_memory)
+        self.stream = Stream(iter(loader), feed)
         return self.stream
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
@@ -162,11 +168,12 @@ class TorchEngine:
         totals = np.zeros((1, 3))
         self.model.eval()
         with torch.no_grad():
-            for batch in reader.loader(plan, self.rank, self.world, Cursor(epoch, 0), epoch + 1):
-                x, y, mask = (batch[k].to(self.device) for k in ("features", "label", "mask"))
+            for batch in reader.loader(plan, self.rank, self.world, Cursor(epoch, 0), epoch + 1,
+                                       pin_memory=self.pin_memory):
+                x, y, mask = (batch[k].to(self.device, non_blocking=True) for k in ("features", "label", "mask"))
                 with self._autocast():
                     logits = _forward(self.model, batch, x, self.device)
-                totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask).cpu().numpy()
+                totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask).cpu().numpy().astype(np.float64)
         return totals
 
     def all_gather(self, rows: np.ndarray) -> np.ndarray:
@@ -186,7 +193,7 @@ class TorchEngine:
 
     def _train(self, batches: list, global_step: int) -> tuple[list, list]:
         self.ddp.train()
-        total = float(sum(int(b["global_real_count"]) for b in batches))
+        denom = loss_denominator(float(sum(int(b["global_real_count"]) for b in batches)), self.device)
         self.optimizer.zero_grad(set_to_none=True)
         seen, loss_sum, own = [], None, 0.0
         start = time.time()
@@ -198,7 +205,8 @@ class TorchEngine:
                 with self._autocast():
                     logits = _forward(self.ddp, batch, x, self.device)
                 per_sample = self.loss_fn(logits, y)
-                loss = masked_loss(per_sample, mask, total)
+                real_sum = masked_sum(per_sample, mask)
+                loss = real_sum / denom  # masked_loss(per_sample, mask, the update's real count)
                 if not last:
                     loss.backward()  # no peer involved: this rank's own work
                 own += time.time() - t0
@@ -214,7 +222,7 @@ class TorchEngine:
                     # when the all-reduce that waits for the slowest rank returns; an emulated
                     # device's, when its emulated time is up.
                     done = emulated if emulated is not None else self._grads_ready or time.time()
-            seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask))
+            seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask, real_sum.detach()))
         flags = self._apply(loss_sum)
         outs = [_outputs(*s, rank=self.rank, flags=flags) for s in seen]
         return outs, [start, done]
@@ -294,23 +302,23 @@ def _forward(module, batch: dict, x, device):
     return logits_of(module(x))
 
 
-def _sums(logits, per_sample, y, mask):
-    """float64 tensor ``[loss sum, hits, real count]`` over the real slots
-    (hits: :func:`~evenflow.torch.checks.class_hits`)."""
+def _sums(logits, per_sample, y, mask, loss_sum=None):
+    """float32 tensor ``[loss sum, hits, real count]`` over the real slots (hits:
+    :func:`~evenflow.torch.checks.class_hits`); ``loss_sum``: the step's :func:`masked_sum`, if known.
+
+    float32 holds each of them exactly as computed (the loss sum is float32; counts below 2**24 a step).
+    """
     torch = _torch()
     with torch.no_grad():
-        check_per_sample(per_sample, mask)
         real = mask > 0
-        per_sample = per_sample.float()
-        loss_sum = torch.where(real, per_sample, torch.zeros_like(per_sample)).sum()
+        loss_sum = masked_sum(per_sample, mask) if loss_sum is None else loss_sum
         hits = class_hits(logits, y, real)
-        return torch.stack([loss_sum.double(), torch.as_tensor(hits, device=real.device).double(),
-                            real.sum().double()])
+        return torch.stack([loss_sum, torch.as_tensor(hits, device=real.device).float(), real.sum().float()])
 
 
 def _host_sums(out) -> np.ndarray:
     """A step's sums as the loop reads them: float64 ``[1, 3]`` on the host (the step's one read of them)."""
-    return out["sums"].cpu().numpy()[None, :]
+    return out["sums"].cpu().numpy().astype(np.float64)[None, :]
 
 
 def _suspects(x, logits, per_sample, mask):
@@ -324,15 +332,15 @@ def _suspects(x, logits, per_sample, mask):
         return (mask > 0) & ~finite
 
 
-def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndarray) -> dict:
+def _outputs(batch, x, logits, per_sample, y, mask, loss_sum, *, rank: int, flags: np.ndarray) -> dict:
     """One plan step's outputs, as tensors until :meth:`TorchEngine.read` (one row: this rank).
 
     Suspect samples are looked for in an anomalous step only (``flags[0, 1]``): the only
     step whose suspects are read (:class:`~evenflow.run.anomaly.AnomalyPolicy`); other steps read none.
     """
     suspects = _suspects(x, logits, per_sample, mask) if flags[0, 1] > 0 else None
-    return {"sums": _sums(logits, per_sample, y, mask), "flags": flags, "ids": batch["id"], "nonfinite": suspects,
-            "replica": np.array([rank], np.int64)}
+    return {"sums": _sums(logits, per_sample, y, mask, loss_sum), "flags": flags, "ids": batch["id"],
+            "nonfinite": suspects, "replica": np.array([rank], np.int64)}
 
 
 def _check_model(model, optimizer) -> None:
