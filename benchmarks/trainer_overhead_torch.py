@@ -23,7 +23,7 @@ is the target) and their spread (min-max over rounds).
 JSON (``--json-out``): machine, arguments, and per method the seconds of every round.
 
 Examples:
-    python benchmarks/trainer_overhead_torch.py                     # G = 256, N = 16384, 7 rounds
+    python benchmarks/trainer_overhead_torch.py                     # G = 256, N = 16384, 15 rounds
     python benchmarks/trainer_overhead_torch.py --breakdown         # also the component table
     python benchmarks/trainer_overhead_torch.py --quick             # 2 short rounds
 """
@@ -63,9 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=16384, help="dataset size N, rounded down to a multiple of G")
     p.add_argument("--features", type=int, default=64, help="float32 features per sample (default 64)")
     p.add_argument("--classes", type=int, default=10, help="label classes (default 10)")
-    p.add_argument("--steps", type=int, default=300, help="isolated steps per method per round (default 300)")
+    p.add_argument("--steps", type=int, default=100, help="isolated steps per method per round (default 100)")
     p.add_argument("--epochs", type=int, default=1, help="loop epochs per method per round (default 1)")
-    p.add_argument("--repeats", type=int, default=7, help="timing rounds (default 7)")
+    p.add_argument("--repeats", type=int, default=15, help="timing rounds (default 15)")
     p.add_argument("--breakdown", action="store_true", help="also time the step's components (ablation)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="2 rounds of 20 steps and 1 epoch of N = 2048")

@@ -123,12 +123,14 @@ class TorchEngine:
         self.timing, self.skip_nonfinite = bool(options.timing), options.anomaly.skip_nonfinite
         self.simulate, self.precision = options.simulate, precision
         self.stream = None  # the training stream open now: its loader workers end with it (close)
+        self._training = False  # the model was set to training mode in this stream (see _train)
 
     # -- the loop's interface --------------------------------------------------------------------
     def open(self, reader: TorchReader, plan, start: Cursor, epochs: int, switchable: bool = False):
         # The sampler runs on this thread, the one that switches plans: a request while the feed is
         # held for a switch would be a bug, so it raises instead of waiting.
         feed = PlanFeed(plan, start, start.epoch + epochs, block=False) if switchable else None
+        self._training = False
         loader = reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed, self.pin_memory)
         self.stream = Stream(iter(loader), feed)
         return self.stream
@@ -166,6 +168,7 @@ class TorchEngine:
     def evaluate(self, reader: TorchReader, plan, epoch: int) -> np.ndarray:
         torch = _torch()
         totals = np.zeros((1, 3))
+        self._training = False
         self.model.eval()
         with torch.no_grad():
             for batch in reader.loader(plan, self.rank, self.world, Cursor(epoch, 0), epoch + 1,
@@ -192,7 +195,11 @@ class TorchEngine:
         return contextlib.nullcontext()
 
     def _train(self, batches: list, global_step: int) -> tuple[list, list]:
-        self.ddp.train()
+        # Training mode for every module at a stream's first update, after an evaluation, and whenever the
+        # model was set to eval: not at every update (the walk over all modules costs as much as a layer).
+        if not (self._training and self.model.training):
+            self.ddp.train()
+            self._training = True
         denom = loss_denominator(float(sum(int(b["global_real_count"]) for b in batches)), self.device)
         self.optimizer.zero_grad(set_to_none=True)
         seen, loss_sum, own = [], None, 0.0
