@@ -202,7 +202,7 @@ class TorchEngine:
             self._training = True
         denom = loss_denominator(float(sum(int(b["global_real_count"]) for b in batches)), self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        seen, loss_sum, own = [], None, 0.0
+        seen, loss_bad, own = [], None, 0.0
         start = time.time()
         for i, batch in enumerate(batches):
             x, y, mask = (batch[k].to(self.device, non_blocking=True) for k in ("features", "label", "mask"))
@@ -217,11 +217,11 @@ class TorchEngine:
                 if not last:
                     loss.backward()  # no peer involved: this rank's own work
                 own += time.time() - t0
-                step_loss = loss.detach().double()  # summed in float64: finite losses add up to a finite sum
-                loss_sum = step_loss if loss_sum is None else loss_sum + step_loss
+                bad = ~_torch().isfinite(loss.detach())  # a tensor: no host read per step
+                loss_bad = bad if loss_bad is None else loss_bad | bad
                 if last:
                     if self.verdict is not None:
-                        self.verdict.arm((~_torch().isfinite(loss_sum)).float())
+                        self.verdict.arm(loss_bad.float())
                     emulated = self._emulate(batches, start, own, global_step)
                     self._grads_ready = None
                     loss.backward()  # DDP sums the gradients over ranks here
@@ -230,7 +230,7 @@ class TorchEngine:
                     # device's, when its emulated time is up.
                     done = emulated if emulated is not None else self._grads_ready or time.time()
             seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask, real_sum.detach()))
-        flags = self._apply(loss_sum)
+        flags = self._apply(loss_bad)
         outs = [_outputs(*s, rank=self.rank, flags=flags) for s in seen]
         return outs, [start, done]
 
@@ -264,21 +264,23 @@ class TorchEngine:
             time.sleep(delay)
         return start + own + max(delay, 0.0)
 
-    def _apply(self, loss_sum) -> np.ndarray:
+    def _apply(self, loss_bad) -> np.ndarray:
         """Apply the update unless the agreed verdict is non-finite; returns flags ``[1, 3]``.
+
+        ``loss_bad``: a bool tensor, true when one of the update's step losses on this rank is non-finite.
 
         Under DDP the verdict came with the gradient all-reduce (:class:`~evenflow.torch.verdict.Verdict`);
         alone or sharded, this rank checks its gradients (or shards) and, sharded, the flags are all-reduced.
         """
         torch = _torch()
         if self.verdict is not None:
-            loss_bad, any_loss_bad, grads_bad = self.verdict.read()
-            local = np.array([float(loss_bad), float(grads_bad)])
+            own_bad, any_loss_bad, grads_bad = self.verdict.read()  # own_bad: loss_bad, read with the rest
+            local = np.array([float(own_bad), float(grads_bad)])
             anomaly = any_loss_bad or grads_bad
         else:
             grads = [local_tensor(p.grad) for p in self.model.parameters() if p.grad is not None]
             grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-            local = np.array([0.0 if bool(torch.isfinite(loss_sum)) else 1.0, 1.0 if grads_bad else 0.0])
+            local = np.array([float(bool(loss_bad)), 1.0 if grads_bad else 0.0])
             anomaly = bool((all_reduce_sum(local, self.device) if self.world > 1 else local).max() > 0)
         skipped = anomaly and self.skip_nonfinite
         if skipped:
