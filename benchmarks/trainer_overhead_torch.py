@@ -13,7 +13,10 @@ same weights, data, global batch and Adam:
   DDP with the epoch's loss read once per epoch; ``evenflow`` is ``Trainer.fit`` over an
   ``ArraySource`` (plan loader, masks, exact epoch figures);
 * ``--breakdown``: the isolated step built up one component at a time (ablation), so each
-  row's extra time over the row above is that component's cost per step.
+  row's extra time over the row above is that component's cost per step. The components are
+  done the direct way (a ``float(loss)`` every step, the non-finite verdict through an all-reduce
+  of its own, the step's outputs read back to numpy at once); the last row is evenflow's engine,
+  which carries the verdict in the gradient all-reduce and reads the device once per update.
 
 Each round times every method once, in alternating order (so background load hits all
 alike); a method's time in a round is rank 0's after a barrier. The table shows medians of
