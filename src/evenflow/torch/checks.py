@@ -30,13 +30,14 @@ def logits_of(out):
 
 
 def class_hits(logits, labels, real):
-    """Real slots whose top logit is the label, for integer (or bool) class ids ``[slots]`` and logits
-    ``[slots, classes >= 2]``; 0 for anything else (float targets, one-hot rows, one logit)."""
+    """Real slots whose top logit is the label (a 0-d tensor, not read on the host), for integer (or bool)
+    class ids ``[slots]`` and logits ``[slots, classes >= 2]``; 0.0 for anything else (float targets,
+    one-hot rows, one logit)."""
     dtype = labels.dtype
     ids = not dtype.is_floating_point and not dtype.is_complex and tuple(labels.shape) == tuple(real.shape)
     if not (ids and logits.dim() == 2 and logits.shape[0] == real.shape[0] and logits.shape[1] >= 2):
         return 0.0
-    return float(((logits.argmax(dim=-1) == labels) & real).sum())
+    return ((logits.argmax(dim=-1) == labels) & real).sum()
 
 
 def _rows(value) -> int | None:

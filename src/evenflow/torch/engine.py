@@ -11,9 +11,14 @@
 * **Accumulation.** ``accumulate_steps`` plan steps make one update: the first ones run
   under ``no_sync`` (no all-reduce), the last one all-reduces the summed gradients.
 * **Compression.** ``fp16`` gradients travel in float16 (:mod:`evenflow.torch.distributed`).
-* **Agreed skips.** One all-reduce of two flags per update tells every rank whether any
-  rank's loss or the summed gradients are non-finite; then every rank skips the update or
-  none does. Suspect samples (non-finite input, logits or loss) are reported per slot.
+* **Agreed skips.** Every rank learns whether any rank's loss or the summed gradients are
+  non-finite, and skips the update or none does. Under DDP the ranks' loss flags travel in the
+  gradient all-reduce (:class:`~evenflow.torch.verdict.Verdict`), so no collective of its own;
+  sharded, one all-reduce of two flags. Suspect samples (non-finite input, logits or loss) of an
+  anomalous step are reported per slot.
+* **Few host reads.** An update reads the device once (the verdict); a step's sums, ids and
+  suspects stay tensors until the loop reads them (:meth:`TorchEngine.read`), ids only when
+  asked (audit, anomaly log).
 * **Timing.** Per update: when it began, when its batches were there, when this rank's own
   computation (forwards, and the backwards that need no peer) started and ended, and when
   the update was applied — the rank's own speed without the wait for the slowest rank in
@@ -40,8 +45,9 @@ from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import check_precision, class_hits, logits_of
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
-from evenflow.torch.losses import check_per_sample, masked_loss
+from evenflow.torch.losses import loss_denominator, masked_sum
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
+from evenflow.torch.verdict import Verdict
 
 GRADIENT_SUMS = ("ordered", "ring")
 
@@ -58,9 +64,12 @@ class TorchReader:
     def __init__(self, source, num_workers: int = 0, transform=None):
         self.source, self.num_workers, self.transform = source, num_workers, transform
 
-    def loader(self, plan, rank: int, world: int, start: Cursor, epochs: int, feed=None) -> PlanLoader:
+    def loader(self, plan, rank: int, world: int, start: Cursor, epochs: int, feed=None,
+               pin_memory: bool = False) -> PlanLoader:
+        """This rank's loader; ``pin_memory``: page-locked batches, for asynchronous copies to a GPU."""
         return PlanLoader(self.source, plan, rank=rank, world_size=world, start=start, epochs=epochs,
-                          num_workers=self.num_workers, transform=self.transform, trim_padding=True, feed=feed)
+                          num_workers=self.num_workers, transform=self.transform, trim_padding=True, feed=feed,
+                          pin_memory=pin_memory)
 
 
 class TorchEngine:
@@ -93,8 +102,11 @@ class TorchEngine:
         self.rank, self.world = rank_and_world_size()
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self.model = model.to(self.device)
+        # Batches for a GPU load page-locked, so their copies (non_blocking) overlap the computation.
+        self.pin_memory = self.device.type == "cuda"
         self.optimizer, self.loss_fn = optimizer, loss_fn
         self.ddp, self.sharded = self.model, is_sharded(self.model)
+        self.verdict = None  # set under DDP: see _apply
         if self.sharded:
             _check_sharded(gradient_sum, compute, options.simulate)
             sum_gradients(self.model)  # a model the user sharded by hand adds the ranks' gradients too
@@ -102,20 +114,25 @@ class TorchEngine:
             ids = [self.device.index] if self.device.type == "cuda" else None
             extra = {"bucket_cap_mb": bucket_bytes / 2**20} if bucket_bytes else {}
             self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids, **extra)
-            self.ddp.register_comm_hook(None, self._stamped(gradient_hook(gradient_sum, compression)))
+            self.verdict = Verdict()  # the flags of the agreed skip travel with the gradients
+            hook = self.verdict.hook(gradient_hook(gradient_sum, compression))
+            self.ddp.register_comm_hook(None, self._stamped(hook))
         self._grads_ready = None  # when DDP handed this rank's last gradient bucket to the hook
         self.local_replicas, self.num_processes, self.lag = 1, self.world, 0
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
         self.timing, self.skip_nonfinite = bool(options.timing), options.anomaly.skip_nonfinite
         self.simulate, self.precision = options.simulate, precision
         self.stream = None  # the training stream open now: its loader workers end with it (close)
+        self._training = False  # the model was set to training mode in this stream (see _train)
 
     # -- the loop's interface --------------------------------------------------------------------
     def open(self, reader: TorchReader, plan, start: Cursor, epochs: int, switchable: bool = False):
         # The sampler runs on this thread, the one that switches plans: a request while the feed is
         # held for a switch would be a bug, so it raises instead of waiting.
         feed = PlanFeed(plan, start, start.epoch + epochs, block=False) if switchable else None
-        self.stream = Stream(iter(reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed)), feed)
+        self._training = False
+        loader = reader.loader(plan, self.rank, self.world, start, start.epoch + epochs, feed, self.pin_memory)
+        self.stream = Stream(iter(loader), feed)
         return self.stream
 
     def update(self, stream, global_step: int, count: int, keep_batches: bool):
@@ -128,10 +145,18 @@ class TorchEngine:
         return outs, batches if keep_batches else None
 
     def read(self, out, with_ids: bool) -> dict:
-        return out if with_ids else {k: v for k, v in out.items() if k in ("sums", "flags", "timing")}
+        row = {"sums": _host_sums(out), "flags": out["flags"]}
+        if "timing" in out:
+            row["timing"] = out["timing"]
+        if with_ids:
+            ids = out["ids"].cpu().numpy().astype(np.int64)[None, :]
+            suspects = out["nonfinite"]
+            row.update(ids=ids, replica=out["replica"],
+                       nonfinite=np.zeros(ids.shape, bool) if suspects is None else suspects.cpu().numpy()[None, :])
+        return row
 
     def sums(self, outs: list):
-        return sum(o["sums"] for o in outs)
+        return sum(_host_sums(o) for o in outs)
 
     def close(self, stream, finished: bool) -> None:
         if stream.feed is not None:
@@ -143,13 +168,15 @@ class TorchEngine:
     def evaluate(self, reader: TorchReader, plan, epoch: int) -> np.ndarray:
         torch = _torch()
         totals = np.zeros((1, 3))
+        self._training = False
         self.model.eval()
         with torch.no_grad():
-            for batch in reader.loader(plan, self.rank, self.world, Cursor(epoch, 0), epoch + 1):
-                x, y, mask = (batch[k].to(self.device) for k in ("features", "label", "mask"))
+            for batch in reader.loader(plan, self.rank, self.world, Cursor(epoch, 0), epoch + 1,
+                                       pin_memory=self.pin_memory):
+                x, y, mask = (batch[k].to(self.device, non_blocking=True) for k in ("features", "label", "mask"))
                 with self._autocast():
                     logits = _forward(self.model, batch, x, self.device)
-                totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask)
+                totals[0] += _sums(logits, self.loss_fn(logits, y), y, mask).cpu().numpy().astype(np.float64)
         return totals
 
     def all_gather(self, rows: np.ndarray) -> np.ndarray:
@@ -168,10 +195,14 @@ class TorchEngine:
         return contextlib.nullcontext()
 
     def _train(self, batches: list, global_step: int) -> tuple[list, list]:
-        self.ddp.train()
-        total = float(sum(int(b["global_real_count"]) for b in batches))
+        # Training mode for every module at a stream's first update, after an evaluation, and whenever the
+        # model was set to eval: not at every update (the walk over all modules costs as much as a layer).
+        if not (self._training and self.model.training):
+            self.ddp.train()
+            self._training = True
+        denom = loss_denominator(float(sum(int(b["global_real_count"]) for b in batches)), self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        seen, loss_sum, own = [], 0.0, 0.0
+        seen, loss_bad, own = [], None, 0.0
         start = time.time()
         for i, batch in enumerate(batches):
             x, y, mask = (batch[k].to(self.device, non_blocking=True) for k in ("features", "label", "mask"))
@@ -181,11 +212,16 @@ class TorchEngine:
                 with self._autocast():
                     logits = _forward(self.ddp, batch, x, self.device)
                 per_sample = self.loss_fn(logits, y)
-                loss = masked_loss(per_sample, mask, total)
+                real_sum = masked_sum(per_sample, mask)
+                loss = real_sum / denom  # masked_loss(per_sample, mask, the update's real count)
                 if not last:
                     loss.backward()  # no peer involved: this rank's own work
                 own += time.time() - t0
+                bad = ~_torch().isfinite(loss.detach())  # a tensor: no host read per step
+                loss_bad = bad if loss_bad is None else loss_bad | bad
                 if last:
+                    if self.verdict is not None:
+                        self.verdict.arm(loss_bad.float())
                     emulated = self._emulate(batches, start, own, global_step)
                     self._grads_ready = None
                     loss.backward()  # DDP sums the gradients over ranks here
@@ -193,9 +229,8 @@ class TorchEngine:
                     # when the all-reduce that waits for the slowest rank returns; an emulated
                     # device's, when its emulated time is up.
                     done = emulated if emulated is not None else self._grads_ready or time.time()
-            loss_sum += float(loss.detach())
-            seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask))
-        flags = self._apply(loss_sum)
+            seen.append((batch, x, logits.detach(), per_sample.detach(), y, mask, real_sum.detach()))
+        flags = self._apply(loss_bad)
         outs = [_outputs(*s, rank=self.rank, flags=flags) for s in seen]
         return outs, [start, done]
 
@@ -229,14 +264,24 @@ class TorchEngine:
             time.sleep(delay)
         return start + own + max(delay, 0.0)
 
-    def _apply(self, loss_sum: float) -> np.ndarray:
-        """Apply the update unless the agreed verdict is non-finite; returns flags ``[1, 3]``."""
+    def _apply(self, loss_bad) -> np.ndarray:
+        """Apply the update unless the agreed verdict is non-finite; returns flags ``[1, 3]``.
+
+        ``loss_bad``: a bool tensor, true when one of the update's step losses on this rank is non-finite.
+
+        Under DDP the verdict came with the gradient all-reduce (:class:`~evenflow.torch.verdict.Verdict`);
+        alone or sharded, this rank checks its gradients (or shards) and, sharded, the flags are all-reduced.
+        """
         torch = _torch()
-        grads = [local_tensor(p.grad) for p in self.model.parameters() if p.grad is not None]
-        grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-        local = np.array([0.0 if np.isfinite(loss_sum) else 1.0, 1.0 if grads_bad else 0.0])
-        agreed = all_reduce_sum(local, self.device) if self.world > 1 else local
-        anomaly = bool(agreed.max() > 0)
+        if self.verdict is not None:
+            own_bad, any_loss_bad, grads_bad = self.verdict.read()  # own_bad: loss_bad, read with the rest
+            local = np.array([float(own_bad), float(grads_bad)])
+            anomaly = any_loss_bad or grads_bad
+        else:
+            grads = [local_tensor(p.grad) for p in self.model.parameters() if p.grad is not None]
+            grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+            local = np.array([float(bool(loss_bad)), 1.0 if grads_bad else 0.0])
+            anomaly = bool((all_reduce_sum(local, self.device) if self.world > 1 else local).max() > 0)
         skipped = anomaly and self.skip_nonfinite
         if skipped:
             self.optimizer.zero_grad(set_to_none=True)
@@ -266,29 +311,45 @@ def _forward(module, batch: dict, x, device):
     return logits_of(module(x))
 
 
-def _sums(logits, per_sample, y, mask) -> np.ndarray:
-    """``[loss sum, hits, real count]`` over the real slots (hits: :func:`~evenflow.torch.checks.class_hits`)."""
+def _sums(logits, per_sample, y, mask, loss_sum=None):
+    """float32 tensor ``[loss sum, hits, real count]`` over the real slots (hits:
+    :func:`~evenflow.torch.checks.class_hits`); ``loss_sum``: the step's :func:`masked_sum`, if known.
+
+    float32 holds each of them exactly as computed (the loss sum is float32; counts below 2**24 a step).
+    """
     torch = _torch()
     with torch.no_grad():
-        check_per_sample(per_sample, mask)
         real = mask > 0
-        per_sample = per_sample.float()
-        loss_sum = torch.where(real, per_sample, torch.zeros_like(per_sample)).sum()
-        return np.array([float(loss_sum), class_hits(logits, y, real), float(real.sum())])
+        loss_sum = masked_sum(per_sample, mask) if loss_sum is None else loss_sum
+        hits = class_hits(logits, y, real)
+        return torch.stack([loss_sum, torch.as_tensor(hits, device=real.device).float(), real.sum().float()])
 
 
-def _outputs(batch, x, logits, per_sample, y, mask, *, rank: int, flags: np.ndarray) -> dict:
-    """One plan step's outputs as the loop reads them (numpy, one row: this rank)."""
+def _host_sums(out) -> np.ndarray:
+    """A step's sums as the loop reads them: float64 ``[1, 3]`` on the host (the step's one read of them)."""
+    return out["sums"].cpu().numpy().astype(np.float64)[None, :]
+
+
+def _suspects(x, logits, per_sample, mask):
+    """bool tensor ``[slots]``: real slots whose input, logits or loss is non-finite."""
     torch = _torch()
     with torch.no_grad():
         rows = logits.shape[0]  # one per slot (a packed batch's x has rows of several samples)
         finite = torch.isfinite(per_sample.float()) & torch.isfinite(logits.float()).reshape(rows, -1).all(1)
         if x.is_floating_point() and x.shape[0] == rows:
             finite &= torch.isfinite(x.float()).reshape(rows, -1).all(1)
-        suspects = ((mask > 0) & ~finite).cpu().numpy()
-    return {"sums": _sums(logits, per_sample, y, mask)[None, :], "flags": flags,
-            "ids": batch["id"].cpu().numpy().astype(np.int64)[None, :], "nonfinite": suspects[None, :],
-            "replica": np.array([rank], np.int64)}
+        return (mask > 0) & ~finite
+
+
+def _outputs(batch, x, logits, per_sample, y, mask, loss_sum, *, rank: int, flags: np.ndarray) -> dict:
+    """One plan step's outputs, as tensors until :meth:`TorchEngine.read` (one row: this rank).
+
+    Suspect samples are looked for in an anomalous step only (``flags[0, 1]``): the only
+    step whose suspects are read (:class:`~evenflow.run.anomaly.AnomalyPolicy`); other steps read none.
+    """
+    suspects = _suspects(x, logits, per_sample, mask) if flags[0, 1] > 0 else None
+    return {"sums": _sums(logits, per_sample, y, mask, loss_sum), "flags": flags, "ids": batch["id"],
+            "nonfinite": suspects, "replica": np.array([rank], np.int64)}
 
 
 def _check_model(model, optimizer) -> None:

@@ -30,7 +30,7 @@ def per_sample_cross_entropy(logits, labels):
                          f"id per sample, labels [slots]; got logits of shape {tuple(logits.shape)} and labels of "
                          f"shape {tuple(labels.shape)} (one-hot rows? pass their argmax); or pass your own loss_fn")
     classes = logits.shape[1]
-    if labels.device.type == "cpu" and labels.numel():
+    if labels.device.type == "cpu" and labels.numel() and not _within(labels, classes):
         bad = labels[(labels < 0) | (labels >= classes)]
         if bad.numel():
             raise ValueError(f"per_sample_cross_entropy (the default loss_fn) needs class ids in 0..{classes - 1} "
@@ -40,18 +40,31 @@ def per_sample_cross_entropy(logits, labels):
     return torch.nn.functional.cross_entropy(logits.float(), labels.long(), reduction="none")
 
 
+def _within(labels, classes: int) -> bool:
+    """Whether every class id is in ``0..classes-1`` (one pass over the labels)."""
+    low, high = _torch().aminmax(labels)
+    return int(low) >= 0 and int(high) < classes
+
+
 def masked_loss(per_sample, mask, global_real_count):
     """This rank's share of the step loss: ``sum(per_sample[mask > 0]) / max(global_real_count, 1)``.
 
     ``where`` rather than ``mask * loss``, so a padding slot holding a non-finite value
     cannot leak into the sum (``0 * nan`` is ``nan``).
     """
-    torch = _torch()
+    return masked_sum(per_sample, mask) / loss_denominator(global_real_count, per_sample.device)
+
+
+def masked_sum(per_sample, mask):
+    """float32 ``sum(per_sample[mask > 0])``: the numerator of :func:`masked_loss` (and the step's loss sum)."""
     check_per_sample(per_sample, mask)
-    per_sample = per_sample.float()
-    masked = torch.where(mask > 0, per_sample, torch.zeros_like(per_sample))
-    denom = torch.clamp(torch.as_tensor(global_real_count, dtype=torch.float32, device=per_sample.device), min=1.0)
-    return masked.sum() / denom
+    return _torch().where(mask > 0, per_sample.float(), 0.0).sum()
+
+
+def loss_denominator(global_real_count, device):
+    """float32 ``max(global_real_count, 1)`` on ``device``: the denominator of :func:`masked_loss`."""
+    torch = _torch()
+    return torch.clamp(torch.as_tensor(global_real_count, dtype=torch.float32, device=device), min=1.0)
 
 
 def check_per_sample(per_sample, mask) -> None:

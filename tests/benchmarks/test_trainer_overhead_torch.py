@@ -1,0 +1,46 @@
+"""Smoke test of benchmarks/trainer_overhead_torch.py: two pinned gloo ranks on tiny sizes write the documented JSON.
+
+Timings never gate a test; only the shape of the output is checked.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "trainer_overhead_torch.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_trainer_overhead_torch", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_trainer_overhead_torch_times_both_ratios_and_every_component(tmp_path):
+    bench = _load()
+    out = tmp_path / "overhead.json"
+    args = bench.parse_args(["--samples", "256", "--global-batch-size", "32", "--steps", "3", "--repeats", "2",
+                             "--breakdown", "--json-out", str(out)])
+    bench.main(args)
+    result = json.loads(out.read_text())
+    assert result["num_samples"] == 256 and result["machine"]["ranks"] == 2
+    for key, methods in (("step", bench.STEP_METHODS), ("loop", bench.LOOP_METHODS), ("parts", bench.PARTS)):
+        summary = result[key]
+        assert list(summary["seconds"]) == list(methods)
+        assert all(len(runs) == 2 and min(runs) > 0 for runs in summary["seconds"].values())
+        assert len(summary["ratio_per_round"]) == 2
+        low, high = summary["ratio_spread"]
+        assert 0 < low <= summary["ratio_median"] <= high
+
+
+def test_trainer_overhead_torch_refuses_a_batch_the_ranks_cannot_split(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _load().parse_args(["--global-batch-size", "33"])
+    assert exit_.value.code == 2
+    assert "--global-batch-size must be a multiple of the 2 ranks, got 33" in capsys.readouterr().err
