@@ -17,7 +17,9 @@ a fence without a language.
   the lines after ``$ `` (with their ``\\`` continuations) run; the rest is output and not compared.
   A set-up may *shrink* the commands: its ``train_flags`` are appended to every ``evenflow train``
   and ``evenflow demo`` command (and to ``torchrun ... evenflow train``), e.g. ``--epochs 1``, so a
-  page can show the command a user runs while the test runs it on one epoch.
+  page can show the command a user runs while the test runs it on one epoch. Its ``shrink`` pairs
+  replace text in the commands before they run, each pair at least once, e.g. the sample count of
+  the array a block generates, so the test runs the page's commands on less data.
 - Set-up ``two-hosts``: the part of the block after ``# on hostA:`` and the part after
   ``# on hostB:`` run at the same time, with ``hostA:12345`` / ``hostB:12345`` replaced by free
   ``127.0.0.1`` ports and ``/shared/`` by a local directory.
@@ -112,6 +114,7 @@ class Shell:
     data: tuple[str, ...] = ()           # shared data copied in first ("digits": data/digits)
     prepare: tuple[str, ...] = ()        # shell lines run before the first block
     train_flags: str = ""                # appended to every `evenflow train` / `evenflow demo`
+    shrink: tuple[tuple[str, str], ...] = ()  # (text, replacement) in the commands: the same run on less data
     timeout: int = 300
 
 
@@ -124,6 +127,8 @@ SH_SETUPS: dict[str, Shell] = {
     "cli-data": Shell(data=("digits",)),                         # ... with data/digits converted
     "train": Shell(train_flags=ONE_EPOCH),                       # training commands, one epoch each
     "train-data": Shell(data=("digits",), train_flags=ONE_EPOCH),
+    # 2,048 generated images instead of 8,192: 2 steps of the global batch of 1,024 instead of 8.
+    "slow-core": Shell(train_flags=ONE_EPOCH, shrink=(("8192", "2048"),)),
     "npz-data": Shell(data=("digits",), prepare=(f"{INPUTS} npz_data",), train_flags=ONE_EPOCH),
     "own-records": Shell(prepare=(f"{INPUTS} own_records",), train_flags=ONE_EPOCH),
     "tokens": Shell(prepare=(f"{INPUTS} token_records",), train_flags=ONE_EPOCH),
