@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import os
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 
 
-def _digits():
-    from sklearn.datasets import load_digits
+def _digits() -> SimpleNamespace:
+    """scikit-learn's digits as ``load_digits()`` gives them (images, data, target), read without importing it."""
+    from evenflow.data.digits import load_digits
 
-    return load_digits()
+    images, target = load_digits()
+    return SimpleNamespace(images=images, data=images.reshape(len(images), -1), target=target)
 
 
 def own_records() -> None:

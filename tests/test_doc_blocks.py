@@ -17,7 +17,9 @@ a fence without a language.
   the lines after ``$ `` (with their ``\\`` continuations) run; the rest is output and not compared.
   A set-up may *shrink* the commands: its ``train_flags`` are appended to every ``evenflow train``
   and ``evenflow demo`` command (and to ``torchrun ... evenflow train``), e.g. ``--epochs 1``, so a
-  page can show the command a user runs while the test runs it on one epoch.
+  page can show the command a user runs while the test runs it on one epoch. Its ``shrink`` pairs
+  replace text in the commands before they run, each pair at least once, e.g. the sample count of
+  the array a block generates, so the test runs the page's commands on less data.
 - Set-up ``two-hosts``: the part of the block after ``# on hostA:`` and the part after
   ``# on hostB:`` run at the same time, with ``hostA:12345`` / ``hostB:12345`` replaced by free
   ``127.0.0.1`` ports and ``/shared/`` by a local directory.
@@ -58,11 +60,13 @@ RUN_LANGS = {"python", "bash", "sh", "console"}
 QUIET_LANGS = {"text", "toml", "json"}
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
+# A user's arrays: the first 400 of scikit-learn's digits, read as evenflow reads them (the file
+# scikit-learn ships, without importing scikit-learn and SciPy: 1-2 CPU-seconds less per block).
 DIGITS = """
 import numpy as np
-from sklearn.datasets import load_digits
-_d = load_digits()
-x, y = (_d.data[:400] / 16.0).astype(np.float32), _d.target[:400]
+from evenflow.data.digits import load_digits
+_images, _target = load_digits()
+x, y = (_images.reshape(-1, 64)[:400] / 16.0).astype(np.float32), _target[:400]
 x_train, y_train, x_test, y_test = x[:300], y[:300], x[300:], y[300:]
 """
 
@@ -90,12 +94,13 @@ PY_SETUPS: dict[str, tuple[str, tuple[str, ...]]] = {
                      "_r = np.random.default_rng(0)\nsamples = [(_r.integers(0, 3000, _r.integers(0, 40)).tolist(), "
                      "int(_r.integers(0, 4))) for _ in range(60)]\n", ()),
     # TFRecord files as a user has them (written without TensorFlow: the block starts it itself).
-    "tf-chain": ("import io\nimport numpy as np\nimport keras\nfrom PIL import Image\nfrom sklearn.datasets import load_digits\n"
+    "tf-chain": ("import io\nimport numpy as np\nimport keras\nfrom PIL import Image\n"
+                 "from evenflow.data.digits import load_digits\n"
                  "from evenflow.records import RecordWriter, encode_example\n"
-                 "_d = load_digits()\nfiles = ['digits-0.tfrecord', 'digits-1.tfrecord']\n"
+                 "_images, _target = load_digits()\nfiles = ['digits-0.tfrecord', 'digits-1.tfrecord']\n"
                  "for _k, _path in enumerate(files):\n"
                  "    with RecordWriter(_path, write_index=False) as _w:\n"
-                 "        for _img, _y in zip(_d.images[_k::2], _d.target[_k::2]):\n"
+                 "        for _img, _y in zip(_images[_k::2], _target[_k::2]):\n"
                  "            _b = io.BytesIO()\n"
                  "            Image.fromarray((_img * 16).clip(0, 255).astype(np.uint8)).save(_b, format='PNG')\n"
                  "            _w.write(encode_example({'image': _b.getvalue(), 'label': int(_y)}))\n", ()),
@@ -112,6 +117,7 @@ class Shell:
     data: tuple[str, ...] = ()           # shared data copied in first ("digits": data/digits)
     prepare: tuple[str, ...] = ()        # shell lines run before the first block
     train_flags: str = ""                # appended to every `evenflow train` / `evenflow demo`
+    shrink: tuple[tuple[str, str], ...] = ()  # (text, replacement) in the commands: the same run on less data
     timeout: int = 300
 
 
@@ -124,6 +130,8 @@ SH_SETUPS: dict[str, Shell] = {
     "cli-data": Shell(data=("digits",)),                         # ... with data/digits converted
     "train": Shell(train_flags=ONE_EPOCH),                       # training commands, one epoch each
     "train-data": Shell(data=("digits",), train_flags=ONE_EPOCH),
+    # 2,048 generated images instead of 8,192: 2 steps of the global batch of 1,024 instead of 8.
+    "slow-core": Shell(train_flags=ONE_EPOCH, shrink=(("8192", "2048"),)),
     "npz-data": Shell(data=("digits",), prepare=(f"{INPUTS} npz_data",), train_flags=ONE_EPOCH),
     "own-records": Shell(prepare=(f"{INPUTS} own_records",), train_flags=ONE_EPOCH),
     "tokens": Shell(prepare=(f"{INPUTS} token_records",), train_flags=ONE_EPOCH),

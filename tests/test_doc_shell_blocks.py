@@ -1,7 +1,8 @@
 """The shell blocks of README.md and docs/*.md, run with the set-ups of tests/test_doc_blocks.py.
 
 Every block of one page that names the same set-up runs, in page order, in one scratch directory;
-the rules (markers, set-ups, the ``train_flags`` a set-up appends) are in tests/test_doc_blocks.py.
+the rules (markers, set-ups, the ``train_flags`` a set-up appends, the text its ``shrink`` replaces)
+are in tests/test_doc_blocks.py.
 """
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ def test_shell_blocks_run(tmp_path, shared_data, key):
     workdir = docs._workdir(tmp_path, setup.data, shared_data)
     docs._wrappers(workdir, setup.train_flags)
     script = ["set -eu"] + list(setup.prepare)
-    for b in blocks:
-        code = docs.console_commands(b.code) if b.lang == "console" else b.code
+    codes = [docs.console_commands(b.code) if b.lang == "console" else b.code for b in blocks]
+    for text, smaller in setup.shrink:
+        assert any(text in code for code in codes), f"{key}: set-up {key[1]!r} shrinks {text!r}, which no block holds"
+        codes = [code.replace(text, smaller) for code in codes]
+    for b, code in zip(blocks, codes):
         if key[1] == "two-hosts":
             code = docs._two_hosts(code)
         script += [f"echo '=== {b.where}'", code]

@@ -34,9 +34,9 @@ def test_train_with_torch_imports_no_tensorflow(tmp_path):
     assert out == "0 []"
 
 
-def test_choosing_tensorflow_leaves_out_keras_sklearn_wrappers():
+def test_choosing_tensorflow_leaves_out_keras_extras():
     code = ("from evenflow.commands.train import framework_adapter; from evenflow.tf import _lazy; "
-            "print(_lazy._skip_sklearn); framework_adapter('tf'); print(_lazy._skip_sklearn, 'tensorflow' in sys.modules)")
+            "print(_lazy._skip_extras); framework_adapter('tf'); print(_lazy._skip_extras, 'tensorflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", "import sys; " + code], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=str(SRC)), check=True)
     assert done.stdout.split() == ["False", "True", "False"]

@@ -26,19 +26,26 @@ class MissingFrameworkError(ImportError):
 
 
 _MODULES: dict = {}
-_skip_sklearn = False  # set by skip_keras_sklearn_wrappers()
+_skip_extras = False  # set by skip_keras_extras()
+# Packages Keras and TensorFlow import, when installed, only for what the CLI never does:
+# scikit-learn for Keras's scikit-learn wrappers, matplotlib for keras.visualization's plots,
+# pandas for DataFrame inputs to model.fit, SciPy for the legacy tf.keras sparse-matrix checks.
+KERAS_EXTRAS = ("sklearn", "matplotlib", "pandas", "scipy")
 
 
-def skip_keras_sklearn_wrappers() -> None:
-    """Import TensorFlow without Keras's scikit-learn wrappers (for the CLI's own process).
+def skip_keras_extras() -> None:
+    """Import TensorFlow without the optional packages of :data:`KERAS_EXTRAS` (for the CLI's own process).
 
-    Keras imports its scikit-learn wrappers, and with them scikit-learn, whenever scikit-learn is
-    installed: about a quarter of TensorFlow's import time. The CLI never uses them, so it
-    hides scikit-learn while TensorFlow is imported (Keras then leaves the wrappers out) and
-    shows it again afterwards. A program that imports evenflow as a library is not affected.
+    Keras imports scikit-learn (its wrappers), matplotlib (``keras.visualization``) and pandas
+    (``fit`` on a DataFrame), and TensorFlow's legacy Keras imports SciPy, whenever they are
+    installed: together about a third of TensorFlow's import time. The CLI uses none of these
+    paths, so it hides the packages not yet imported while TensorFlow is imported (each import is
+    guarded, and Keras leaves that feature out) and shows them again afterwards: the CLI's own
+    later imports of matplotlib or scikit-learn work as usual. A program that imports evenflow
+    as a library is not affected.
     """
-    global _skip_sklearn
-    _skip_sklearn = True
+    global _skip_extras
+    _skip_extras = True
 
 
 def _import(name: str):
@@ -52,7 +59,7 @@ def _import(name: str):
     if os.environ.get("EVENFLOW_VERBOSE"):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"  # asked for on the command line: it wins over the environment
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    hidden = ["sklearn"] if _skip_sklearn and "sklearn" not in sys.modules else []
+    hidden = [m for m in KERAS_EXTRAS if m not in sys.modules] if _skip_extras else []
     try:
         sys.modules.update(dict.fromkeys(hidden))  # a None entry makes `import m` fail at once
         with quiet_native_startup(os.environ["TF_CPP_MIN_LOG_LEVEL"]):

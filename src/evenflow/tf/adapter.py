@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from evenflow.run.adapter import Processes
 from evenflow.run.config import changed_keys, flag_text
-from evenflow.tf._lazy import skip_keras_sklearn_wrappers
+from evenflow.tf._lazy import skip_keras_extras
 from evenflow.tf.launch.cluster_source import tf_cluster
 from evenflow.tf.ps.cluster import ps_task_from_env
 
@@ -49,14 +49,14 @@ BETWEEN_WORKERS = ("communication", "bytes_per_pack", "collective_timeout")
 class TensorFlow:
     """The TensorFlow framework adapter (see the module docstring).
 
-    Made when a command chooses TensorFlow; TensorFlow, when it is imported later, then leaves out Keras's
-    scikit-learn wrappers (evenflow never uses them, and TensorFlow imports faster).
+    Made when a command chooses TensorFlow; TensorFlow, when it is imported later, then leaves out what
+    Keras imports only for features evenflow never uses (``_lazy.KERAS_EXTRAS``: TensorFlow imports faster).
     """
 
     name = "tf"
 
     def __init__(self):
-        skip_keras_sklearn_wrappers()
+        skip_keras_extras()
 
     def refusals(self, config, processes: Processes) -> list[str]:
         changed = changed_keys(config)
