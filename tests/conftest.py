@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(config, items):
             rel = path.relative_to(HERE).as_posix()
         except ValueError:
             continue
-        if rel in NOT_SERIAL or f"{rel}::{item.originalname}" in NOT_SERIAL:
+        if rel in NOT_SERIAL or f"{rel}::{getattr(item, 'originalname', item.name)}" in NOT_SERIAL:
             continue
         if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SERIAL):
             item.add_marker(pytest.mark.serial)
