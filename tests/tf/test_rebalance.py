@@ -104,7 +104,7 @@ def test_two_workers_with_different_seeds_fail_the_preflight_check(tmp_path):
     procs = []
     for i in (0, 1):
         cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", str(tmp_path / "data.npz"), "--epochs", "1",
-               "--replicas", "1", "--seed", str(i), "--collective-timeout", "30",
+               "--replicas", "1", "--seed", str(i), "--collective-timeout", "60",
                "--output-dir", str(tmp_path / f"run{i}")]
         procs.append(subprocess.Popen(["timeout", "-k", "5", "150"] + cmd, env=dict(ENV, TF_CONFIG=tf_config(
             addresses, i)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
