@@ -142,31 +142,29 @@ def runs(tmp_path_factory):
     nan = ("--config", str(root / "run.toml"), "--no-telemetry", "--restore-after", "2", "--restore-lr-factor", "0.25",
            "--max-restores", "5")
     # The runs above re-plan from measured speeds and run alone; the rest check nothing timed, so they run
-    # in two lanes side by side, each run of several processes (which picks free ports) beside single
-    # processes, a lane starting its next run as soon as its last one ends.
-    lanes = [
+    # two at a time, each run of several processes (which picks free ports) beside a single process.
+    pairs = [
         {"tf_workers": lambda: _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1",
                                    "--communication", "ring", "--bytes-per-pack", "65536", "--collective-timeout",
                                    "60", "--eval-dataset", str(root / "digits_eval.npz"), launch=True),
-         "torch_fresh": lambda: _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
+         "tf_nan": lambda: _tf(root, "tf_nan", *nan, "--communication", "ring")},
+        {"torch_fresh": lambda: _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
                                        "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
                                        "--eval-dataset", str(root / "eval.npz")),
-         "torch_sharded": lambda: _torch(root, "torch_sharded", "--dataset", str(data), "--feature-key", "feat",
+         "tf_apply_nan": lambda: _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite")},
+        {"torch_sharded": lambda: _torch(root, "torch_sharded", "--dataset", str(data), "--feature-key", "feat",
                                          "--label-key", "lab", "--replicas", "2", "--shard-parameters", "--epochs",
                                          "2", "--accumulate-steps", "2", "--checkpoint-every", "2", "--audit",
                                          "--precision", "mixed_bfloat16"),
-         "skip_tf": lambda: _skip_corrupt_run("tf", root)},
-        {"tf_nan": lambda: _tf(root, "tf_nan", *nan, "--communication", "ring"),
-         "tf_apply_nan": lambda: _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite"),
-         "torch_nan": lambda: _torch(root, "torch_nan", *nan, world=1),
-         "torch_apply_nan": lambda: _torch(root, "torch_apply", "--config", str(root / "run.toml"),
+         "torch_nan": lambda: _torch(root, "torch_nan", *nan, world=1)},
+        {"torch_apply_nan": lambda: _torch(root, "torch_apply", "--config", str(root / "run.toml"),
                                            "--no-skip-nonfinite", world=1),
-         "tf_resume": lambda: _tf(root, "tf_resumed", "--dataset", str(data), *COMMON, "--epochs", "3"),
-         "skip_torch": lambda: _skip_corrupt_run("torch", root)},
+         "tf_resume": lambda: _tf(root, "tf_resumed", "--dataset", str(data), *COMMON, "--epochs", "3")},
     ]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        for done in pool.map(lambda lane: {name: run() for name, run in lane.items()}, lanes):
-            r.update(done)
+        for pair in pairs:
+            started = {name: pool.submit(run) for name, run in pair.items()}
+            r.update({name: job.result() for name, job in started.items()})
     for name in ("tf", "tf_resume", "tf_long", "tf_nan", "tf_workers", "torch", "torch_long", "torch_fresh",
                  "torch_sharded", "torch_nan"):
         assert r[name].code == 0, f"{name} failed:\n{r[name].err[-3000:]}"
@@ -437,7 +435,7 @@ def _probe(name: str, framework: str, r) -> None:
     elif name == "sharded":
         _check_sharded(r)
     elif name == "skip_corrupt":
-        _check_skip_corrupt(r[f"skip_{framework}"])
+        _check_skip_corrupt(framework, root)
     elif name == "pad_lengths":
         from evenflow.data import load_dataset
         from evenflow.run.config import load_config
@@ -472,8 +470,7 @@ def _check_sharded(r) -> None:
         assert code == 2 and len(lines) == 1 and fragment in lines[0] and not out.exists(), lines
 
 
-def _skip_corrupt_run(framework: str, root: Path) -> Run:
-    """A run with --skip-corrupt on builtin:digits' records, one of them damaged."""
+def _check_skip_corrupt(framework: str, root: Path) -> None:
     from evenflow.data import convert
     rec = root / f"rec-{framework}"
     from evenflow.records import RecordDataset
@@ -485,11 +482,8 @@ def _skip_corrupt_run(framework: str, root: Path) -> Run:
     shard.write_bytes(bytes(raw))
     runner = _tf if framework == "tf" else _torch
     extra = {} if framework == "tf" else {"world": 1}
-    return runner(root, f"skip-{framework}", "--dataset", str(rec), "--skip-corrupt", "--epochs", "1", "--replicas",
-                  "1", **extra)
-
-
-def _check_skip_corrupt(run: Run) -> None:
+    run = runner(root, f"skip-{framework}", "--dataset", str(rec), "--skip-corrupt", "--epochs", "1", "--replicas",
+                 "1", **extra)
     assert run.code == 0, run.err[-2000:]
     assert len(run.summary["skipped_records"]) == 1
 
