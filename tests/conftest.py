@@ -11,7 +11,15 @@ parameter-server and sharded-parameter tests, the Slurm-launched runs, two ranks
 and run-directory faults (one process at a time, killed at fixed points), and the refusals of bad
 values, damaged records and other data (in this process, before or without any peer), run in
 the parallel pass, as do the crash-and-resume runs of tf/test_fault_tolerance.py (one process at a
-time, killed by its driver).
+time, killed by its driver). So do, by the same rule: the workers or ranks refused for different
+data or seeds before their first step (faults/test_data_agreement.py, the pre-flight test of
+tf/test_rebalance.py: 30 s collective timeouts, only exit codes and lines asserted); the 3 gloo ranks
+of torch/test_cli_resume.py, one killed at a fixed update (noticed by the broken connection, nothing
+timed); the 2-worker run of tf/test_multiworker.py checked against one worker (60 s collective
+timeout, weights and ids asserted) and its one-process accumulation test; the launcher's line
+prefixes, ports and bad input (tf/test_launcher.py); and the tests of tf/test_rebalance.py that time
+nothing (a refusal, the monitor's arithmetic, auto keeping the plan of logical devices). A
+``file::test`` entry moves that test alone; the rest of its file stays serial.
 """
 from __future__ import annotations
 
@@ -25,7 +33,19 @@ NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.
               "faults/test_input_refusals.py", "faults/test_loader_worker_death.py",
               "faults/test_readback_digests.py", "faults/test_bad_values.py", "faults/test_every_flag.py",
               "faults/test_damaged_records.py", "faults/test_resume_identity.py", "faults/test_run_directory.py",
-              "torch/test_own_loop_ddp.py", "examples/test_torch_ddp_own_dataset.py")
+              "torch/test_own_loop_ddp.py", "examples/test_torch_ddp_own_dataset.py",
+              "faults/test_data_agreement.py", "torch/test_cli_resume.py",
+              "tf/test_multiworker.py::test_two_workers_train_like_one_worker_and_each_replica_reads_its_row",
+              "tf/test_multiworker.py::test_accumulated_and_fp16_updates_equal_one_update_on_the_union",
+              "tf/test_launcher.py::test_every_line_is_prefixed_and_all_workers_succeed",
+              "tf/test_launcher.py::test_bad_input_is_one_line_and_exit_2",
+              "tf/test_launcher.py::test_options_and_ports",
+              "tf/test_rebalance.py::test_two_workers_with_different_seeds_fail_the_preflight_check",
+              "tf/test_rebalance.py::test_fewer_samples_than_replicas_fail_before_anything_is_written",
+              "tf/test_rebalance.py::test_auto_keeps_the_plan_of_logical_devices_slowed_without_a_device_time_of_their_own",
+              "tf/test_rebalance.py::test_a_bad_simulate_slow_value_is_one_line_exit_2",
+              "tf/test_rebalance.py::test_monitor_writes_one_line_per_update_and_decides_from_the_gathered_window",
+              "tf/test_rebalance.py::test_the_monitor_measures_what_opening_the_pipelines_and_a_replan_cost")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_keras_fit_multiworker.py", "tf/test_rebalance.py",
           "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py",
           "torch/test_elastic_nodes.py", "ray/test_ray_train.py")
@@ -55,7 +75,7 @@ def pytest_collection_modifyitems(config, items):
             rel = path.relative_to(HERE).as_posix()
         except ValueError:
             continue
-        if rel in NOT_SERIAL:
+        if rel in NOT_SERIAL or f"{rel}::{getattr(item, 'originalname', item.name)}" in NOT_SERIAL:
             continue
         if any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in SERIAL):
             item.add_marker(pytest.mark.serial)

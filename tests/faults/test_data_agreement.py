@@ -35,7 +35,7 @@ for _key in ("TF_CONFIG", "EVENFLOW_REPLICAS_PER_WORKER", "RANK", "WORLD_SIZE", 
     ENV.pop(_key, None)
 DATA_ERROR = "evenflow train: error: the workers loaded different data (data digest "
 FIX = "start every worker on the same --dataset (same files, keys, split)"
-LIMIT = 60  # seconds each process may take (hard: SIGKILL 5 s later)
+LIMIT = 120  # seconds each process may take (hard: SIGKILL 5 s later); a bound, never waited out when all is well
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def data(tmp_path_factory) -> dict:
 def _train(framework: str, datasets: list[str], run_dir: Path) -> list[tuple[int, str]]:
     """Start one ``evenflow train`` per dataset as the workers (TF) or ranks (torch) of one run; (exit code,
     stderr) of each."""
-    args = ["--epochs", "1", "--collective-timeout", "30", "--output-dir", str(run_dir)]
+    args = ["--epochs", "1", "--collective-timeout", "60", "--output-dir", str(run_dir)]
     if framework == "torch":
         args += ["--framework", "torch", "--loader-workers", "0"]
         port = free_ports(1)[0]
@@ -99,7 +99,7 @@ _OWN_LOOP = """
 import sys, numpy as np, torch
 import evenflow as ef
 from evenflow.torch import ArraySource, Trainer, finish_distributed, init_distributed
-rank, world, _ = init_distributed("gloo", timeout_s=30)
+rank, world, _ = init_distributed("gloo", timeout_s=60)
 rng = np.random.default_rng(rank if sys.argv[1] == "differ" else 0)
 source = ArraySource(rng.random((40, 4)).astype(np.float32), np.arange(40) % 3)
 plan = ef.Plan(source.index(), ef.Topology(world), global_batch_size=8, seed=0)

@@ -32,7 +32,7 @@ def runs(tmp_path_factory):
         return lambda r: [sys.executable, "-m", "evenflow", "train", "--framework", "torch", "--dataset",
                           str(root / "d.npz"), "--model", "mlp", "--dropout", "0.3", "--deterministic", "--audit",
                           "--epochs", "2", "--global-batch-size", "32", "--checkpoint-every", "2", "--loader-workers",
-                          "0", "--collective-timeout", "30", "--learning-rate", "0.01", "--output-dir",
+                          "0", "--collective-timeout", "60", "--learning-rate", "0.01", "--output-dir",
                           str(root / run_dir)]
 
     # The uninterrupted run and the one whose rank 1 is killed at its 9th update (epoch 1, step 2).

@@ -32,9 +32,9 @@ def _agent(root: Path, port: int, name: str, host: bool, sample_ms: int = 30) ->
     """One node: a torchrun agent with one rank, in its own process group (killed whole, like a lost machine)."""
     cmd = ["timeout", "-k", "5", "150", sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2",
            "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic",
-           f"--rdzv-conf=last_call_timeout=8,is_host={str(host).lower()}", "--max-restarts=3", "--monitor-interval=0.5",
+           f"--rdzv-conf=last_call_timeout=4,is_host={str(host).lower()}", "--max-restarts=3", "--monitor-interval=0.5",
            "-m", "evenflow", "train", "--framework", "torch", "--dataset", str(root / "d.npz"), "--model", "mlp",
-           "--epochs", "2", "--global-batch-size", "16", "--checkpoint-every", "3", "--loader-workers", "0",
+           "--epochs", "1", "--global-batch-size", "16", "--checkpoint-every", "3", "--loader-workers", "0",
            "--simulate-sample-ms", str(sample_ms), "--collective-timeout", "30", "--audit", "--output-dir", str(root / "run")]
     # Without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 a joining node never starts: the running agent keeps
     # the store address of its first round and does not publish it in the round the new node joins,
@@ -121,7 +121,7 @@ def test_a_lost_node_leaves_the_survivor_to_finish_at_world_size_one_exactly_onc
 def test_a_node_that_joins_makes_the_run_resume_on_both_at_world_size_two_exactly_once(tmp_path):
     _data(tmp_path)
     port = free_port()
-    # alone: world size 1 after the last call; 60 ms a sample leaves it ~15 s of epoch 0 for the other to join
+    # alone: world size 1 after the last call; 60 ms a sample leaves it ~20 s of its epoch for the other to join
     first = _agent(tmp_path, port, "first", host=True, sample_ms=60)
     second = None
     try:
