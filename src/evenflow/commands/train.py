@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from evenflow.cli_flags import add_cache_flags, add_verbose_flag, cache_flags_for
-from evenflow.commands.train_engine import add_engine_flags, ray_engine, train_on_ray
+from evenflow.commands.train_engine import add_engine_flags, ray_config, ray_engine, train_on_ray
 from evenflow.run.config import add_config_flags, flag_values, load_config
 
 EXAMPLES = """examples:
@@ -148,8 +148,7 @@ def serve_if_server(config) -> int | None:
 
 def run(args) -> int:
     on_ray = ray_engine(args)
-    config = load_config(args.config, flag_values(args), {"replicas": args.workers}) if on_ray else \
-        build_config(args.config, flag_values(args))
+    config = ray_config(args, flag_values(args)) if on_ray else build_config(args.config, flag_values(args))
     remote = [d for d in (config.data.dataset, config.data.eval_dataset) if "://" in d]
     cache_flags_for(args, remote[0] if remote else config.data.dataset)
     if on_ray:
