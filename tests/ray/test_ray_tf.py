@@ -1,6 +1,7 @@
 """``evenflow train --engine ray --framework tf``: TensorFlow workers (MultiWorkerMirroredStrategy, ``TF_CONFIG`` set
 by Ray's ``TensorflowTrainer``) on the module's local Ray cluster of 2 CPUs; a worker lost mid-run, Ray restarts the
-group, it resumes from the run's newest checkpoint and ``evenflow audit`` finds every sample exactly once per epoch.
+group, it resumes from the run's newest checkpoint and ``evenflow audit`` finds every sample exactly once per epoch;
+and a TensorFlow loop's own position through ``evenflow.ray.report_checkpoint`` / ``restored_position``.
 Hard timeouts: a hang fails the test.
 """
 from __future__ import annotations
@@ -14,6 +15,9 @@ import time
 
 import pytest
 
+import evenflow.ray
+from evenflow.plan import Cursor
+from tests.ray._ray_tf_loop import tf_position_loop
 from tests.ray.conftest import RAY_ENV
 from tests.ray.test_ray_train import _ray_workers, _written_since
 
@@ -55,3 +59,19 @@ def test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_audit_is_clean(ray_clu
     assert report["clean"] is True and [e["samples"] for e in report["epochs"]] == [1797, 1797], audit.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"] == 2 and summary["replicas"] == 2 and summary["resumed_from"] is not None, summary
+
+
+def test_a_tensorflow_loop_saves_its_own_position_in_the_ray_checkpoint(ray_cluster, tmp_path):
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.tensorflow import TensorflowTrainer
+
+    result = TensorflowTrainer(tf_position_loop, scaling_config=ScalingConfig(num_workers=2),
+                               run_config=RunConfig(name="tf-position", storage_path=str(tmp_path))).fit()
+    assert result.error is None and result.checkpoint is not None
+    position = evenflow.ray.restored_position(result.checkpoint)
+    assert position == {"epoch": 1, "step": 3} and Cursor(**position) == Cursor(1, 3)
+
+
+def test_a_reader_without_a_position_and_no_position_is_refused_in_one_line():
+    with pytest.raises(TypeError, match=r"got NoneType; without one \(TensorFlow\) pass position="):
+        evenflow.ray.report_checkpoint({"loss": 0.5}, None)

@@ -23,6 +23,8 @@ EXAMPLES = """examples:
   evenflow train --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --model text_cnn \\
       --balance cost --bucket                                   # token ids: a variable-length Int64List per record
   evenflow launch --workers 2 --replicas-per-worker 1 -- evenflow train --config run.toml   # 2 local workers
+  evenflow train --engine ray --workers 2 --dataset builtin:digits --audit --output-dir runs/ray-tf
+      # 2 TensorFlow workers on Ray (Ray sets their TF_CONFIG; --replicas per worker, default 1)
   export TF_CONFIG='{"cluster": {"worker": ["hostA:12345", "hostB:12345"]}, "task": {"type": "worker", "index": 0}}'
   evenflow train --config run.toml                              # on hostA; the same with "index": 1 on hostB
 
