@@ -27,9 +27,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 def test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_audit_is_clean(ray_cluster, tmp_path):
     out = tmp_path / "run"
-    # builtin:digits: 1,797 samples, 15 steps of 128 an epoch; 64 samples x 4 ms per replica and step
+    # builtin:digits: 1,797 samples, 15 steps of 128 in its one epoch; 64 samples x 4 ms per replica and step;
+    # killed after the checkpoint at step 3
     cmd = ["timeout", "-k", "5", "200", sys.executable, "-m", "evenflow", "train", "--engine", "ray", "--workers", "2",
-           "--address", ray_cluster, "--framework", "tf", "--dataset", "builtin:digits", "--epochs", "2",
+           "--address", ray_cluster, "--framework", "tf", "--dataset", "builtin:digits", "--epochs", "1",
            "--global-batch-size", "128", "--test-fraction", "0", "--checkpoint-every", "3",
            "--simulate-sample-ms", "4", "--collective-timeout", "20", "--audit", "--output-dir", str(out)]
     env = {**os.environ, **RAY_ENV}
@@ -56,7 +57,7 @@ def test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_audit_is_clean(ray_clu
                            capture_output=True, text=True, env=env)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     report = json.loads(audit.stdout)
-    assert report["clean"] is True and [e["samples"] for e in report["epochs"]] == [1797, 1797], audit.stdout
+    assert report["clean"] is True and [e["samples"] for e in report["epochs"]] == [1797], audit.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"] == 2 and summary["replicas"] == 2 and summary["resumed_from"] is not None, summary
 
