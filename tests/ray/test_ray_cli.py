@@ -43,8 +43,8 @@ def test_a_flag_ray_cannot_honour_is_refused_in_one_line(tmp_path, capsys, argv,
 
 
 def test_under_tf_config_the_tf_ray_engine_is_refused(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", '
-                                    '"index": 0}}')
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+                                    '"task": {"type": "worker", "index": 0}}')
     code = main(["train", "--dataset", "builtin:digits", "--engine", "ray", "--workers", "2", "--framework", "tf",
                  "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()

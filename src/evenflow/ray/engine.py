@@ -1,4 +1,4 @@
-"""``evenflow train --engine ray``: the run's workers as the workers of a Ray Train ``TorchTrainer`` or ``TensorflowTrainer``.
+"""``evenflow train --engine ray``: the run's workers as Ray Train workers (``TorchTrainer``, ``TensorflowTrainer``).
 
 Ray starts ``--workers`` workers. PyTorch (``TorchTrainer``): Ray joins them in a process group
 (``--backend``, ``--collective-timeout``) and sets ``torchrun``'s variables, so each worker runs the
@@ -14,7 +14,7 @@ The run directory is therefore the source of truth, and it must be a folder ever
 
 The cluster is a local one started for the run, or the one at ``address`` (``--address``, else
 ``RAY_ADDRESS``). Nothing here imports a framework; the framework adapter is imported by name
-inside the workers.
+inside the workers (Ray's ``ray.train.tensorflow`` itself imports TensorFlow when the trainer is made).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class RayJob:
 
 
 def run_worker(loop_config: dict) -> None:
-    """The training function of every Ray worker: one rank (PyTorch) or one ``TF_CONFIG`` worker (TensorFlow) of the run.
+    """The training function of every Ray worker: one rank (PyTorch) or one ``TF_CONFIG`` worker (TensorFlow).
 
     Ray set up the process group (PyTorch) or ``TF_CONFIG`` (TensorFlow). ``loop_config["job"]`` is the :class:`RayJob`.
     """
