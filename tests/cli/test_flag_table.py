@@ -392,9 +392,10 @@ TABLE = {
     # Object-storage data only (refused for local data): trained from a local S3 server there.
     "cache_dir": _both(("elsewhere", "tests/records/test_object_storage.py::test_train_from_the_store")),
     "cache_size": _both(("elsewhere", "tests/records/test_object_storage.py::test_train_from_the_store")),
-    # Ray Train workers run PyTorch ranks: trained (a worker lost) on a local Ray cluster in tests/ray/.
-    **{key: {"tf": _refused("tf", "--engine ray is not supported with --framework tf", "--engine", "ray", "--workers",
-                            "1", "--address", "127.0.0.1:1"),
+    # Ray Train workers run PyTorch ranks or TensorFlow TF_CONFIG workers: trained (a worker lost) on a local Ray
+    # cluster in tests/ray/.
+    **{key: {"tf": ("elsewhere", "tests/ray/test_ray_tf.py::test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_"
+                                 "audit_is_clean"),
              "torch": ("elsewhere", "tests/ray/test_ray_train.py::test_cli_engine_ray_restarts_a_lost_worker_and_"
                                     "the_audit_is_clean")}
        for key in ("engine", "workers", "address")},

@@ -12,7 +12,14 @@ REFUSED = [
     (["--address", "127.0.0.1:6379"], "--address applies to --engine ray only"),
     (["--engine", "ray"], "--engine ray needs --workers N"),
     (["--engine", "ray", "--workers", "0"], "--engine ray needs --workers N"),
-    (["--engine", "ray", "--workers", "2", "--framework", "tf"], "--engine ray is not supported with --framework tf"),
+    (["--engine", "ray", "--workers", "2", "--framework", "tf", "--strategy", "ps"],
+     "--strategy ps is not supported with --engine ray"),
+    (["--engine", "ray", "--workers", "2", "--framework", "tf", "--cluster", "tf-config"],
+     "--cluster tf-config is not supported with --engine ray"),
+    (["--engine", "ray", "--workers", "2", "--framework", "tf", "--no-resume"],
+     "--no-resume is not supported with --engine ray"),
+    (["--engine", "ray", "--workers", "2", "--framework", "tf", "--loader-workers", "2"],
+     "--loader-workers 2 is not supported with --framework tf"),
     (["--engine", "ray", "--workers", "2", "--framework", "torch", "--replicas", "3"],
      "--replicas 3 is not supported with --engine ray"),
     (["--engine", "ray", "--workers", "2", "--framework", "torch", "--cluster", "slurm"],
@@ -33,6 +40,16 @@ def test_a_flag_ray_cannot_honour_is_refused_in_one_line(tmp_path, capsys, argv,
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and fragment in err, err
     assert not out.exists()
+
+
+def test_under_tf_config_the_tf_ray_engine_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+                                    '"task": {"type": "worker", "index": 0}}')
+    code = main(["train", "--dataset", "builtin:digits", "--engine", "ray", "--workers", "2", "--framework", "tf",
+                 "--output-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--engine ray is not supported under TF_CONFIG" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
 
 
 def test_under_torchrun_the_ray_engine_is_refused(tmp_path, capsys, monkeypatch):

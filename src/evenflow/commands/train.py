@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from evenflow.cli_flags import add_cache_flags, add_verbose_flag, cache_flags_for
-from evenflow.commands.train_engine import add_engine_flags, ray_engine, train_on_ray
+from evenflow.commands.train_engine import add_engine_flags, ray_config, ray_engine, train_on_ray
 from evenflow.run.config import add_config_flags, flag_values, load_config
 
 EXAMPLES = """examples:
@@ -23,6 +23,8 @@ EXAMPLES = """examples:
   evenflow train --dataset 'data/tok-*.tfrecord' --feature-key tokens --label-key label --model text_cnn \\
       --balance cost --bucket                                   # token ids: a variable-length Int64List per record
   evenflow launch --workers 2 --replicas-per-worker 1 -- evenflow train --config run.toml   # 2 local workers
+  evenflow train --engine ray --workers 2 --dataset builtin:digits --audit --output-dir runs/ray-tf
+      # 2 TensorFlow workers on Ray (Ray sets their TF_CONFIG; --replicas per worker, default 1)
   export TF_CONFIG='{"cluster": {"worker": ["hostA:12345", "hostB:12345"]}, "task": {"type": "worker", "index": 0}}'
   evenflow train --config run.toml                              # on hostA; the same with "index": 1 on hostB
 
@@ -148,8 +150,7 @@ def serve_if_server(config) -> int | None:
 
 def run(args) -> int:
     on_ray = ray_engine(args)
-    config = load_config(args.config, flag_values(args), {"replicas": args.workers}) if on_ray else \
-        build_config(args.config, flag_values(args))
+    config = ray_config(args, flag_values(args)) if on_ray else build_config(args.config, flag_values(args))
     remote = [d for d in (config.data.dataset, config.data.eval_dataset) if "://" in d]
     cache_flags_for(args, remote[0] if remote else config.data.dataset)
     if on_ray:

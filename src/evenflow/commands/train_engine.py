@@ -1,11 +1,12 @@
 """``evenflow train --engine local | ray``: where the run's processes come from.
 
 ``local`` (the default): this process, or the processes ``torchrun``, ``evenflow launch``, ``srun`` or
-``TF_CONFIG`` describe. ``ray``: ``--workers N`` Ray Train workers, one PyTorch rank each, on a local
-Ray cluster started for the run or the one at ``--address`` (else ``RAY_ADDRESS``); a lost worker
-makes Ray restart the group, which resumes from the run's newest checkpoint
-(:mod:`evenflow.ray.engine`). Every other ``evenflow train`` option works under ``ray`` as under
-``torchrun``, except those :func:`ray_refusals` names, which are refused with exit 2.
+``TF_CONFIG`` describe. ``ray``: ``--workers N`` Ray Train workers, one PyTorch rank each or one
+TensorFlow ``TF_CONFIG`` worker each (``--replicas`` replicas per worker, default 1), on a local Ray
+cluster started for the run or the one at ``--address`` (else ``RAY_ADDRESS``); a lost worker makes
+Ray restart the group, which resumes from the run's newest checkpoint (:mod:`evenflow.ray.engine`).
+Every other ``evenflow train`` option works under ``ray`` as under ``torchrun`` or ``TF_CONFIG``,
+except those :func:`ray_refusals` names, which are refused with exit 2.
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     """``--engine``, ``--workers`` and ``--address`` (command-line only, not config keys)."""
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="local (default): this process, or those torchrun / TF_CONFIG / srun start; ray: "
-                             "--workers Ray Train workers, restarted by Ray when one is lost (--framework torch)")
+                             "--workers Ray Train workers, restarted by Ray when one is lost")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="with --engine ray: the number of Ray workers, one PyTorch rank each (>= 1)")
+                        help="with --engine ray: the number of Ray workers (>= 1), one PyTorch rank each, or one "
+                             "TensorFlow worker each with --replicas replicas (default 1)")
     parser.add_argument("--address", default=None, metavar="HOST:PORT",
                         help="with --engine ray: the Ray cluster to run on (default: RAY_ADDRESS when set, else a "
                              "local cluster started for the run)")
@@ -41,17 +43,28 @@ def ray_engine(args) -> bool:
     return True
 
 
+def ray_config(args, flags: dict):
+    """The config of an ``--engine ray`` run: ``--replicas`` defaults to ``--workers`` under PyTorch (one rank a
+    worker) and to 1 under TensorFlow (the replicas of each worker)."""
+    from evenflow.run.config import load_config
+
+    config = load_config(args.config, flags, {"replicas": args.workers})
+    if config.compute.framework == "tf":
+        config = load_config(args.config, flags, {"replicas": 1})
+    return config
+
+
 def ray_refusals(config, workers: int) -> list[str]:
     """Why ``config`` cannot run under ``--engine ray`` with ``workers`` workers (empty: it can)."""
     from evenflow.run.adapter import Processes
     from evenflow.run.config import flag_text
 
     compute = config.compute
-    if compute.framework != "torch":
-        return [f"--engine ray is not supported with --framework {compute.framework}: evenflow trains PyTorch "
-                f"ranks on Ray; use --framework torch, or evenflow launch / TF_CONFIG for TensorFlow workers"]
     out = []
-    if compute.replicas != workers:
+    if compute.framework == "tf" and compute.strategy == "ps":
+        out.append("--strategy ps is not supported with --engine ray: Ray's TensorflowTrainer starts workers only, "
+                   "no chief or parameter servers; use evenflow launch --workers N --ps M, or drop --strategy ps")
+    if compute.framework == "torch" and compute.replicas != workers:
         out.append(f"{flag_text('replicas', compute.replicas)} is not supported with --engine ray: the replicas are "
                    f"the Ray workers; drop --replicas and set --workers {compute.replicas}")
     if compute.cluster != "auto":
@@ -63,6 +76,13 @@ def ray_refusals(config, workers: int) -> list[str]:
     if "WORLD_SIZE" in os.environ:
         out.append("--engine ray is not supported under torchrun (WORLD_SIZE is set): Ray starts the ranks; run "
                    "evenflow train --engine ray once, outside torchrun")
+    if compute.framework == "tf" and os.environ.get("TF_CONFIG", "").strip():
+        out.append("--engine ray is not supported under TF_CONFIG: Ray starts the workers and sets their TF_CONFIG; "
+                   "run evenflow train --engine ray once, with TF_CONFIG unset")
+    if compute.framework == "tf":
+        from evenflow.tf.adapter import TensorFlow
+
+        return out + TensorFlow().refusals(config, Processes(count=workers, index=0, local_replicas=compute.replicas))
     from evenflow.torch.adapter import Torch
 
     return out + Torch().refusals(config, Processes(count=workers, index=0, local_replicas=1))

@@ -11,6 +11,11 @@ reads exactly the epoch's remaining samples, each once.
 the checkpoint folder next to the model files the caller wrote there, and reports it on rank 0;
 every worker calls it at the same steps, as ``ray.train.report`` asks. :func:`restore` loads the
 position of the checkpoint Ray hands a (re)started worker into the reader.
+
+TensorFlow's readers (:class:`evenflow.tf.PlanReader`, ``evenflow.tf.fit``) hold no position: a
+``tf.data`` pipeline reads from the :class:`~evenflow.plan.cursor.Cursor` it was built with. A
+TensorFlow loop therefore saves its own, ``report_checkpoint(metrics, None, folder,
+position={"epoch": e, "step": s})``, and starts again from ``Cursor(**restored_position())``.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ def _state_of(reader) -> dict:
     state = getattr(reader, "state_dict", None)
     if not callable(state):
         raise TypeError(f"reader must have state_dict() (a PlanLoader or PlanBatchSampler), got "
-                        f"{type(reader).__name__}")
+                        f"{type(reader).__name__}; without one (TensorFlow) pass position={{'epoch': e, 'step': s}}")
     return state()
 
 
@@ -39,11 +44,13 @@ def report_checkpoint(metrics: dict, reader, directory: str | os.PathLike | None
 
     Args:
         metrics: the metrics to report (a dict of plain values).
-        reader: a plan-driven reader with ``state_dict()`` (``PlanLoader``, ``PlanBatchSampler``).
+        reader: a plan-driven reader with ``state_dict()`` (``PlanLoader``, ``PlanBatchSampler``); None with
+            ``position`` (a TensorFlow loop: its readers hold no position).
         directory: a folder of files rank 0 wrote for this checkpoint (model, optimizer); the position is
             added to it. None: a checkpoint of the position alone.
         position: the state to save instead of ``reader.state_dict()``, e.g. ``sampler.state_dict(next_step=s + 1)``
-            when ``DataLoader`` worker processes read ahead of the loop.
+            when ``DataLoader`` worker processes read ahead of the loop, or ``{"epoch": e, "step": s}`` of a
+            TensorFlow loop (the ``Cursor`` it resumes from).
 
     Raises:
         TypeError: ``reader`` has no ``state_dict()`` or ``metrics`` is not a dict.

@@ -1,17 +1,20 @@
-"""``evenflow train --engine ray``: the run's ranks as the workers of a Ray Train ``TorchTrainer``.
+"""``evenflow train --engine ray``: the run's workers as Ray Train workers (``TorchTrainer``, ``TensorflowTrainer``).
 
-Ray starts one worker per rank (``--workers``), joins them in a process group (``--backend``,
-``--collective-timeout``) and sets ``torchrun``'s variables, so each worker runs the same
-:func:`evenflow.run.job.run_training` a ``torchrun`` rank runs. When a worker is lost, Ray stops the
-group and starts it again (``FailureConfig(max_failures=...)``); the run resumes from the newest
-checkpoint of its run directory, on the world size it then has, as a ``torchrun --max-restarts``
-restart does (the plan is world-size invariant: every sample exactly once per epoch). The run
-directory is therefore the source of truth, and it must be a folder every worker reaches (local
-cluster: any folder; a cluster of several machines: shared storage).
+Ray starts ``--workers`` workers. PyTorch (``TorchTrainer``): Ray joins them in a process group
+(``--backend``, ``--collective-timeout``) and sets ``torchrun``'s variables, so each worker runs the
+same :func:`evenflow.run.job.run_training` a ``torchrun`` rank runs. TensorFlow
+(``TensorflowTrainer``): Ray sets each worker's ``TF_CONFIG``, so each worker runs the training a
+``TF_CONFIG`` worker runs (MultiWorkerMirroredStrategy over ``--replicas`` replicas per worker, its
+collectives bounded by ``--collective-timeout``). When a worker is lost, Ray stops the group and
+starts it again (``FailureConfig(max_failures=...)``); the run resumes from the newest checkpoint of
+its run directory, on the world size it then has, as a ``torchrun --max-restarts`` restart or a
+``TF_CONFIG`` relaunch does (the plan is world-size invariant: every sample exactly once per epoch).
+The run directory is therefore the source of truth, and it must be a folder every worker reaches
+(local cluster: any folder; a cluster of several machines: shared storage).
 
 The cluster is a local one started for the run, or the one at ``address`` (``--address``, else
 ``RAY_ADDRESS``). Nothing here imports a framework; the framework adapter is imported by name
-inside the workers.
+inside the workers (Ray's ``ray.train.tensorflow`` itself imports TensorFlow when the trainer is made).
 """
 from __future__ import annotations
 
@@ -35,14 +38,17 @@ class RayJob:
 
 
 def run_worker(loop_config: dict) -> None:
-    """The training function of every Ray worker: one rank of the run (Ray set up its process group).
+    """The training function of every Ray worker: one rank (PyTorch) or one ``TF_CONFIG`` worker (TensorFlow).
 
-    ``loop_config["job"]`` is the :class:`RayJob`.
+    Ray set up the process group (PyTorch) or ``TF_CONFIG`` (TensorFlow). ``loop_config["job"]`` is the :class:`RayJob`.
     """
     job = loop_config["job"]
     os.environ.update(dict(job.env))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    config = job.config.replace(replicas=world)
+    config = job.config
+    if config.compute.framework == "torch":
+        config = config.replace(replicas=int(os.environ.get("WORLD_SIZE", "1")))
+    else:  # Ray's TensorflowConfig asks for tf.keras 2 (tf_keras); evenflow's models are Keras 3
+        os.environ.pop("TF_USE_LEGACY_KERAS", None)
     adapter = importlib.import_module(f"evenflow.{config.compute.framework}.adapter").ADAPTER()
     from evenflow.run.job import run_training
 
@@ -60,24 +66,43 @@ def run_on_ray(config, workers: int, address: str | None, title: str = "evenflow
 
     train = ray_train()
     import ray
-    from ray.train.torch import TorchConfig, TorchTrainer
 
     _start_cluster(ray, workers, address, title)
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("EVENFLOW_")))
-    backend = config.compute.backend if config.compute.backend != "auto" else \
-        ("nccl" if ray.cluster_resources().get("GPU", 0) >= workers else "gloo")
     with tempfile.TemporaryDirectory(prefix="evenflow-ray-") as storage:
-        trainer = TorchTrainer(
-            run_worker, train_loop_config={"job": RayJob(config, title, env)},
-            torch_config=TorchConfig(backend=backend, timeout_s=int(max(1, round(config.compute.collective_timeout)))),
-            scaling_config=train.ScalingConfig(num_workers=workers, use_gpu=backend == "nccl"),
-            run_config=train.RunConfig(name="evenflow", storage_path=storage,
-                                       failure_config=train.FailureConfig(max_failures=max_failures)))
+        run_config = train.RunConfig(name="evenflow", storage_path=storage,
+                                     failure_config=train.FailureConfig(max_failures=max_failures))
+        make = _tf_trainer if config.compute.framework == "tf" else _torch_trainer
+        trainer = make(ray, train, config, workers, {"job": RayJob(config, title, env)}, run_config)
         try:
             trainer.fit()
         except Exception as e:  # Ray's TrainingFailedError: the workers' error, after max_failures restarts
             return " ".join(f"{type(e).__name__}: {e}".split())[:2000]
     return None
+
+
+def _torch_trainer(ray, train, config, workers: int, loop_config: dict, run_config):
+    """A ``TorchTrainer`` of ``workers`` ranks: NCCL on a GPU each when the cluster has them (``--backend auto``)."""
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    backend = config.compute.backend if config.compute.backend != "auto" else \
+        ("nccl" if ray.cluster_resources().get("GPU", 0) >= workers else "gloo")
+    return TorchTrainer(
+        run_worker, train_loop_config=loop_config,
+        torch_config=TorchConfig(backend=backend, timeout_s=int(max(1, round(config.compute.collective_timeout)))),
+        scaling_config=train.ScalingConfig(num_workers=workers, use_gpu=backend == "nccl"), run_config=run_config)
+
+
+def _tf_trainer(ray, train, config, workers: int, loop_config: dict, run_config):
+    """A ``TensorflowTrainer`` of ``workers`` ``TF_CONFIG`` workers, each with ``--replicas`` GPUs when the cluster
+    has them for all, else on CPUs (``--replicas`` logical CPU devices each)."""
+    from ray.train.tensorflow import TensorflowTrainer
+
+    replicas = config.compute.replicas
+    gpus = ray.cluster_resources().get("GPU", 0) >= workers * replicas
+    scaling = train.ScalingConfig(num_workers=workers, use_gpu=gpus,
+                                  resources_per_worker={"GPU": replicas} if gpus else None)
+    return TensorflowTrainer(run_worker, train_loop_config=loop_config, scaling_config=scaling, run_config=run_config)
 
 
 def _start_cluster(ray, workers: int, address: str | None, title: str) -> None:
