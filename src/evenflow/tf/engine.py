@@ -56,14 +56,15 @@ class TFEngine:
         # AutoGraph's source conversion makes the first call (the trace) 35-70% faster, paid by every
         # process. reduce_retracing: batches passed in from Python carry their concrete shapes, and
         # variable-length batches would otherwise retrace for every new length.
-        self._train_batches = tf.function(self._distributed_train, autograph=False, reduce_retracing=True)
+        self._train_batches = _per_engine(tf.function(self._distributed_train, autograph=False,
+                                                      reduce_retracing=True))
         # The same step taking the iterator: next() inside the function saves the Python-side
         # get_next of R per-replica iterators. `count` (micro-steps of one update) is a Python int:
         # one trace per group length (k, and an epoch's shorter last group).
-        self._train_next = tf.function(self._train_from, autograph=False)
-        self._eval_next = tf.function(
-            lambda iterator: self._gather(strategy.run(step.evaluate, args=(next(iterator),))), autograph=False)
-        self._all_gather = tf.function(lambda values: strategy.gather(values, axis=0))
+        self._train_next = _per_engine(tf.function(self._train_from, autograph=False))
+        self._eval_next = _per_engine(tf.function(
+            lambda iterator: self._gather(strategy.run(step.evaluate, args=(next(iterator),))), autograph=False))
+        self._all_gather = _per_engine(tf.function(lambda values: strategy.gather(values, axis=0)))
 
     # -- the loop's interface --------------------------------------------------------------------
     def open(self, reader, plan, start: Cursor, epochs: int, switchable: bool = False):
@@ -186,6 +187,18 @@ class TFEngine:
         tf = _tf()
         return tf.nest.map_structure(lambda t: _stack_padded(self.strategy.experimental_local_results(t)),
                                      per_replica)
+
+
+def _per_engine(function):
+    """``function``, a ``tf.function`` of one engine, without TensorFlow's warning of frequent retracing.
+
+    TensorFlow counts the traces of every ``tf.function`` made from the same code together, so
+    several trainers in one process (a sweep, a notebook, tests), each tracing its own functions
+    once for its own model, read to it as one function retraced often. Each engine's functions
+    trace once per model and batch layout by construction; the warning would be a false alarm.
+    """
+    function._omit_frequent_tracing_warning = True  # tf.function's own switch (TF 2.x)
+    return function
 
 
 def _drain(stream) -> None:
