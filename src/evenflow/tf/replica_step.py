@@ -27,7 +27,7 @@ import numpy as np
 from evenflow.run.step_options import StepOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.losses import check_per_sample, masked_loss
+from evenflow.tf.losses import masked_sum
 from evenflow.tf.optimizers import presum_gradients
 from evenflow.tf.clock import emulated_clock
 
@@ -62,10 +62,12 @@ class ReplicaStep:
             # time replica 1 only after replica 0 finished and make emulated delays add up, not overlap).
             self._anchor = tf.Variable(0.0, trainable=False, name="evenflow_clock") if self.timing else None
 
-    def train(self, *batches, clock=None, step=None):
+    def train(self, *batches, clock=None, step=None, with_ids=True):
         """One update from the plan steps ``batches``; returns one output dict per step.
 
         With timing, ``clock`` is ``[step began, input ready]`` and ``step`` the run's global plan step.
+        Without ``with_ids`` (nobody reads them: no guard, no monitor of costs) a step outputs no
+        ``ids``, ``nonfinite`` or ``replica``, and computes no suspects.
         """
         tf = _tf()
         t_start = self._stamp([b["mask"] for b in batches]) if self.timing else None
@@ -79,7 +81,7 @@ class ReplicaStep:
                 with tf.control_dependencies([t_done]):  # the update waits for the emulated device
                     grads = [None if g is None else tf.identity(g) for g in grads]
         flags = self._apply(loss, grads)
-        outs = [dict(self._outputs(*s), flags=flags) for s in seen]
+        outs = [dict(self._outputs(*s, with_ids=with_ids), flags=flags) for s in seen]
         if self.timing:
             # [step began, input ready, replica started, gradients ready] (host clock, seconds); the
             # step's end is stamped after all replicas (see the engine).
@@ -98,13 +100,14 @@ class ReplicaStep:
             with tf.GradientTape() as tape:
                 logits = _logits(self.model(batch["features"], training=True))
                 per_sample = self.loss_fn(batch["label"], logits)
-                step_loss = masked_loss(per_sample, batch["mask"], count)
+                loss_sum = masked_sum(per_sample, batch["mask"])
+                step_loss = loss_sum / tf.maximum(tf.cast(count, tf.float32), 1.0)  # masked_loss, sum shared
                 scaled = self.optimizer.scale_loss(step_loss) if self._loss_scaled else step_loss
             step_grads = tape.gradient(scaled, variables)  # None for a variable the loss does not use
             grads = step_grads if grads is None else \
                 [b if a is None else a if b is None else a + b for a, b in zip(grads, step_grads)]
             loss = step_loss if loss is None else loss + step_loss
-            seen.append((batch, logits, per_sample))
+            seen.append((batch, logits, per_sample, loss_sum))
         return grads, loss, seen
 
     def _apply(self, loss, grads):
@@ -208,12 +211,15 @@ class ReplicaStep:
 
         tf.distribute.get_replica_context().merge_call(cross, args=(skip, grads))
 
-    def _outputs(self, batch, logits, per_sample) -> dict:
+    def _outputs(self, batch, logits, per_sample, loss_sum, with_ids=True) -> dict:
         # What the host learns about a step: the sums, and for audits and anomaly reports the ids
         # the replica actually received, its slots with a non-finite loss and its global replica id.
         tf = _tf()
+        sums = tf.stack([loss_sum, _hits(batch["label"], logits, batch["mask"] > 0), tf.reduce_sum(batch["mask"])])
+        if not with_ids:
+            return {"sums": sums}
         ctx = tf.distribute.get_replica_context()
-        return {"sums": self._sums(batch, logits, per_sample), "ids": batch["id"],
+        return {"sums": sums, "ids": batch["id"],
                 "nonfinite": tf.logical_and(batch["mask"] > 0, _suspects(batch["features"], logits, per_sample)),
                 "replica": tf.cast(ctx.replica_id_in_sync_group, tf.int64)}
 
@@ -243,11 +249,7 @@ def masked_sums(mask, labels, logits, per_sample):
     summed over replicas and steps on the host they give exact epoch totals without the host
     knowing each step's count."""
     tf = _tf()
-    with tf.control_dependencies(check_per_sample(per_sample, mask)):
-        per_sample = tf.identity(tf.cast(per_sample, tf.float32))
-    real = mask > 0
-    return tf.stack([tf.reduce_sum(tf.where(real, per_sample, tf.zeros_like(per_sample))),
-                     _hits(labels, logits, real), tf.reduce_sum(mask)])
+    return tf.stack([masked_sum(per_sample, mask), _hits(labels, logits, mask > 0), tf.reduce_sum(mask)])
 
 
 def _hits(labels, logits, real):
