@@ -12,7 +12,8 @@
 * ``compression="fp16"``: gradients travel in float16 in an all-reduce of its own (the
   optimizer's is switched off);
 * a step whose loss or gradients are non-finite on any replica is skipped everywhere
-  (``skip_nonfinite``): one all-reduce of two flags makes every replica take the same branch;
+  (``skip_nonfinite``): two flags summed over replicas make every replica take the same
+  branch; they travel in the gradients' own all-reduce (one collective a step);
 * with ``timing``, host-clock stamps of when each replica started and had its gradients,
   and the emulated slowdown of :mod:`evenflow.run.simulate`.
 
@@ -21,6 +22,8 @@ The outputs per plan step are ``sums`` ``[loss sum, hits, real count]``, ``ids``
 step, ``timing``: what :mod:`evenflow.run.loop` reads back.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
@@ -53,6 +56,10 @@ class ReplicaStep:
         self.timing, self.simulate = bool(options.timing), options.simulate
         self._loss_scaled = isinstance(optimizer, _keras().optimizers.LossScaleOptimizer)
         presum_gradients(optimizer, self.compression != "none")
+        # Sum the gradients here, with the step's flags in the same all-reduce (see _apply), where
+        # the optimizer would sum them itself (uncompressed, not loss-scaled, a Keras TF optimizer).
+        self._fuse = self.compression == "none" and not self._loss_scaled and callable(
+            getattr(optimizer, "_all_reduce_sum_gradients", None))
         with strategy.scope():
             # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
             optimizer.build(model.trainable_variables)
@@ -112,7 +119,7 @@ class ReplicaStep:
 
     def _apply(self, loss, grads):
         """Apply (or skip, agreed by every replica) the update; returns the step's flags."""
-        # One all-reduce makes every replica (and worker) see the same verdicts, so all of them take
+        # Summing the flags makes every replica (and worker) see the same verdicts, so all of them take
         # the same branch below: a step skipped on one replica and applied on another would
         # desynchronise the weights, or hang a collective inside the update. (ReduceOp has only SUM
         # and MEAN: count the replicas whose loss, resp. gradients, are non-finite.)
@@ -120,23 +127,29 @@ class ReplicaStep:
         variables = self.model.trainable_variables
         local_bad = tf.stack([1.0 - tf.cast(tf.math.is_finite(loss), tf.float32),
                               1.0 - tf.cast(_all_finite(grads), tf.float32)])
-        bad_replicas = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local_bad)
+        if self._fuse:
+            # The flags travel in the gradients' own all-reduce (one collective a step, not two); the
+            # optimizer then gets the sums and must not take them again (see _presummed).
+            grads, bad_replicas = _sum_with(grads, local_bad)
+        else:
+            bad_replicas = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local_bad)
         loss_bad, grads_bad = bad_replicas[0] > 0, bad_replicas[1] > 0
         if self.compression == "fp16":
             # On every replica, before the branches below: a collective inside one would hang. The
             # sums are the same on every replica, so a float16 overflow in them is an agreed verdict.
             grads = self._all_reduce_fp16(grads)
             grads_bad = tf.logical_or(grads_bad, tf.logical_not(_all_finite(grads)))
-        if self._loss_scaled:
-            grads = self._agree_on_finite(grads, grads_bad)
-            self.optimizer.apply(grads, variables)
-            anomaly, skipped = loss_bad, grads_bad
-        elif self.skip_nonfinite:
-            anomaly = skipped = tf.logical_or(loss_bad, grads_bad)
-            self._apply_unless(skipped, grads, variables)
-        else:
-            self.optimizer.apply(grads, variables)
-            anomaly, skipped = tf.logical_or(loss_bad, grads_bad), tf.constant(False)
+        with _presummed(self.optimizer, self._fuse):
+            if self._loss_scaled:
+                grads = self._agree_on_finite(grads, grads_bad)
+                self.optimizer.apply(grads, variables)
+                anomaly, skipped = loss_bad, grads_bad
+            elif self.skip_nonfinite:
+                anomaly = skipped = tf.logical_or(loss_bad, grads_bad)
+                self._apply_unless(skipped, grads, variables)
+            else:
+                self.optimizer.apply(grads, variables)
+                anomaly, skipped = tf.logical_or(loss_bad, grads_bad), tf.constant(False)
         # flags: [this replica non-finite, step anomalous on some replica, update skipped everywhere]
         return tf.stack([tf.reduce_max(local_bad), tf.cast(anomaly, tf.float32), tf.cast(skipped, tf.float32)])
 
@@ -282,6 +295,40 @@ def _suspects(features, logits, per_sample):
 
     finite = tf.logical_and(row_finite(features), row_finite(logits))
     return tf.logical_not(tf.logical_and(finite, tf.math.is_finite(tf.cast(per_sample, tf.float32))))
+
+
+def _sum_with(grads, flags):
+    """``(grads summed over replicas, flags summed)`` from one all-reduce (``None`` gradients stay None)."""
+    tf = _tf()
+    real = [i for i, g in enumerate(grads) if g is not None]  # None: a variable the loss does not use
+    summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                            [grads[i] for i in real] + [flags])
+    out = list(grads)
+    for i, g in zip(real, summed[:-1]):
+        out[i] = g
+    return out, summed[-1]
+
+
+@contextlib.contextmanager
+def _presummed(optimizer, on: bool):
+    """While the update is traced, the Keras optimizer takes the gradients as summed already.
+
+    Keras's optimizer sums gradients over replicas in ``apply`` (``_all_reduce_sum_gradients``,
+    called when the step is traced); :func:`_sum_with` did that already. Only the trace is
+    changed: the optimizer is as it was afterwards (a user may go on with it in ``model.fit``).
+    """
+    if not on:
+        yield
+        return
+    own = optimizer.__dict__.get("_all_reduce_sum_gradients")
+    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+    try:
+        yield
+    finally:
+        if own is None:
+            del optimizer._all_reduce_sum_gradients  # the class's own method again
+        else:
+            optimizer._all_reduce_sum_gradients = own
 
 
 def _all_finite(tensors):
