@@ -14,7 +14,8 @@ with the same global batch and optimizer:
 * ``plain-fn``: ``plain-1it`` with ``next(iterator)`` called inside the ``tf.function``
   (the tf.distribute guide's faster variant, which evenflow's trainer also uses);
 * ``evenflow``: ``Trainer.fit`` over ``PlanReader(ArraySource)`` with a stratified plan:
-  per-replica pipelines, masks, the masked loss, per-step host read-back of the sums.
+  per-replica pipelines, masks, the masked loss, the agreed skip; the sums read back at
+  each epoch's end (no guard).
 
 N is a multiple of G, so the plain loop has no partial batch (and no retrace); evenflow
 plans the same steps.
