@@ -14,10 +14,25 @@ with the same global batch and optimizer:
 * ``plain-fn``: ``plain-1it`` with ``next(iterator)`` called inside the ``tf.function``
   (the tf.distribute guide's faster variant, which evenflow's trainer also uses);
 * ``evenflow``: ``Trainer.fit`` over ``PlanReader(ArraySource)`` with a stratified plan:
-  per-replica pipelines, masks, the masked loss, per-step host read-back of the sums.
+  per-replica pipelines, masks, the masked loss, the agreed skip; the sums read back at
+  each epoch's end (no guard).
 
 N is a multiple of G, so the plain loop has no partial batch (and no retrace); evenflow
-plans the same steps. Timing: one untimed warm-up epoch each (tracing, iterator start),
+plans the same steps.
+
+``--mode step`` times the isolated step instead: one distributed batch (features, labels,
+mask, ids, global real count), built once, fed again and again, no pipeline:
+
+* ``plain``: ``strategy.run`` of the tutorial step (``tf.nn.compute_average_loss``);
+* ``evenflow``: the trainer's traced update as ``Trainer.fit`` runs it without a guard
+  (the masked loss, the agreed skip of non-finite steps, the sums; read back at the end);
+* ``+ids``: with the ids, suspects and replica ids a guarded run (checkpoints, audit) reads;
+* ``+read``: ``+ids`` with every step's outputs read back to the host at once;
+* ``-flags``, ``-sums``, ``bare``: benchmark-only variants of ``evenflow`` without the
+  finiteness flags (their all-reduce and the skip branch), without the sums (hits, count),
+  without both: the cost of each component by ablation.
+
+``--mode both`` (the default) prints the loop table, then the step table. Timing: one untimed warm-up epoch each (tracing, iterator start),
 then ``--repeats`` rounds; each round runs ``--epochs`` epochs of each method, in
 alternating order so background load hits all alike. The table shows the median
 steps/s per method and the median of the per-round ratios evenflow/method; the target
@@ -29,6 +44,7 @@ Examples:
     python benchmarks/trainer_overhead.py                       # R = 4, G = 256, N = 32768, 5 rounds
     python benchmarks/trainer_overhead.py --quick               # 2 rounds of 1 epoch
     python benchmarks/trainer_overhead.py --replicas 2 --global-batch-size 512
+    python benchmarks/trainer_overhead.py --mode step --replicas 1 --repeats 15
 """
 from __future__ import annotations
 
@@ -38,6 +54,7 @@ import os
 import platform
 import statistics
 import time
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +62,7 @@ import numpy as np
 import evenflow as ef
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
 TARGET_RATIO = 0.95
 
 
@@ -60,12 +78,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2, help="epochs per method per round (default 2)")
     p.add_argument("--repeats", type=int, default=5, help="timing rounds (default 5)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="2 rounds of 1 epoch")
+    p.add_argument("--quick", action="store_true", help="2 rounds of 1 epoch (step mode: of 20 steps)")
+    p.add_argument("--mode", choices=("loop", "step", "both"), default="both",
+                   help="loop: whole training loops; step: the isolated step; both (default)")
+    p.add_argument("--step-repeats", type=int, default=100, help="steps per method per round in step mode")
     p.add_argument("--json-out", type=Path, default=ROOT / "results" / "trainer_overhead.json",
                    help="where to write the results (default benchmarks/results/trainer_overhead.json)")
     args = p.parse_args(argv)
     if args.quick:
-        args.repeats, args.epochs = 2, 1
+        args.repeats, args.epochs, args.step_repeats = 2, 1, 20
     return args
 
 
@@ -168,9 +189,24 @@ def _evenflow_loop(strategy, model, optimizer, x, y, g: int, seed: int):
 
 
 def main(args) -> dict:
-    from evenflow.tf import build_model, make_optimizer, mirrored_strategy
+    from evenflow.tf import mirrored_strategy
 
     strategy = mirrored_strategy(args.replicas)  # before anything initialises TensorFlow
+    result = {}
+    if args.mode in ("loop", "both"):
+        result["loop"] = loop_benchmark(args, strategy)
+    if args.mode in ("step", "both"):
+        from _tf_step import step_benchmark
+
+        result["step"] = step_benchmark(args, strategy)
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def loop_benchmark(args, strategy) -> dict:
+    """The whole training loops (see the module docstring); prints the table, returns the figures."""
+    from evenflow.tf import build_model, make_optimizer
     import keras
     import tensorflow as tf
 
@@ -225,8 +261,6 @@ def main(args) -> dict:
     verdict = "meets" if r >= TARGET_RATIO else "misses"
     print(f"evenflow vs the fastest plain loop ({best_base}): median of per-round ratios {r:.3f} "
           f"({verdict} the {TARGET_RATIO} target); rounds: {', '.join(f'{v:.3f}' for v in ratios[best_base])}")
-    args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 

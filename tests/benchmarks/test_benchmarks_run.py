@@ -384,3 +384,23 @@ def test_tf_multiworker_runtime_stock_arms_put_tensorflows_own_behaviour_back(tm
         got[arm] = out.stdout.split()[-3:]
     assert got == {"evenflow": ["True", "True", "None"], "iterators": ["False", "False", "None"],
                    "timeout": ["True", "True", "7"]}
+
+
+def test_trainer_overhead_step_mode_times_plain_evenflow_and_each_ablation(tmp_path):
+    pytest.importorskip("tensorflow")
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "trainer_overhead.json"
+    env = dict(os.environ, PYTHONPATH=str(BENCH.parent / "src"), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(["timeout", "-k", "5", "300", sys.executable, str(BENCH / "trainer_overhead.py"), "--mode",
+                           "step", "--quick", "--replicas", "2", "--global-batch-size", "32", "--features", "8",
+                           "--json-out", str(out)], env=env, capture_output=True, text=True, timeout=320)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step = json.loads(out.read_text())["step"]
+    methods = ["plain", "evenflow", "+ids", "+read", "-flags", "-sums", "bare"]
+    assert list(step["steps_per_second"]) == list(step["cpu_us_per_step"]) == methods
+    assert all(len(v) == 2 and min(v) > 0 for v in step["steps_per_second"].values())  # --quick: 2 rounds
+    assert step["ratio_median"]["plain"] == step["cpu_ratio_median"]["plain"] == 1.0
+    assert "isolated step vs plain by steps/s" in proc.stdout and "by CPU time" in proc.stdout

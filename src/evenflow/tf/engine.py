@@ -51,19 +51,23 @@ class TFEngine:
         self._watch = collective_watch(strategy)
         self.timing, self.skip_nonfinite = step.timing, step.skip_nonfinite
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
+        # Whether steps output ids, suspects and replica ids (read() with_ids): the trainer turns it
+        # off for a run that never asks for them (no guard, no monitor of costs).
+        self.with_ids = True
         self._feed = None  # the feed of the stream last updated from (told each update's step and input wait)
         # autograph=False: the steps branch with tf.cond only (never `if tensor:`), and skipping
         # AutoGraph's source conversion makes the first call (the trace) 35-70% faster, paid by every
         # process. reduce_retracing: batches passed in from Python carry their concrete shapes, and
         # variable-length batches would otherwise retrace for every new length.
-        self._train_batches = tf.function(self._distributed_train, autograph=False, reduce_retracing=True)
+        self._train_batches = _per_engine(tf.function(self._distributed_train, autograph=False,
+                                                      reduce_retracing=True))
         # The same step taking the iterator: next() inside the function saves the Python-side
         # get_next of R per-replica iterators. `count` (micro-steps of one update) is a Python int:
         # one trace per group length (k, and an epoch's shorter last group).
-        self._train_next = tf.function(self._train_from, autograph=False)
-        self._eval_next = tf.function(
-            lambda iterator: self._gather(strategy.run(step.evaluate, args=(next(iterator),))), autograph=False)
-        self._all_gather = tf.function(lambda values: strategy.gather(values, axis=0))
+        self._train_next = _per_engine(tf.function(self._train_from, autograph=False))
+        self._eval_next = _per_engine(tf.function(
+            lambda iterator: self._gather(strategy.run(step.evaluate, args=(next(iterator),))), autograph=False))
+        self._all_gather = _per_engine(tf.function(lambda values: strategy.gather(values, axis=0)))
 
     # -- the loop's interface --------------------------------------------------------------------
     def open(self, reader, plan, start: Cursor, epochs: int, switchable: bool = False):
@@ -82,9 +86,9 @@ class TFEngine:
         with self._watch.waiting():
             if not keep_batches:
                 at = tf.constant(global_step, tf.int64) if self.timing else None
-                return list(self._train_next(stream, count, at)), None
+                return list(self._train_next(stream, count, at, self.with_ids)), None
             batches = [next(stream) for _ in range(count)]
-            return list(self._train_batches(*batches)), batches
+            return list(self._train_batches(*batches, ids=self.with_ids)), batches
 
     def read(self, out, with_ids: bool) -> dict:
         with self._watch.waiting():
@@ -143,15 +147,15 @@ class TFEngine:
             sys.setswitchinterval(switch)
 
     # -- traced steps ---------------------------------------------------------------------------
-    def _distributed_train(self, *batches, clock=None, step=None):
+    def _distributed_train(self, *batches, clock=None, step=None, ids=True):
         """One update from ``batches`` (consecutive plan steps): a tuple of one output dict per step."""
         tf = _tf()
-        kwargs = {}
+        kwargs = {} if ids else {"with_ids": False}
         if self.timing:
             if clock is None:
                 t = now()
                 clock = tf.stack([t, t])
-            kwargs = {"clock": clock, "step": tf.constant(0, tf.int64) if step is None else step}
+            kwargs.update(clock=clock, step=tf.constant(0, tf.int64) if step is None else step)
         outs = self._gather(self.strategy.run(self.step.train, args=batches, kwargs=kwargs))
         if self.timing:
             # The step's end, once every replica's outputs (after the update) exist: one column more.
@@ -161,7 +165,7 @@ class TFEngine:
             outs[-1]["timing"] = tf.concat([timing, tf.fill([tf.shape(timing)[0], 1], end)], 1)
         return outs
 
-    def _train_from(self, iterator, count=1, step=None):
+    def _train_from(self, iterator, count=1, step=None, ids=True):
         # The update from the next `count` batches of `iterator`, timing how long they took to arrive.
         tf = _tf()
         began = now() if self.timing else None
@@ -178,7 +182,7 @@ class TFEngine:
                 arrived = [t for b in batches for t in self.strategy.experimental_local_results(b["mask"])]
                 with tf.control_dependencies(arrived):
                     clock = tf.stack([began, now()])
-        return self._distributed_train(*batches, clock=clock, step=step)
+        return self._distributed_train(*batches, clock=clock, step=step, ids=ids)
 
     def _gather(self, per_replica):
         # Stack instead of strategy.reduce: the host gets the per-replica rows and sums them itself.
@@ -186,6 +190,18 @@ class TFEngine:
         tf = _tf()
         return tf.nest.map_structure(lambda t: _stack_padded(self.strategy.experimental_local_results(t)),
                                      per_replica)
+
+
+def _per_engine(function):
+    """``function``, a ``tf.function`` of one engine, without TensorFlow's warning of frequent retracing.
+
+    TensorFlow counts the traces of every ``tf.function`` made from the same code together, so
+    several trainers in one process (a sweep, a notebook, tests), each tracing its own functions
+    once for its own model, read to it as one function retraced often. Each engine's functions
+    trace once per model and batch layout by construction; the warning would be a false alarm.
+    """
+    function._omit_frequent_tracing_warning = True  # tf.function's own switch (TF 2.x)
+    return function
 
 
 def _drain(stream) -> None:

@@ -40,14 +40,20 @@ def masked_loss(per_sample, mask, global_real_count):
         over replicas it is the mean loss of the step's real samples.
     """
     tf = _tf()
+    # max(., 1): a step without real samples cannot come from a Plan, but must not divide by 0.
+    denom = tf.maximum(tf.cast(global_real_count, tf.float32), 1.0)
+    return masked_sum(per_sample, mask) / denom
+
+
+def masked_sum(per_sample, mask):
+    """float32 scalar ``sum(mask * per_sample)`` over the real slots (``mask > 0``): the numerator of
+    :func:`masked_loss`, and the loss column of a step's sums."""
+    tf = _tf()
     with tf.control_dependencies(check_per_sample(per_sample, mask)):
         per_sample = tf.identity(tf.cast(per_sample, tf.float32))
     # Padding slots hold real (dummy) rows, so their losses are finite; `where` rather than
     # `mask * loss` still keeps the value exact if a user's map function leaves garbage there.
-    masked = tf.where(mask > 0, per_sample, tf.zeros_like(per_sample))
-    # max(., 1): a step without real samples cannot come from a Plan, but must not divide by 0.
-    denom = tf.maximum(tf.cast(global_real_count, tf.float32), 1.0)
-    return tf.reduce_sum(masked) / denom
+    return tf.reduce_sum(tf.where(mask > 0, per_sample, tf.zeros_like(per_sample)))
 
 
 def check_per_sample(per_sample, mask) -> list:

@@ -12,7 +12,8 @@
 * ``compression="fp16"``: gradients travel in float16 in an all-reduce of its own (the
   optimizer's is switched off);
 * a step whose loss or gradients are non-finite on any replica is skipped everywhere
-  (``skip_nonfinite``): one all-reduce of two flags makes every replica take the same branch;
+  (``skip_nonfinite``): two flags summed over replicas make every replica take the same
+  branch; they travel in the gradients' own all-reduce (one collective a step);
 * with ``timing``, host-clock stamps of when each replica started and had its gradients,
   and the emulated slowdown of :mod:`evenflow.run.simulate`.
 
@@ -22,12 +23,14 @@ step, ``timing``: what :mod:`evenflow.run.loop` reads back.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from evenflow.run.step_options import StepOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
-from evenflow.tf.losses import check_per_sample, masked_loss
+from evenflow.tf.losses import masked_sum
 from evenflow.tf.optimizers import presum_gradients
 from evenflow.tf.clock import emulated_clock
 
@@ -53,6 +56,10 @@ class ReplicaStep:
         self.timing, self.simulate = bool(options.timing), options.simulate
         self._loss_scaled = isinstance(optimizer, _keras().optimizers.LossScaleOptimizer)
         presum_gradients(optimizer, self.compression != "none")
+        # Sum the gradients here, with the step's flags in the same all-reduce (see _apply), where
+        # the optimizer would sum them itself (uncompressed, not loss-scaled, a Keras TF optimizer).
+        self._fuse = self.compression == "none" and not self._loss_scaled and callable(
+            getattr(optimizer, "_all_reduce_sum_gradients", None))
         with strategy.scope():
             # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
             optimizer.build(model.trainable_variables)
@@ -62,10 +69,12 @@ class ReplicaStep:
             # time replica 1 only after replica 0 finished and make emulated delays add up, not overlap).
             self._anchor = tf.Variable(0.0, trainable=False, name="evenflow_clock") if self.timing else None
 
-    def train(self, *batches, clock=None, step=None):
+    def train(self, *batches, clock=None, step=None, with_ids=True):
         """One update from the plan steps ``batches``; returns one output dict per step.
 
         With timing, ``clock`` is ``[step began, input ready]`` and ``step`` the run's global plan step.
+        Without ``with_ids`` (nobody reads them: no guard, no monitor of costs) a step outputs no
+        ``ids``, ``nonfinite`` or ``replica``, and computes no suspects.
         """
         tf = _tf()
         t_start = self._stamp([b["mask"] for b in batches]) if self.timing else None
@@ -79,7 +88,7 @@ class ReplicaStep:
                 with tf.control_dependencies([t_done]):  # the update waits for the emulated device
                     grads = [None if g is None else tf.identity(g) for g in grads]
         flags = self._apply(loss, grads)
-        outs = [dict(self._outputs(*s), flags=flags) for s in seen]
+        outs = [dict(self._outputs(*s, with_ids=with_ids), flags=flags) for s in seen]
         if self.timing:
             # [step began, input ready, replica started, gradients ready] (host clock, seconds); the
             # step's end is stamped after all replicas (see the engine).
@@ -98,18 +107,19 @@ class ReplicaStep:
             with tf.GradientTape() as tape:
                 logits = _logits(self.model(batch["features"], training=True))
                 per_sample = self.loss_fn(batch["label"], logits)
-                step_loss = masked_loss(per_sample, batch["mask"], count)
+                loss_sum = masked_sum(per_sample, batch["mask"])
+                step_loss = loss_sum / tf.maximum(tf.cast(count, tf.float32), 1.0)  # masked_loss, sum shared
                 scaled = self.optimizer.scale_loss(step_loss) if self._loss_scaled else step_loss
             step_grads = tape.gradient(scaled, variables)  # None for a variable the loss does not use
             grads = step_grads if grads is None else \
                 [b if a is None else a if b is None else a + b for a, b in zip(grads, step_grads)]
             loss = step_loss if loss is None else loss + step_loss
-            seen.append((batch, logits, per_sample))
+            seen.append((batch, logits, per_sample, loss_sum))
         return grads, loss, seen
 
     def _apply(self, loss, grads):
         """Apply (or skip, agreed by every replica) the update; returns the step's flags."""
-        # One all-reduce makes every replica (and worker) see the same verdicts, so all of them take
+        # Summing the flags makes every replica (and worker) see the same verdicts, so all of them take
         # the same branch below: a step skipped on one replica and applied on another would
         # desynchronise the weights, or hang a collective inside the update. (ReduceOp has only SUM
         # and MEAN: count the replicas whose loss, resp. gradients, are non-finite.)
@@ -117,23 +127,29 @@ class ReplicaStep:
         variables = self.model.trainable_variables
         local_bad = tf.stack([1.0 - tf.cast(tf.math.is_finite(loss), tf.float32),
                               1.0 - tf.cast(_all_finite(grads), tf.float32)])
-        bad_replicas = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local_bad)
+        if self._fuse:
+            # The flags travel in the gradients' own all-reduce (one collective a step, not two); the
+            # optimizer then gets the sums and must not take them again (see _presummed).
+            grads, bad_replicas = _sum_with(grads, local_bad)
+        else:
+            bad_replicas = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local_bad)
         loss_bad, grads_bad = bad_replicas[0] > 0, bad_replicas[1] > 0
         if self.compression == "fp16":
             # On every replica, before the branches below: a collective inside one would hang. The
             # sums are the same on every replica, so a float16 overflow in them is an agreed verdict.
             grads = self._all_reduce_fp16(grads)
             grads_bad = tf.logical_or(grads_bad, tf.logical_not(_all_finite(grads)))
-        if self._loss_scaled:
-            grads = self._agree_on_finite(grads, grads_bad)
-            self.optimizer.apply(grads, variables)
-            anomaly, skipped = loss_bad, grads_bad
-        elif self.skip_nonfinite:
-            anomaly = skipped = tf.logical_or(loss_bad, grads_bad)
-            self._apply_unless(skipped, grads, variables)
-        else:
-            self.optimizer.apply(grads, variables)
-            anomaly, skipped = tf.logical_or(loss_bad, grads_bad), tf.constant(False)
+        with _presummed(self.optimizer, self._fuse):
+            if self._loss_scaled:
+                grads = self._agree_on_finite(grads, grads_bad)
+                self.optimizer.apply(grads, variables)
+                anomaly, skipped = loss_bad, grads_bad
+            elif self.skip_nonfinite:
+                anomaly = skipped = tf.logical_or(loss_bad, grads_bad)
+                self._apply_unless(skipped, grads, variables)
+            else:
+                self.optimizer.apply(grads, variables)
+                anomaly, skipped = tf.logical_or(loss_bad, grads_bad), tf.constant(False)
         # flags: [this replica non-finite, step anomalous on some replica, update skipped everywhere]
         return tf.stack([tf.reduce_max(local_bad), tf.cast(anomaly, tf.float32), tf.cast(skipped, tf.float32)])
 
@@ -208,12 +224,15 @@ class ReplicaStep:
 
         tf.distribute.get_replica_context().merge_call(cross, args=(skip, grads))
 
-    def _outputs(self, batch, logits, per_sample) -> dict:
+    def _outputs(self, batch, logits, per_sample, loss_sum, with_ids=True) -> dict:
         # What the host learns about a step: the sums, and for audits and anomaly reports the ids
         # the replica actually received, its slots with a non-finite loss and its global replica id.
         tf = _tf()
+        sums = tf.stack([loss_sum, _hits(batch["label"], logits, batch["mask"] > 0), tf.reduce_sum(batch["mask"])])
+        if not with_ids:
+            return {"sums": sums}
         ctx = tf.distribute.get_replica_context()
-        return {"sums": self._sums(batch, logits, per_sample), "ids": batch["id"],
+        return {"sums": sums, "ids": batch["id"],
                 "nonfinite": tf.logical_and(batch["mask"] > 0, _suspects(batch["features"], logits, per_sample)),
                 "replica": tf.cast(ctx.replica_id_in_sync_group, tf.int64)}
 
@@ -243,11 +262,7 @@ def masked_sums(mask, labels, logits, per_sample):
     summed over replicas and steps on the host they give exact epoch totals without the host
     knowing each step's count."""
     tf = _tf()
-    with tf.control_dependencies(check_per_sample(per_sample, mask)):
-        per_sample = tf.identity(tf.cast(per_sample, tf.float32))
-    real = mask > 0
-    return tf.stack([tf.reduce_sum(tf.where(real, per_sample, tf.zeros_like(per_sample))),
-                     _hits(labels, logits, real), tf.reduce_sum(mask)])
+    return tf.stack([masked_sum(per_sample, mask), _hits(labels, logits, mask > 0), tf.reduce_sum(mask)])
 
 
 def _hits(labels, logits, real):
@@ -280,6 +295,40 @@ def _suspects(features, logits, per_sample):
 
     finite = tf.logical_and(row_finite(features), row_finite(logits))
     return tf.logical_not(tf.logical_and(finite, tf.math.is_finite(tf.cast(per_sample, tf.float32))))
+
+
+def _sum_with(grads, flags):
+    """``(grads summed over replicas, flags summed)`` from one all-reduce (``None`` gradients stay None)."""
+    tf = _tf()
+    real = [i for i, g in enumerate(grads) if g is not None]  # None: a variable the loss does not use
+    summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                            [grads[i] for i in real] + [flags])
+    out = list(grads)
+    for i, g in zip(real, summed[:-1]):
+        out[i] = g
+    return out, summed[-1]
+
+
+@contextlib.contextmanager
+def _presummed(optimizer, on: bool):
+    """While the update is traced, the Keras optimizer takes the gradients as summed already.
+
+    Keras's optimizer sums gradients over replicas in ``apply`` (``_all_reduce_sum_gradients``,
+    called when the step is traced); :func:`_sum_with` did that already. Only the trace is
+    changed: the optimizer is as it was afterwards (a user may go on with it in ``model.fit``).
+    """
+    if not on:
+        yield
+        return
+    own = optimizer.__dict__.get("_all_reduce_sum_gradients")
+    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+    try:
+        yield
+    finally:
+        if own is None:
+            del optimizer._all_reduce_sum_gradients  # the class's own method again
+        else:
+            optimizer._all_reduce_sum_gradients = own
 
 
 def _all_finite(tensors):

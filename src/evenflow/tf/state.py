@@ -23,6 +23,24 @@ def _describe(variables) -> list[list]:
             for v in variables]
 
 
+_ALL_FINITE = []
+
+
+def _all_finite():
+    """One compiled check instead of two eager ops per variable (14 -> ~1 ms for an MLP).
+
+    One function for every state, taking the variables as its argument: a state per ``fit``
+    call then reuses the trace of an earlier one with the same variable shapes (a function
+    per state would trace once each, and TensorFlow warns of retracing after a few).
+    """
+    if not _ALL_FINITE:
+        tf = _tf()
+        _ALL_FINITE.append(tf.function(
+            lambda variables: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables]),
+            autograph=False, reduce_retracing=True))
+    return _ALL_FINITE[0]
+
+
 class TFState:
     """Model and optimizer variables of one run (see the module docstring).
 
@@ -38,10 +56,6 @@ class TFState:
         self.needs_every_process = bool(multi_worker)
         self._model_vars, self._opt_vars = list(model.variables), list(optimizer.variables)
         self._float_vars = [v for v in self._model_vars + self._opt_vars if tf.as_dtype(v.dtype).is_floating]
-        # One compiled check instead of two eager ops per variable (14 -> ~1 ms for an MLP).
-        self._all_finite = tf.function(
-            lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in self._float_vars]),
-            autograph=False)
         self._ckpt = tf.train.Checkpoint(**{f"model_{i:04d}": v for i, v in enumerate(self._model_vars)},
                                          **{f"optimizer_{i:04d}": v for i, v in enumerate(self._opt_vars)})
 
@@ -57,7 +71,7 @@ class TFState:
         return {"model_variables": _describe(self._model_vars), "optimizer_variables": _describe(self._opt_vars)}
 
     def is_finite(self) -> bool:
-        return not self._float_vars or bool(self._all_finite())
+        return not self._float_vars or bool(_all_finite()(self._float_vars))
 
     def write(self, directory: Path) -> None:
         tf = _tf()

@@ -147,6 +147,8 @@ class Trainer(LoopFront):
         """
         _check_reader(reader, "fit")
         audit_source(guard, reader.source)  # the audit's ids -> rows of the data, or files and records
+        # The loop reads ids only for these (TrainLoop._settle); without them the steps leave them out.
+        self.engine.with_ids = guard is not None or (monitor is not None and bool(monitor.needs_ids))
         with self.engine.running():
             return self.loop.fit(reader, plan, epochs, start=start, on_step=on_step, on_epoch=on_epoch,
                                  on_batch=on_batch, guard=guard, monitor=monitor)
