@@ -48,7 +48,7 @@ NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.
               "tf/test_rebalance.py::test_the_monitor_measures_what_opening_the_pipelines_and_a_replan_cost")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_keras_fit_multiworker.py", "tf/test_rebalance.py",
           "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py",
-          "torch/test_elastic_nodes.py", "ray/test_ray_train.py")
+          "torch/test_elastic_nodes.py", "ray/test_ray_train.py", "ray/test_ray_tf.py")
 
 
 def pytest_configure(config):

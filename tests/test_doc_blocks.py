@@ -26,6 +26,11 @@ a fence without a language.
 - Set-up ``install``: the block is not run. Each ``make TARGET`` must be a target of the Makefile and
   each ``pip install`` must name extras that ``pyproject.toml`` defines (``make demo`` and ``make test``
   themselves create a virtual environment and install packages, which a test must not do).
+- Set-up ``ray-cli``: ``evenflow train --engine ray`` commands, not run here (a Ray cluster and its
+  workers take a minute per command): tests/ray/test_ray_train.py (``--framework torch``) and
+  tests/ray/test_ray_tf.py (``--framework tf``) run such a command with a worker killed and audit it.
+  Each command of the block must parse with evenflow's own parser, and every flag it gives must be one
+  that the test of its framework passes.
 - `````text``, `````toml`` and `````json`` blocks are output or file contents and do not run.
 
 Data that several blocks need (``data/digits``: ``evenflow convert builtin:digits data/digits
@@ -125,6 +130,7 @@ ONE_EPOCH = "--epochs 1"
 INPUTS = f"python {ROOT / 'tests' / '_doc_inputs.py'}"   # + a function name of tests/_doc_inputs.py
 SH_SETUPS: dict[str, Shell] = {
     "install": Shell(),
+    "ray-cli": Shell(),                                          # checked, not run: see _check_ray_cli
     "two-hosts": Shell(train_flags=ONE_EPOCH),
     "cli": Shell(),                                              # quick commands as written
     "cli-data": Shell(data=("digits",)),                         # ... with data/digits converted
@@ -312,6 +318,28 @@ def _two_hosts(code: str) -> str:
         script += f"( {text}\n) &\npid_{h}=$!\n"
     script += "".join(f"wait $pid_{h}\n" for h in hosts)
     return script
+
+
+# The test that runs `evenflow train --engine ray` with each framework (the flags it passes are in these files).
+RAY_CLI_TESTS = {"torch": ("tests/ray/test_ray_train.py", "tests/ray/_ray_cli_kill.py"),
+                 "tf": ("tests/ray/test_ray_tf.py", "tests/ray/_ray_cli_kill.py")}
+
+
+def _check_ray_cli(code: str) -> None:
+    from evenflow.cli import _build_parser
+
+    for line in code.splitlines():
+        cmd = line.split("#")[0].strip()
+        if not cmd:
+            continue
+        words = shlex.split(cmd)
+        assert words[:2] == ["evenflow", "train"] and "--engine" in words, f"{cmd!r}: not an evenflow train --engine"
+        args = _build_parser().parse_args(words[1:])
+        assert args.engine == "ray", f"{cmd!r}: --engine is {args.engine!r}, not ray"
+        tested = "".join((ROOT / f).read_text() for f in RAY_CLI_TESTS[args.framework])
+        flags = [w.split("=")[0] for w in words[2:] if w.startswith("--")]
+        untested = [f for f in flags if f'"{f}"' not in tested]
+        assert not untested, f"{cmd!r}: {', '.join(untested)} not passed by {RAY_CLI_TESTS[args.framework][0]}"
 
 
 def _check_install(code: str) -> None:

@@ -20,9 +20,9 @@ shared_data = docs.shared_data  # the session's converted data, made once per wo
 def test_shell_blocks_run(tmp_path, shared_data, key):
     blocks = docs.SH_GROUPS[key]
     setup = docs.SH_SETUPS[key[1]]
-    if key[1] == "install":
+    if key[1] in ("install", "ray-cli"):
         for b in blocks:
-            docs._check_install(b.code)
+            (docs._check_install if key[1] == "install" else docs._check_ray_cli)(b.code)
         return
     workdir = docs._workdir(tmp_path, setup.data, shared_data)
     docs._wrappers(workdir, setup.train_flags)

@@ -7,19 +7,13 @@ Hard timeouts: a hang fails the test.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 import evenflow.ray
 from evenflow.plan import Cursor
 from tests.ray._ray_tf_loop import tf_position_loop
-from tests.ray.conftest import RAY_ENV
-from tests.ray.test_ray_train import _ray_workers, _written_since
+from tests.ray._ray_cli_kill import train_killing_a_worker
 
 pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -29,35 +23,12 @@ def test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_audit_is_clean(ray_clu
     out = tmp_path / "run"
     # builtin:digits: 1,797 samples, 15 steps of 128 in its one epoch; 64 samples x 4 ms per replica and step;
     # killed after the checkpoint at step 3
-    cmd = ["timeout", "-k", "5", "200", sys.executable, "-m", "evenflow", "train", "--engine", "ray", "--workers", "2",
-           "--address", ray_cluster, "--framework", "tf", "--dataset", "builtin:digits", "--epochs", "1",
-           "--global-batch-size", "128", "--test-fraction", "0", "--checkpoint-every", "3",
-           "--simulate-sample-ms", "4", "--collective-timeout", "20", "--audit", "--output-dir", str(out)]
-    env = {**os.environ, **RAY_ENV}
-    with open(tmp_path / "cli.log", "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-        try:
-            end = time.monotonic() + 150
-            while not [p for p in (out / "checkpoints").glob("ckpt-*") if p.name != "ckpt-00000-000000"]:
-                assert proc.poll() is None and time.monotonic() < end, (tmp_path / "cli.log").read_text()[-3000:]
-                time.sleep(0.2)
-            workers = _ray_workers()
-            assert len(workers) == 2, workers
-            os.kill(workers[-1], signal.SIGKILL)
-            killed = time.time()
-            while proc.poll() is None and not _written_since(out / "checkpoints", killed):
-                time.sleep(0.1)
-            print(f"\nevenflow train --engine ray --framework tf: worker killed -> the restarted group's first "
-                  f"checkpoint {time.time() - killed:.1f} s")
-            assert proc.wait(timeout=180) == 0, (tmp_path / "cli.log").read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    audit = subprocess.run(["timeout", "-k", "5", "60", sys.executable, "-m", "evenflow", "audit", str(out), "--json"],
-                           capture_output=True, text=True, env=env)
-    assert audit.returncode == 0, audit.stdout + audit.stderr
-    report = json.loads(audit.stdout)
-    assert report["clean"] is True and [e["samples"] for e in report["epochs"]] == [1797], audit.stdout
+    report = train_killing_a_worker(
+        ["--engine", "ray", "--workers", "2", "--address", ray_cluster, "--framework", "tf", "--dataset",
+         "builtin:digits", "--epochs", "1", "--global-batch-size", "128", "--test-fraction", "0", "--checkpoint-every",
+         "3", "--simulate-sample-ms", "4", "--collective-timeout", "20", "--audit"], out, tmp_path,
+        "evenflow train --engine ray --framework tf")
+    assert report["clean"] is True and [e["samples"] for e in report["epochs"]] == [1797], report
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"] == 2 and summary["replicas"] == 2 and summary["resumed_from"] is not None, summary
 

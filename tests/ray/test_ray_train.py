@@ -7,18 +7,13 @@ workers, every sample is trained exactly once per epoch. Hard timeouts: a hang f
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.ray._ray_loop import EPOCHS, N, committed_ids, train_loop
-from tests.ray.conftest import RAY_ENV
+from tests.ray._ray_cli_kill import train_killing_a_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -69,60 +64,16 @@ def test_a_run_grown_from_one_worker_to_two_then_losing_one_mid_epoch_trains_eve
           f"{resumed - killed:.1f} s")
 
 
-def _ray_workers() -> list[int]:
-    """The processes of Ray Train's workers (their title is ``ray::RayTrainWorker...``)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and (proc / "cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return sorted(pids)
-
-
-def _written_since(folder: Path, t: float) -> bool:
-    """Whether a checkpoint file in ``folder`` was written after time ``t``."""
-    for path in folder.glob("ckpt-*/*"):
-        try:
-            if path.stat().st_mtime > t:
-                return True
-        except FileNotFoundError:  # an older checkpoint removed meanwhile (--keep-checkpoints)
-            continue
-    return False
-
-
 def test_cli_engine_ray_restarts_a_lost_worker_and_the_audit_is_clean(ray_cluster, tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(96, 6)).astype(np.float32)
     np.savez(tmp_path / "d.npz", x=x, y=(x[:, 0] > 0).astype(np.int64))
     out = tmp_path / "run"
-    cmd = ["timeout", "-k", "5", "200", sys.executable, "-m", "evenflow", "train", "--engine", "ray", "--workers", "2",
-           "--address", ray_cluster, "--framework", "torch", "--dataset", str(tmp_path / "d.npz"), "--epochs", "2",
-           "--global-batch-size", "16", "--test-fraction", "0", "--checkpoint-every", "2", "--loader-workers", "0",
-           "--simulate-sample-ms", "60", "--collective-timeout", "30", "--audit", "--output-dir", str(out)]
-    env = {**os.environ, **RAY_ENV}
-    with open(tmp_path / "cli.log", "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-        try:
-            end = time.monotonic() + 150
-            while not [p for p in (out / "checkpoints").glob("ckpt-*") if p.name != "ckpt-00000-000000"]:
-                assert proc.poll() is None and time.monotonic() < end, (tmp_path / "cli.log").read_text()[-3000:]
-                time.sleep(0.2)
-            workers = _ray_workers()
-            assert len(workers) == 2, workers
-            os.kill(workers[-1], signal.SIGKILL)
-            killed = time.time()
-            while proc.poll() is None and not _written_since(out / "checkpoints", killed):
-                time.sleep(0.1)
-            print(f"\nevenflow train --engine ray: worker killed -> the restarted group's first checkpoint "
-                  f"{time.time() - killed:.1f} s")
-            assert proc.wait(timeout=180) == 0, (tmp_path / "cli.log").read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    audit = subprocess.run(["timeout", "-k", "5", "60", sys.executable, "-m", "evenflow", "audit", str(out), "--json"],
-                           capture_output=True, text=True, env=env)
-    assert audit.returncode == 0 and json.loads(audit.stdout)["clean"] is True, audit.stdout + audit.stderr
+    report = train_killing_a_worker(
+        ["--engine", "ray", "--workers", "2", "--address", ray_cluster, "--framework", "torch", "--dataset",
+         str(tmp_path / "d.npz"), "--epochs", "2", "--global-batch-size", "16", "--test-fraction", "0",
+         "--checkpoint-every", "2", "--loader-workers", "0", "--simulate-sample-ms", "60", "--collective-timeout", "30",
+         "--audit"], out, tmp_path, "evenflow train --engine ray")
+    assert report["clean"] is True, report
     summary = json.loads((out / "summary.json").read_text())
     assert summary["replicas"] == 2 and summary["resumed_from"] is not None, summary

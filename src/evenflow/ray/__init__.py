@@ -15,8 +15,10 @@ integers, so a restarted group reads exactly the samples the epoch has left, eac
 ``evenflow train --engine ray --workers N`` runs the command's own PyTorch or TensorFlow training
 this way (:mod:`evenflow.ray.engine`). TensorFlow's readers (``evenflow.tf.PlanReader``) read from a
 ``Cursor`` and hold no position of their own: pass yours, ``position={"epoch": e, "step": s}``, to
-:func:`report_checkpoint` (``reader=None``) and read it back with :func:`restored_position`. Importing this package does not import Ray; its functions do, and
-say ``pip install 'evenflow[ray]'`` when it is missing. Nothing here imports a framework.
+:func:`report_checkpoint` (``reader=None``) and read it back with :func:`restored_position`.
+
+Importing this package does not import Ray; its functions do, and say ``pip install
+'evenflow[ray]'`` when it is missing. Nothing here imports a framework.
 
 Public: the names this package exports (its ``__all__``); the modules inside are internal.
 """
