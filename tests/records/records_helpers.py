@@ -1,6 +1,9 @@
 """Helpers for the records tests: small Example shards written with their sidecars."""
 from __future__ import annotations
 
+import socket
+import time
+
 import numpy as np
 
 from evenflow.records import ExampleEncoder, FeatureSpec, RecordWriter
@@ -63,3 +66,13 @@ def flip_payload_byte(root, shard: int, record: int) -> int:
         f.seek(off + 12 + n // 2)
         f.write(bytes([b[0] ^ 0x40]))
     return off
+
+
+def wait_for_port(port: int, tries: int = 200) -> None:
+    """Wait (up to ``tries`` x 0.05 s) until a local server accepts connections on ``port``."""
+    for _ in range(tries):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)

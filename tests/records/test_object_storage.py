@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,7 +27,7 @@ from evenflow.cli import main
 from evenflow.records import RecordDataset
 from evenflow.records.errors import RecordError
 
-from .records_helpers import example_rows, write_shard
+from .records_helpers import example_rows, wait_for_port, write_shard
 
 fsspec = pytest.importorskip("fsspec")
 pytest.importorskip("s3fs")
@@ -59,12 +58,7 @@ def store(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_for_port(port)
         fs = fsspec.filesystem("s3")
         fs.mkdir("bkt")
         rows = example_rows(N)

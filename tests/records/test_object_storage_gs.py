@@ -6,11 +6,9 @@ listing, and a warm one asks nothing else; an object changed while read is refus
 """
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from evenflow.cli import main
 from evenflow.records import RecordDataset
 from evenflow.records.errors import RecordError
 
-from .records_helpers import example_rows, write_shard
+from .records_helpers import example_rows, wait_for_port, write_shard
 
 fsspec = pytest.importorskip("fsspec")
 pytest.importorskip("gcsfs", reason="gs:// needs gcsfs (pip install gcsfs)")
@@ -53,12 +51,7 @@ def gcs(tmp_path_factory):
         for p in classes:
             fsspec.register_implementation(p, GCSFileSystem, clobber=True)
         try:
-            for _ in range(200):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            wait_for_port(port)
             fs = fsspec.filesystem("gs")
             fs.mkdir("bkt")
             rows, local = example_rows(N), root / "local"
