@@ -1,6 +1,6 @@
 """Inputs that the docs' shell blocks assume a user has, written into the current directory.
 
-    python tests/_doc_inputs.py NAME     # NAME: own_records, token_records, convert_inputs, npz_data
+    python tests/_doc_inputs.py NAME     # NAME: own_records, token_records, convert_inputs, npz_data, small_docs
 
 Used by tests/test_doc_shell_blocks.py (set-ups in tests/test_doc_blocks.py) before it runs a page's
 blocks. Nothing here imports TensorFlow: TFRecord files are written with evenflow.records, byte for
@@ -79,6 +79,21 @@ def npz_data() -> None:
     with open("run.toml", "w") as f:
         f.write('dataset = "data/images.npz"\nfeature_key = "pixels"\nlabel_key = "target"\nmodel = "cnn"\n'
                 'output_dir = "runs/cnn"\n')
+
+
+def small_docs() -> None:
+    """data/docs-small: every 6th docstring of builtin:stdlib-docs (~1,070), as `evenflow convert` writes the builtin.
+
+    A run on it takes the code path of any converted text dataset with a sixth of the steps.
+    """
+    from evenflow.data import convert_builtins
+    from evenflow.data.convert import convert
+    from evenflow.data.stdlib_docs import stdlib_docs
+
+    full = stdlib_docs()
+    small = full.subset(np.arange(0, full.num_samples, 6))
+    convert_builtins.stdlib_docs = lambda: small  # the builtin's own record writer, on the subset
+    convert("builtin:stdlib-docs", "data/docs-small", shards=2)
 
 
 if __name__ == "__main__":

@@ -141,6 +141,9 @@ SH_SETUPS: dict[str, Shell] = {
     "npz-data": Shell(data=("digits",), prepare=(f"{INPUTS} npz_data",), train_flags=ONE_EPOCH),
     "own-records": Shell(prepare=(f"{INPUTS} own_records",), train_flags=ONE_EPOCH),
     "tokens": Shell(prepare=(f"{INPUTS} token_records",), train_flags=ONE_EPOCH),
+    # Parameter servers on every 6th docstring (the builtin's records, ~1,070): 14 steps of the PS loop instead of 81.
+    "ps-text": Shell(prepare=(f"{INPUTS} small_docs",), train_flags=ONE_EPOCH,
+                     shrink=(("--dataset builtin:stdlib-docs", "--dataset data/docs-small"),)),
     "convert-inputs": Shell(prepare=(f"{INPUTS} convert_inputs",)),
     "benchmark": Shell(),                                        # benchmarks/ scripts with small arguments
 }
