@@ -140,7 +140,9 @@ SH_SETUPS: dict[str, Shell] = {
     "slow-core": Shell(train_flags=ONE_EPOCH, shrink=(("8192", "2048"),)),
     "npz-data": Shell(data=("digits",), prepare=(f"{INPUTS} npz_data",), train_flags=ONE_EPOCH),
     "own-records": Shell(prepare=(f"{INPUTS} own_records",), train_flags=ONE_EPOCH),
-    "tokens": Shell(prepare=(f"{INPUTS} token_records",), train_flags=ONE_EPOCH),
+    # ... and text_cnn trains on every 6th docstring of the converted stdlib-docs (data/docs-small, as for ps-text).
+    "tokens": Shell(prepare=(f"{INPUTS} token_records", f"{INPUTS} small_docs"), train_flags=ONE_EPOCH,
+                    shrink=(("--dataset data/docs --model text_cnn", "--dataset data/docs-small --model text_cnn"),)),
     # Parameter servers on every 6th docstring (the builtin's records, ~1,070): 14 steps of the PS loop instead of 81.
     "ps-text": Shell(prepare=(f"{INPUTS} small_docs",), train_flags=ONE_EPOCH,
                      shrink=(("--dataset builtin:stdlib-docs", "--dataset data/docs-small"),)),
