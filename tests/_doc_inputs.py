@@ -93,7 +93,8 @@ def small_docs() -> None:
     full = stdlib_docs()
     small = full.subset(np.arange(0, full.num_samples, 6))
     convert_builtins.stdlib_docs = lambda: small  # the builtin's own record writer, on the subset
-    convert("builtin:stdlib-docs", "data/docs-small", shards=2)
+    written = convert("builtin:stdlib-docs", "data/docs-small", shards=2).manifest.num_samples
+    assert written == small.num_samples, f"data/docs-small holds {written} docstrings, not {small.num_samples}"
 
 
 if __name__ == "__main__":
