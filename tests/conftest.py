@@ -16,10 +16,18 @@ data or seeds before their first step (faults/test_data_agreement.py, the pre-fl
 tf/test_rebalance.py: 30 s collective timeouts, only exit codes and lines asserted); the 3 gloo ranks
 of torch/test_cli_resume.py, one killed at a fixed update (noticed by the broken connection, nothing
 timed); the 2-worker run of tf/test_multiworker.py checked against one worker (60 s collective
-timeout, weights and ids asserted) and its one-process accumulation test; the launcher's line
-prefixes, ports and bad input (tf/test_launcher.py); and the tests of tf/test_rebalance.py that time
-nothing (a refusal, the monitor's arithmetic, auto keeping the plan of logical devices). A
-``file::test`` entry moves that test alone; the rest of its file stays serial.
+timeout, weights and ids asserted) and its one-process accumulation test; the 2-worker
+``evenflow.tf.fit`` run of tf/test_keras_fit_multiworker.py checked against one process (60 s collective
+timeout, weights, history and audit asserted; its stopped and killed workers stay serial); the lost
+node of torch/test_elastic_nodes.py (killed after the first checkpoint; the survivor's agent restarts
+it, nothing timed: 30 s collective timeout, exit codes, audit and summary asserted; the joining node,
+which must join before the first one's epoch ends, stays serial); the launcher's line
+prefixes, ports and bad input (tf/test_launcher.py); the tests of tf/test_rebalance.py that time
+nothing (a refusal, the monitor's arithmetic, auto keeping the plan of logical devices); and the
+rows of cli/test_flag_table.py whose effect is not timed (their runs check outputs, exit codes and
+lines: 60 s collective timeouts, two runs at a time by design), while its re-plan and slowdown rows
+stay serial on two runs of their own. A ``file::test`` entry moves that test alone; the rest of its
+file stays serial.
 """
 from __future__ import annotations
 
@@ -45,7 +53,14 @@ NOT_SERIAL = ("faults/test_checkpoint_faults.py", "faults/test_checkpoint_trust.
               "tf/test_rebalance.py::test_auto_keeps_the_plan_of_logical_devices_slowed_without_a_device_time_of_their_own",
               "tf/test_rebalance.py::test_a_bad_simulate_slow_value_is_one_line_exit_2",
               "tf/test_rebalance.py::test_monitor_writes_one_line_per_update_and_decides_from_the_gathered_window",
-              "tf/test_rebalance.py::test_the_monitor_measures_what_opening_the_pipelines_and_a_replan_cost")
+              "tf/test_rebalance.py::test_the_monitor_measures_what_opening_the_pipelines_and_a_replan_cost",
+              "cli/test_flag_table.py::test_the_table_has_a_row_for_every_option",
+              "cli/test_flag_table.py::test_each_option_is_honoured_or_refused",
+              "tf/test_keras_fit_multiworker.py::"
+              "test_two_workers_train_the_weights_and_history_of_one_process_with_the_same_global_batch",
+              "tf/test_keras_fit_multiworker.py::test_two_workers_audit_every_sample_exactly_once",
+              "torch/test_elastic_nodes.py::"
+              "test_a_lost_node_leaves_the_survivor_to_finish_at_world_size_one_exactly_once")
 SERIAL = ("faults/", "tf/test_multiworker.py", "tf/test_keras_fit_multiworker.py", "tf/test_rebalance.py",
           "tf/test_launcher.py", "torch/test_ddp.py", "torch/test_cli_resume.py", "cli/test_flag_table.py",
           "torch/test_elastic_nodes.py", "ray/test_ray_train.py", "ray/test_ray_tf.py")

@@ -4,7 +4,10 @@ A handful of real runs (TensorFlow in fresh processes, PyTorch as 2 gloo ranks o
 set nearly every option away from its default at once; each row of :data:`TABLE` then checks
 that option's effect on the run's outputs (summary, telemetry, audit, checkpoints, logs) or,
 for a framework that cannot honour it, that it is refused with one line naming it. A new
-option without a row fails :func:`test_the_table_has_a_row_for_every_option`.
+option without a row fails :func:`test_the_table_has_a_row_for_every_option`. The options
+whose effect is timed (re-plans from measured speeds, the emulated slowdown) are checked on two
+runs of their own, each alone (``timed_runs``, the suite's serial pass); the other runs check
+nothing timed and run two at a time (``runs``, the parallel pass; tests/conftest.py).
 """
 from __future__ import annotations
 
@@ -120,53 +123,84 @@ def _data(root: Path) -> tuple[Path, np.ndarray, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("flags")
     data, labels, costs = _data(root)
     (root / "run.toml").write_text(f'dataset = "{root / "nan.npz"}"\nepochs = 1\nreplicas = 1\n')
-    r = {"root": root, "data": data, "labels": labels, "costs": costs}
-    r["tf"] = _tf(root, "tf", "--dataset", str(data), *COMMON, "--verbose")
-    shutil.copytree(root / "tf", root / "tf_resumed")  # resumed below, beside another run (nothing timed is checked)
-    # The re-plan runs. Long enough for a re-plan to take effect: the TensorFlow pipelines switch plans at
-    # the first step they have not read (their prefetch buffers ahead of the decision), past the main
-    # run's 12 steps. Count balance: the emulated device time is per sample (--simulate-sample-ms), and
-    # this data's costs are random numbers, so in cost units a replica's time looks like a fixed part
-    # that no move of cost would shorten, and whether a re-plan comes depends on the first check's noise.
+    return {"root": root, "data": data, "labels": labels, "costs": costs}
+
+
+@pytest.fixture(scope="module")
+def timed_runs(inputs):
+    """The runs whose checks rest on measured speeds (re-plans, the emulated slowdown), one at a time.
+
+    Long enough for a re-plan to take effect: the TensorFlow pipelines switch plans at the first step
+    they have not read (their prefetch buffers ahead of the decision), past a 2-epoch run's 12 steps.
+    Count balance: the emulated device time is per sample (--simulate-sample-ms), and this data's costs
+    are random numbers, so in cost units a replica's time looks like a fixed part that no move of cost
+    would shorten, and whether a re-plan comes depends on the first check's noise.
+    """
+    root, data = inputs["root"], str(inputs["data"])
     long = (*COMMON, "--epochs", "4", "--balance", "count")
-    r["tf_long"] = _tf(root, "tf_long", "--dataset", str(data), *long)
-    r["torch"] = _torch(root, "torch", "--dataset", str(data), *COMMON, "--backend", "gloo", "--loader-workers",
-                        "2", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--verbose")
-    # The main run's 6 updates leave 4 after the slowdown: too few for a sure decision on a busy machine.
-    r["torch_long"] = _torch(root, "torch_long", "--dataset", str(data), *long, "--backend", "gloo")
-    shutil.copytree(root / "torch", root / "torch_fresh")
+    r = {"tf": _tf(root, "tf_long", "--dataset", data, *long),
+         "torch": _torch(root, "torch_long", "--dataset", data, *long, "--backend", "gloo")}
+    for name, run in r.items():
+        assert run.code == 0, f"{name}_long failed:\n{run.err[-3000:]}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def runs(inputs):
+    """The runs that check nothing timed: two lanes at once, each a chain of runs; every run of several
+    processes (which picks free ports) is in lane `several`, beside the single processes of lane `one`."""
+    r = dict(inputs)
+    root, data = r["root"], str(r["data"])
     nan = ("--config", str(root / "run.toml"), "--no-telemetry", "--restore-after", "2", "--restore-lr-factor", "0.25",
            "--max-restores", "5")
-    # The runs above re-plan from measured speeds and run alone; the rest check nothing timed, so they run
-    # two at a time, each run of several processes (which picks free ports) beside a single process.
-    pairs = [
-        {"tf_workers": lambda: _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1",
-                                   "--communication", "ring", "--bytes-per-pack", "65536", "--collective-timeout",
-                                   "60", "--eval-dataset", str(root / "digits_eval.npz"), launch=True),
-         "tf_nan": lambda: _tf(root, "tf_nan", *nan, "--communication", "ring")},
-        {"torch_fresh": lambda: _torch(root, "torch_fresh", "--dataset", str(data), *COMMON, "--backend", "gloo",
-                                       "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
-                                       "--eval-dataset", str(root / "eval.npz")),
-         "tf_apply_nan": lambda: _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite")},
-        {"torch_sharded": lambda: _torch(root, "torch_sharded", "--dataset", str(data), "--feature-key", "feat",
-                                         "--label-key", "lab", "--replicas", "2", "--shard-parameters", "--epochs",
-                                         "2", "--accumulate-steps", "2", "--checkpoint-every", "2", "--audit",
-                                         "--precision", "mixed_bfloat16"),
-         "torch_nan": lambda: _torch(root, "torch_nan", *nan, world=1)},
-        {"torch_apply_nan": lambda: _torch(root, "torch_apply", "--config", str(root / "run.toml"),
-                                           "--no-skip-nonfinite", world=1),
-         "tf_resume": lambda: _tf(root, "tf_resumed", "--dataset", str(data), *COMMON, "--epochs", "3")},
-    ]
+
+    def main_tf():  # resumed below from a copy
+        run = _tf(root, "tf", "--dataset", data, *COMMON, "--verbose")
+        if run.code == 0:
+            shutil.copytree(root / "tf", root / "tf_resumed")
+        return run
+
+    def main_torch():  # started over below from a copy (--no-resume)
+        run = _torch(root, "torch", "--dataset", data, *COMMON, "--backend", "gloo", "--loader-workers", "2",
+                     "--bytes-per-pack", "65536", "--collective-timeout", "60", "--verbose")
+        if run.code == 0:
+            shutil.copytree(root / "torch", root / "torch_fresh")
+        return run
+
+    several = {
+        "torch": main_torch,
+        "tf_workers": lambda: _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1", "--communication",
+                                  "ring", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--eval-dataset",
+                                  str(root / "digits_eval.npz"), launch=True),
+        "torch_fresh": lambda: _torch(root, "torch_fresh", "--dataset", data, *COMMON, "--backend", "gloo",
+                                      "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
+                                      "--eval-dataset", str(root / "eval.npz")),
+        "torch_sharded": lambda: _torch(root, "torch_sharded", "--dataset", data, "--feature-key", "feat",
+                                        "--label-key", "lab", "--replicas", "2", "--shard-parameters", "--epochs", "2",
+                                        "--accumulate-steps", "2", "--checkpoint-every", "2", "--audit", "--precision",
+                                        "mixed_bfloat16"),
+        "torch_nan": lambda: _torch(root, "torch_nan", *nan, world=1),
+        "torch_apply_nan": lambda: _torch(root, "torch_apply", "--config", str(root / "run.toml"),
+                                          "--no-skip-nonfinite", world=1),
+        "skip_torch": lambda: _skip_corrupt_run("torch", root),
+    }
+    one = {
+        "tf": main_tf,
+        "tf_nan": lambda: _tf(root, "tf_nan", *nan, "--communication", "ring"),
+        "tf_apply_nan": lambda: _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite"),
+        "tf_resume": lambda: _tf(root, "tf_resumed", "--dataset", data, *COMMON, "--epochs", "3"),
+        "skip_tf": lambda: _skip_corrupt_run("tf", root),
+    }
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        for pair in pairs:
-            started = {name: pool.submit(run) for name, run in pair.items()}
-            r.update({name: job.result() for name, job in started.items()})
-    for name in ("tf", "tf_resume", "tf_long", "tf_nan", "tf_workers", "torch", "torch_long", "torch_fresh",
-                 "torch_sharded", "torch_nan"):
+        lanes = [pool.submit(lambda lane: {name: run() for name, run in lane.items()}, lane) for lane in (several, one)]
+        for lane in lanes:
+            r.update(lane.result())
+    for name in ("tf", "tf_resume", "tf_nan", "tf_workers", "torch", "torch_fresh", "torch_sharded", "torch_nan",
+                 "skip_tf", "skip_torch"):
         assert r[name].code == 0, f"{name} failed:\n{r[name].err[-3000:]}"
     return r
 
@@ -313,9 +347,9 @@ def _both(entry):
     return {"tf": entry, "torch": entry}
 
 
-# Re-plans are checked on the 4-epoch runs (see the fixture).
-REBALANCE_CHECK = {"tf": _honoured(lambda r, run: check_rebalance(r["tf_long"])),
-                   "torch": _honoured(lambda r, run: check_rebalance(r["torch_long"]))}
+# Checked on the runs that run alone (fixture timed_runs), in the serial pass.
+REBALANCE_CHECK = _both(("timed", check_rebalance))
+SIMULATION_CHECK = _both(("timed", check_simulation))
 
 
 TABLE = {
@@ -384,8 +418,8 @@ TABLE = {
     # Payback 0: the short run re-plans although a re-plan costs more than these few steps can save.
     "rebalance_payback": REBALANCE_CHECK,
     "telemetry": _both(("probe", "telemetry")),
-    "simulate_slow": _both(_honoured(lambda r, run: check_simulation(run))),
-    "simulate_sample_ms": _both(_honoured(lambda r, run: check_simulation(run))),
+    "simulate_slow": SIMULATION_CHECK,
+    "simulate_sample_ms": SIMULATION_CHECK,
     "config": _both(("probe", "nan")),
     "verbose": {"tf": _honoured(lambda r, run: check_verbose("tf", run)),
                 "torch": _honoured(lambda r, run: check_verbose("torch", run))},
@@ -441,8 +475,8 @@ def _probe(name: str, framework: str, r) -> None:
         assert summary["test_samples"] == EVAL_N and summary["split"]["train"] == train  # every sample trained
     elif name == "sharded":
         _check_sharded(r)
-    elif name == "skip_corrupt":
-        _check_skip_corrupt(framework, root)
+    elif name == "skip_corrupt":  # one corrupt record skipped, the run ends normally (its exit code: the fixture)
+        assert len(r[f"skip_{framework}"].summary["skipped_records"]) == 1
     elif name == "pad_lengths":
         from evenflow.data import load_dataset
         from evenflow.run.config import load_config
@@ -477,10 +511,11 @@ def _check_sharded(r) -> None:
         assert code == 2 and len(lines) == 1 and fragment in lines[0] and not out.exists(), lines
 
 
-def _check_skip_corrupt(framework: str, root: Path) -> None:
+def _skip_corrupt_run(framework: str, root: Path) -> Run:
+    """builtin:digits as records with one payload byte of record 100 flipped, trained with --skip-corrupt."""
     from evenflow.data import convert
-    rec = root / f"rec-{framework}"
     from evenflow.records import RecordDataset
+    rec = root / f"rec-{framework}"
     convert("builtin:digits", rec, shards=1)
     _, offset, _ = RecordDataset(rec).locate([100])
     shard = sorted(rec.glob("*.tfrecord"))[0]
@@ -489,14 +524,23 @@ def _check_skip_corrupt(framework: str, root: Path) -> None:
     shard.write_bytes(bytes(raw))
     runner = _tf if framework == "tf" else _torch
     extra = {} if framework == "tf" else {"world": 1}
-    run = runner(root, f"skip-{framework}", "--dataset", str(rec), "--skip-corrupt", "--epochs", "1", "--replicas",
-                 "1", **extra)
-    assert run.code == 0, run.err[-2000:]
-    assert len(run.summary["skipped_records"]) == 1
+    return runner(root, f"skip-{framework}", "--dataset", str(rec), "--skip-corrupt", "--epochs", "1", "--replicas",
+                  "1", **extra)
+
+
+TIMED = sorted(key for key, row in TABLE.items() if row["tf"][0] == "timed" or row["torch"][0] == "timed")
 
 
 @pytest.mark.parametrize("framework", ["tf", "torch"])
-@pytest.mark.parametrize("key", sorted(TABLE))
+@pytest.mark.parametrize("key", TIMED)
+def test_each_option_with_a_timed_effect_is_honoured_on_a_run_alone(timed_runs, key, framework):
+    kind, check = TABLE[key][framework]
+    assert kind == "timed"
+    check(timed_runs[framework])
+
+
+@pytest.mark.parametrize("framework", ["tf", "torch"])
+@pytest.mark.parametrize("key", sorted(set(TABLE) - set(TIMED)))
 def test_each_option_is_honoured_or_refused(runs, capsys, tmp_path, key, framework):
     kind, what = TABLE[key][framework]
     if kind == "honoured":

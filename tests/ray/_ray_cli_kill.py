@@ -13,14 +13,26 @@ from pathlib import Path
 from tests.ray.conftest import RAY_ENV
 
 
+def _started_here(pid: int) -> bool:
+    """Whether ``pid`` descends from this process (the test's Ray cluster: its raylet starts the workers)."""
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent, after the (title)
+    return False
+
+
 def ray_workers() -> list[int]:
-    """The processes of Ray Train's workers (their title is ``ray::RayTrainWorker...``)."""
+    """The processes of Ray Train's workers (their title is ``ray::RayTrainWorker...``) of this test's cluster,
+    not of another Ray cluster on the machine."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes().startswith(b"ray::RayTrainWorker") \
+                    and _started_here(int(proc.name)):
                 pids.append(int(proc.name))
-        except OSError:
+        except (OSError, ValueError, IndexError):
             continue
     return sorted(pids)
 

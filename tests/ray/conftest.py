@@ -1,4 +1,4 @@
-"""One local Ray cluster (2 CPUs) for the module; skip the package without Ray Train or PyTorch."""
+"""One local Ray cluster (2 CPUs) for the package's tests; skip the package without Ray Train or PyTorch."""
 from __future__ import annotations
 
 import os
@@ -21,9 +21,10 @@ RAY_ENV = {"RAY_DEDUP_LOGS": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TRAIN_ENA
            "PYTHONPATH": f"{SRC}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def ray_cluster():
-    """The address of a local Ray cluster of 2 CPUs, its workers importing this checkout (and tests/)."""
+    """The address of a local Ray cluster of 2 CPUs, its workers importing this checkout (and tests/): started
+    once for the tests of tests/ray/ that use it (Ray's start-up is seconds), shut down after the last."""
     import ray
 
     with pytest.MonkeyPatch.context() as mp:

@@ -62,14 +62,23 @@ def _audit(run_dir: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def unbroken(tmp_path_factory):
-    """The one-process run (one replica, global batch 32) and the 2-worker run under `evenflow launch`."""
+def one(tmp_path_factory):
+    """What the one-process run (one replica, global batch 32) ends with: weights and history."""
+    tmp = tmp_path_factory.mktemp("one")
+    done = _run([sys.executable, str(WORKER), _spec(tmp, "one", epochs=2), str(tmp / "one.npz")], 180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _load(tmp / "one.npz")
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory, one):
+    """The one-process run and the 2-worker run under `evenflow launch` (nothing timed is checked on it: a
+    60 s collective timeout; these tests run in the suite's parallel pass, tests/conftest.py)."""
     tmp = tmp_path_factory.mktemp("unbroken")
-    one = _run([sys.executable, str(WORKER), _spec(tmp, "one", epochs=2), str(tmp / "one.npz")], 180)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = _launch(tmp, _spec(tmp, "two", epochs=2, output_dir=str(tmp / "run")), str(tmp / "two-{worker}.npz"))
+    two = _launch(tmp, _spec(tmp, "two", epochs=2, output_dir=str(tmp / "run"), timeout=60),
+                  str(tmp / "two-{worker}.npz"))
     assert two.returncode == 0, two.stderr[-4000:]
-    return tmp, _load(tmp / "one.npz"), [_load(tmp / f"two-{w}.npz") for w in (0, 1)], two
+    return tmp, one, [_load(tmp / f"two-{w}.npz") for w in (0, 1)], two
 
 
 def test_two_workers_train_the_weights_and_history_of_one_process_with_the_same_global_batch(unbroken):
@@ -96,8 +105,7 @@ def test_two_workers_audit_every_sample_exactly_once(unbroken):
 
 
 def test_a_worker_that_stops_ends_the_other_with_one_line_and_the_same_command_resumes_to_the_same_weights(
-        unbroken, tmp_path):
-    _, one, _, _ = unbroken
+        one, tmp_path):
     run = tmp_path / "run"
     # Worker 1 stops taking part after its 5th step (alive, asleep): worker 0's next collective waits
     # past the collective timeout (8 s) and ends with one line; worker 1, still asleep, is then killed.
