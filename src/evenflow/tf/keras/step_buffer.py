@@ -19,7 +19,7 @@ import numpy as np
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.keras.recorder import StepRecorder
 
-# Sample ids a replica's buffer holds (int64): 2 MB per replica, read back at least that often.
+# Sample ids a replica's buffer holds (int64: 2 MB per replica); the host reads it back before it fills.
 BUFFER_IDS = 1 << 18
 
 
