@@ -9,15 +9,19 @@ global batch:
 * ``evenflow``: ``evenflow.tf.fit(model, x, y, batch_size=G)`` — plans, per-replica rows,
   exact steps;
 * ``evenflow+run``: the same with ``output_dir`` and ``audit=True`` — checkpoints at epoch
-  ends, the audit trail and per-replica telemetry (a host callback per replica and step).
+  ends, the audit trail and per-replica telemetry (the steps write their records to buffers on
+  the devices, read back at checkpoints and epoch ends).
 
 N is a multiple of G (no padded step, so ``model.fit`` does not retrace). Each method runs
 in rounds of ``--epochs`` epochs after one untimed warm-up call; rounds alternate the
 methods so background load hits all alike. Per round, a method's samples/s is N x epochs
 over the wall time of its ``fit`` call; the table shows the median per method and the
-median of the per-round ratios to ``model.fit``.
+median of the per-round ratios to ``model.fit``. On a shared machine, where other programs
+make wall times noisy, the CPU time of the process (all its threads) per ``fit`` call is a
+steadier figure: the table also shows the median per-round ratio of ``model.fit``'s CPU seconds
+to the method's (above 1: the method spends less CPU on the same samples).
 
-JSON (``--json-out``): machine, arguments, and per method the samples/s of every round.
+JSON (``--json-out``): machine, arguments, and per method the samples/s and the CPU seconds of every round.
 
 Examples:
     python benchmarks/keras_fit.py                     # R = 2, G = 256, N = 16384, 5 rounds
@@ -103,23 +107,28 @@ def main(args) -> dict:
     y = rng.integers(0, 10, args.samples)
     models = _models(strategy, args)
     rates = {m: [] for m in METHODS}
+    cpu = {m: [] for m in METHODS}
     with tempfile.TemporaryDirectory() as scratch:
         for method in METHODS:  # warm-up: tracing, first iterators
             _fit(method, models[method], x, y, 1, args, os.path.join(scratch, f"warm-{method}"))
         for r in range(args.repeats):
             order = METHODS if r % 2 == 0 else METHODS[::-1]
             for method in order:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 _fit(method, models[method], x, y, args.epochs, args, os.path.join(scratch, f"{method}-{r}"))
                 rates[method].append(args.samples * args.epochs / (time.perf_counter() - t0))
+                cpu[method].append(time.process_time() - c0)
     ratios = {m: statistics.median(a / b for a, b in zip(rates[m], rates["model.fit"])) for m in METHODS}
+    cpu_ratios = {m: statistics.median(b / a for a, b in zip(cpu[m], cpu["model.fit"])) for m in METHODS}
     lines = [f"R = {args.replicas}, G = {args.global_batch_size}, N = {args.samples}, hidden {args.hidden}, "
              f"{args.repeats} rounds of {args.epochs} epochs ({strategy.extended.worker_devices[0]} ...)",
-             f"{'method':<14}{'samples/s':>12}{'ratio to model.fit':>20}"]
-    lines += [f"{m:<14}{statistics.median(rates[m]):>12.0f}{ratios[m]:>20.3f}" for m in METHODS]
+             f"{'method':<14}{'samples/s':>12}{'ratio to model.fit':>20}{'CPU s':>8}{'CPU ratio':>11}"]
+    lines += [f"{m:<14}{statistics.median(rates[m]):>12.0f}{ratios[m]:>20.3f}{statistics.median(cpu[m]):>8.2f}"
+              f"{cpu_ratios[m]:>11.3f}" for m in METHODS]
     result = {"machine": machine(devices=list(strategy.extended.worker_devices)),
               "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "samples_per_second": rates, "median_ratio_to_model_fit": ratios}
+              "samples_per_second": rates, "median_ratio_to_model_fit": ratios,
+              "cpu_seconds": cpu, "median_cpu_ratio_to_model_fit": cpu_ratios}
     return write_result(result, "\n".join(lines), args.json_out)
 
 

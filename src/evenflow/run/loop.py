@@ -34,6 +34,7 @@ from evenflow.run.partial_eval import warn_if_partial
 from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
 from evenflow.run.same_plan import check_same_plan
+from evenflow.run.settle import settle_step, speed_decision
 from evenflow.run.validate import check_accumulate_steps
 
 # Most plan slots (ids) one training stream holds: 2**23 int64 ids = 64 MiB of host memory.
@@ -248,10 +249,8 @@ class TrainLoop:
 
     def _check_speeds(self, monitor, end_of_epoch: bool) -> None:
         """Gather the monitor's window across processes when due; keep a decision with new weights."""
-        if not monitor.due(end_of_epoch):
-            return
-        decision = monitor.absorb(self.all_gather(monitor.window()), end_of_epoch=end_of_epoch)
-        if decision is not None and decision.weights is not None:
+        decision = speed_decision(monitor, self.all_gather, end_of_epoch)
+        if decision is not None:
             self.switches.decided = decision
 
     def _settle(self, pending: deque, tally: Tally, epoch: int, keep: int, hooks: "_Hooks") -> None:
@@ -260,12 +259,7 @@ class TrainLoop:
         with_ids = (guard is not None and guard.needs_ids) or (monitor is not None and monitor.needs_ids)
         while len(pending) > keep:
             step, out = pending.popleft()
-            row = self.engine.read(out, with_ids)
-            tally.add(row)
-            if guard is not None:
-                guard.record(epoch, step, row)
-            if monitor is not None:
-                monitor.record(epoch, step, row)
+            settle_step(epoch, step, self.engine.read(out, with_ids), tally, guard, monitor)
 
     def _result(self, epoch: int, tally: Tally) -> EpochResult:
         # Under several processes the per-replica sums are all-gathered, once per tally state: every

@@ -56,6 +56,7 @@ from evenflow.tf.keras.history import EpochLogs, progress_bar
 from evenflow.tf.keras.inputs import ArrayPair, as_callbacks, as_source, check_stratify, split_validation
 from evenflow.tf.keras.run import PlanCallback
 from evenflow.tf.keras.recorder import recorder_of
+from evenflow.tf.keras.step_buffer import buffer_of
 from evenflow.tf.keras.steps import exact_steps
 from evenflow.tf.keras.weights import given_weights, sample_weights
 from evenflow.tf.input.reader import PlanReader
@@ -115,7 +116,7 @@ def fit(model, x=None, y=None, *, batch_size: int = 32, epochs: int = 1, verbose
     base, val_plan = _plans(strategy, train, val, batch_size, seed, stratify, balance, steps_per_epoch)
     _build(model, strategy, train, base)
     check_workers(strategy, rebalance, simulate, base.topology.replicas)
-    recorder = recorder_of(model, simulate) if output_dir is not None or rebalance or simulate is not None else None
+    recorder = _recorder(model, simulate, base) if output_dir is not None or rebalance or simulate is not None else None
     exact_steps(model, recorder)
     run = _Run(model, base, recorder, epochs, rebalance)
     run.weights, run.validation_freq = train_w, validation_freq
@@ -135,6 +136,13 @@ def _strategy(model):
     strategy = model.distribute_strategy
     autotune_off_on_devices()  # Keras's per-device iterators: deleting one must not wait up to a minute
     return strategy
+
+
+def _recorder(model, simulate, base: Plan):
+    """Where the steps report what they trained on: device buffers, or host callbacks to emulate slow replicas."""
+    if simulate is not None and simulate.active:
+        return recorder_of(model, simulate)
+    return buffer_of(model, base.options.global_batch_size)
 
 
 def _check_rebalance(rebalance) -> None:

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from evenflow.tf._lazy import tf as _tf
+from evenflow.tf.input.pyfunc import wall_clock
 
 
 class StepRecorder:
@@ -27,6 +28,9 @@ class StepRecorder:
             gradients are held back, as :class:`~evenflow.tf.trainer.Trainer` does), or None.
             Steps count from the recorder's creation.
     """
+
+    # Steps a reader of the records may leave unread: they reach the host as each step runs.
+    capacity = 1
 
     def __init__(self, simulate=None):
         self._lock = threading.Lock()
@@ -65,6 +69,12 @@ class StepRecorder:
             out, self._records = self._records, []
         return out
 
+    def stamp(self, after):
+        """Graph op: the host clock once ``after`` are computed."""
+        tf = _tf()
+        with tf.control_dependencies(after):
+            return tf.ensure_shape(tf.py_function(wall_clock, [], tf.float64), [])
+
     def record(self, ids, sums, started, after):
         """Graph op: record one replica's step once ``after`` (its gradients) are computed."""
         tf = _tf()
@@ -81,7 +91,7 @@ def recorder_of(model, simulate=None) -> StepRecorder:
     current = getattr(model, "_evenflow_exact", None)
     recorder = current.recorder if current is not None else None
     wanted = simulate if simulate is not None and simulate.active else None
-    if recorder is None or recorder.simulate != wanted:
+    if recorder is None or type(recorder) is not StepRecorder or recorder.simulate != wanted:
         return StepRecorder(simulate)
     recorder.drain()
     return recorder

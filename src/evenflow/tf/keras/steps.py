@@ -28,8 +28,9 @@ Keras's own steps. The loss reduction is checked again each time a step is trace
 compiled again keeps exact steps or is refused. What cannot be made exact is refused or warned
 about by :mod:`evenflow.tf.keras.compiled`.
 
-A step can also report what it did to the host (:class:`~evenflow.tf.keras.recorder.StepRecorder`):
-each replica's sample ids, ``[loss sum, hits, real count]`` and host-clock stamps.
+A step can also record what it did: each replica's sample ids, ``[loss sum, hits, real count]``
+and clock stamps, reported to the host as it runs (:class:`~evenflow.tf.keras.recorder.StepRecorder`)
+or kept in buffers on its device (:class:`~evenflow.tf.keras.step_buffer.StepBuffer`).
 """
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ from evenflow.tf.keras.compiled import check_model, check_output_masks, loss_red
 from evenflow.tf.keras.data import META_KEYS, WEIGHT
 from evenflow.tf.keras.output_losses import exact_output_losses
 from evenflow.tf.keras.recorder import StepRecorder
-from evenflow.tf.input.pyfunc import wall_clock
 from evenflow.tf.strategy import local_replicas
 
 
@@ -61,12 +61,6 @@ def _per_position(weights, output):
     if rank is None or rank <= 2:
         return weights
     return _tf().reshape(weights, [-1] + [1] * (rank - 2))
-
-
-def _stamp(after):
-    tf = _tf()
-    with tf.control_dependencies(after):
-        return tf.ensure_shape(tf.py_function(wall_clock, [], tf.float64), [])
 
 
 def _real(structure, keep):
@@ -134,7 +128,7 @@ class _Exact:
             return self._keras.train_step(self.model, data)  # not keras_dataset's batches: Keras's own step
         x, y, meta = data
         model = self.model
-        started = _stamp([meta["mask"]]) if self.recorder is not None else None
+        started = self.recorder.stamp([meta["mask"]]) if self.recorder is not None else None
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
             total, loss_sum, real, mask = self._loss(x, y, y_pred, meta, training=True)
