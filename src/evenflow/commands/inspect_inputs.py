@@ -4,7 +4,7 @@ arguments behind them).
 
 :func:`check_numbers` and :func:`check_replicas_fit` apply `evenflow train`'s limits, in its words, before
 anything is read or allocated: a global batch of at least one sample per replica and at most
-:data:`~evenflow.run.validate.MAX_GLOBAL_BATCH`, a seed in ``[0, MAX_SEED]``, and at least as many samples as
+:data:`~evenflow.util.validate.MAX_GLOBAL_BATCH`, a seed in ``[0, MAX_SEED]``, and at least as many samples as
 replicas; and one of inspect's own, at most :data:`MAX_REPLICAS` replicas (a row each in the summary)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
+from evenflow.util.validate import MAX_GLOBAL_BATCH, MAX_SEED
 from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
 
 # The most replicas inspect plans: its summary holds a row per replica (a million rows take half a minute

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evenflow.run.validate import check_bool, check_int, check_str
+from evenflow.util.validate import check_bool, check_int, check_number, check_str
 
 
 def _help(text: str) -> dict:
@@ -20,12 +20,7 @@ def _help(text: str) -> dict:
 
 def check_test_fraction(value) -> float:
     """A share in ``[0, 1)``: 0 holds nothing out."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"test_fraction must be a number, got {type(value).__name__} ({value!r})")
-    if not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1) (0: train on every sample), got {float(value):g}; "
-                         f"e.g. 0.2")
-    return float(value)
+    return check_number("test_fraction", value, 0, 1, high_open=True, fix="0: train on every sample; e.g. 0.2")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from evenflow.run.partial_eval import warn_if_partial
 from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
 from evenflow.run.same_plan import check_same_plan
-from evenflow.run.validate import check_accumulate_steps
+from evenflow.util.validate import check_accumulate_steps
 
 # Most plan slots (ids) one training stream holds: 2**23 int64 ids = 64 MiB of host memory.
 CHUNK_SLOTS = 2**23

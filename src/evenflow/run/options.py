@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evenflow.run.clusters import CLUSTERS
-from evenflow.run.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED, check_bool,
-                                   check_choice, check_finite, check_float, check_int, check_learning_rate, check_str)
+from evenflow.util.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED,
+                                    check_accumulate_steps, check_bool, check_choice, check_int, check_learning_rate,
+                                    check_number, check_str)
 
 # A framework is a folder of evenflow holding an adapter.py (tf/, torch/); run/adapter.py is the interface.
 FRAMEWORKS: tuple[str, ...] = tuple(sorted(p.parent.name for p in Path(__file__).resolve().parents[1].glob("*/adapter.py")
@@ -54,10 +55,7 @@ class ModelOptions:
 
     def __post_init__(self):
         check_choice("model", self.model, CHOICES["model"])
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}; e.g. 0.2")
-        object.__setattr__(self, "dropout", float(self.dropout))
+        object.__setattr__(self, "dropout", check_number("dropout", self.dropout, 0, 1, high_open=True, fix="e.g. 0.2"))
 
 
 @dataclass(frozen=True)
@@ -151,13 +149,10 @@ class ComputeOptions:
         check_choice("communication", self.communication, CHOICES["communication"])
         check_choice("backend", self.backend, CHOICES["backend"])
         check_int("bytes_per_pack", self.bytes_per_pack, 0)
-        timeout = check_float("collective_timeout", self.collective_timeout, 0.0)
-        object.__setattr__(self, "collective_timeout", check_finite("collective_timeout", timeout, "300"))
+        object.__setattr__(self, "collective_timeout", check_number("collective_timeout", self.collective_timeout, 0,
+                                                                    low_open=True, fix="e.g. 300"))
         check_choice("gradient_compression", self.gradient_compression, CHOICES["gradient_compression"])
-        check_int("accumulate_steps", self.accumulate_steps, 1)
-        if self.accumulate_steps > MAX_ACCUMULATE_STEPS:
-            raise ValueError(f"accumulate_steps must be at most {MAX_ACCUMULATE_STEPS}, got {self.accumulate_steps}; "
-                             f"use a larger global_batch_size for larger updates")
+        check_accumulate_steps(self.accumulate_steps)
         check_int("loader_workers", self.loader_workers, 0, 64)
 
 
@@ -209,11 +204,8 @@ class AnomalyOptions:
     def __post_init__(self):
         check_bool("skip_nonfinite", self.skip_nonfinite)
         check_int("restore_after", self.restore_after, 0)
-        factor = check_float("restore_lr_factor", self.restore_lr_factor, 0.0)
-        if factor > 1.0:
-            raise ValueError(f"restore_lr_factor must be in (0, 1] (it lowers the learning rate), got {factor:g}; "
-                             f"e.g. 0.5")
-        object.__setattr__(self, "restore_lr_factor", factor)
+        object.__setattr__(self, "restore_lr_factor", check_number(
+            "restore_lr_factor", self.restore_lr_factor, 0, 1, low_open=True, fix="it lowers the learning rate; e.g. 0.5"))
         check_int("max_restores", self.max_restores, 0)
 
 
@@ -245,17 +237,13 @@ class MonitorOptions:
     def __post_init__(self):
         check_choice("rebalance", self.rebalance, CHOICES["rebalance"])
         check_bool("telemetry", self.telemetry)
-        threshold = check_float("rebalance_threshold", self.rebalance_threshold, 1.0)
-        object.__setattr__(self, "rebalance_threshold", check_finite("rebalance_threshold", threshold, "1.1"))
-        payback = self.rebalance_payback
-        if isinstance(payback, bool) or not isinstance(payback, (int, float)) or not 0 <= payback <= 1e6:
-            raise ValueError(f"rebalance_payback must be a number in [0, 1e6] (2 = a re-plan must save twice "
-                             f"its cost), got {payback!r}")
+        object.__setattr__(self, "rebalance_threshold", check_number("rebalance_threshold", self.rebalance_threshold,
+                                                                     1, low_open=True, fix="e.g. 1.1"))
+        check_number("rebalance_payback", self.rebalance_payback, 0, 1e6,
+                     fix="2 = a re-plan must save twice its cost")
         if not isinstance(self.simulate_slow, str):
             raise TypeError(f"simulate_slow must be a string like '3:2@100', got {self.simulate_slow!r}")
-        ms = self.simulate_sample_ms
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= 10_000:
-            raise ValueError(f"simulate_sample_ms must be a number of milliseconds in [0, 10000], got {ms!r}")
+        check_number("simulate_sample_ms", self.simulate_sample_ms, 0, 10_000, fix="milliseconds per sample, e.g. 5")
         if self.rebalance == "off":  # they decide when to re-plan, and nothing re-plans
             fields = type(self).__dataclass_fields__
             for name in ("rebalance_threshold", "rebalance_payback"):

@@ -24,7 +24,7 @@ from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.rerun import rerun_advice
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.run.step_options import StepOptions
-from evenflow.run.validate import check_accumulate_steps
+from evenflow.util.validate import check_accumulate_steps
 from evenflow.torch.distributed import PeerLostError, is_peer_failure
 from evenflow.torch.engine import TorchEngine, TorchReader, check_precision
 from evenflow.torch.losses import per_sample_cross_entropy

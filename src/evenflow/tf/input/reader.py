@@ -47,7 +47,7 @@ import numpy as np
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.plan.epoch_rows import EpochRows, check_epochs
 from evenflow.plan.feed import PlanFeed
-from evenflow.run.validate import check_bool
+from evenflow.util.validate import check_bool
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.chain_fns import check_batch_fn
 from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
