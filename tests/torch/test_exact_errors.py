@@ -224,13 +224,13 @@ def _plan(replicas=2):
 
 @pytest.mark.parametrize("rank", [1.7, "1", True, np.float64(1.0)])
 def test_plan_steps_refuses_a_rank_that_is_not_an_int(rank):
-    with pytest.raises(TypeError, match=r"rank must be an int, got"):
+    with pytest.raises(TypeError, match=r"rank must be an integer, got"):
         et.PlanSteps(_plan(), rank)
 
 
 @pytest.mark.parametrize("rank", [-1, 2, 5])
 def test_plan_steps_refuses_a_rank_outside_the_plans_replicas_at_once(rank):
-    with pytest.raises(ValueError, match=rf"rank must be in \[0, 1\] \(the plan's replicas\), got {rank}"):
+    with pytest.raises(ValueError, match=rf"rank must be at (least 0|most 1), got {rank}; one of the plan's replicas"):
         et.PlanSteps(_plan(), rank)
 
 
