@@ -85,6 +85,6 @@ def test_packed_dataset_refuses_another_source_and_bad_arguments_and_the_model_a
     with pytest.raises(TypeError, match=r"start must be an evenflow Cursor or None, got \(0, 1\)"):
         packed_dataset(source, plan, 0, start=(0, 1))
     assert packed_dataset(source, plan, np.int64(1), epochs=np.int64(1)).cardinality() == plan.num_steps
-    for kernel, fragment in [(4, "kernel must be odd .*got 4; use 3 or 5"), (0, "kernel must be an int >= 1, got 0")]:
+    for kernel, fragment in [(4, "kernel must be odd .*got 4; use 3 or 5"), (0, "kernel must be at least 1, got 0")]:
         with pytest.raises(ValueError, match=fragment):
             packed_text_cnn(3, kernel=kernel)

@@ -243,10 +243,10 @@ def test_plan_steps_takes_numpy_integers():
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"kernel": 4}, r"kernel must be odd \(centred on each position\), got 4; use 3 or 5"),
-    ({"kernel": 0}, r"kernel must be an int >= 1, got 0"),
-    ({"kernel": -3}, r"kernel must be an int >= 1, got -3"),
-    ({"width": 0}, r"width must be an int >= 1, got 0"),
-    ({"num_classes": 2.5}, r"num_classes must be an int >= 1, got 2.5"),
+    ({"kernel": 0}, r"kernel must be at least 1, got 0"),
+    ({"kernel": -3}, r"kernel must be at least 1, got -3"),
+    ({"width": 0}, r"width must be at least 1, got 0"),
+    ({"num_classes": 2.5}, r"num_classes must be an integer, got float \(2.5\)"),
 ])
 def test_packed_text_cnn_refuses_bad_sizes_at_construction(kwargs, message):
     args = {"num_classes": 3, **kwargs}
