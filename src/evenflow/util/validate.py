@@ -81,7 +81,7 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
     above = low is None or (value > low if low_open else value >= low)  # NaN is neither above nor below a bound
     below = high is None or (value < high if high_open else value <= high)
     if not (above and below):
-        _refuse(ValueError, f"{name} must be {_interval(low, high, low_open, high_open)}, got {_g(value)}", fix)
+        _refuse(ValueError, f"{name} must be {_interval(low, high, low_open, high_open)}, got {value:g}", fix)
     if math.isnan(value) or (finite and math.isinf(value)):
         _refuse(ValueError, f"{name} must be finite, got {value:g}", fix)
     return value
