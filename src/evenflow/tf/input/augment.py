@@ -162,8 +162,7 @@ def rotate(max_degrees: float, seed: int = 0, fill_value: float = 0.0, interpola
 def brightness(max_delta: float, seed: int = 0) -> MapFn:
     """Add a per-sample delta uniform in ``[-max_delta, max_delta]`` (float features)."""
     _check_seed(seed)
-    if not 0 <= max_delta < math.inf:
-        raise ValueError(f"max_delta must be a finite number >= 0, got {max_delta!r}")
+    check_number("max_delta", max_delta, 0)
 
     def fn(batch: dict) -> dict:
         tf, x = _features(batch, "brightness")
