@@ -26,7 +26,7 @@ from evenflow.data.pad_lengths import check_pad_lengths, padded_length
 from evenflow.data.text import PAD
 from evenflow.records.errors import RecordError
 from evenflow.records.example.varlen import ListScan
-from evenflow.util.validate import check_int
+from evenflow.util.validate import check_int, set_checked
 
 
 def settle_lists(ds, key: str, decode=None) -> tuple[ListScan | None, object]:
@@ -115,7 +115,7 @@ class PadSequences:
     def __post_init__(self):
         if self.pad_lengths is not None:
             object.__setattr__(self, "pad_lengths", check_pad_lengths(self.pad_lengths, 0))
-        check_int("shift", self.shift, 0)
+        set_checked(self, "shift", check_int, 0)
 
     def __call__(self, batch: dict) -> dict:
         batch = dict(batch)

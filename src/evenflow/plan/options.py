@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evenflow.plan.pack import PACK_OVERFLOW
-from evenflow.util.validate import check_bool, check_choice, check_int, check_number
+from evenflow.util.validate import check_bool, check_choice, check_int, check_number, set_checked
 
 Balance = Literal["count", "cost"]
 # The values `PlanOptions.balance` accepts.
@@ -54,12 +54,12 @@ class PlanOptions:
 
     def __post_init__(self):
         for name, minimum in (("global_batch_size", 1), ("seed", 0), ("bucket_window", 1), ("pack", 0)):
-            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
+            set_checked(self, name, check_int, minimum)
         check_choice("pack_overflow", self.pack_overflow, PACK_OVERFLOW)
-        object.__setattr__(self, "pack_attention", check_number("pack_attention", self.pack_attention, 0))
+        set_checked(self, "pack_attention", check_number, 0)
         check_choice("balance", self.balance, BALANCE_MODES)
         for name in ("stratify", "bucket", "drop_remainder"):
-            object.__setattr__(self, name, check_bool(name, getattr(self, name)))
+            set_checked(self, name, check_bool)
         self._refuse_unused()
         if self.pack and (self.stratify or self.bucket):
             which = "stratify" if self.stratify else "bucket"

@@ -31,9 +31,10 @@ class SlowReplica:
     from_step: int = 0
 
     def __post_init__(self):
-        check_int("simulate_slow: the replica", self.replica, 0)
-        check_number("simulate_slow: the factor", self.factor, 1, 100, fix="2 = twice as slow")
-        check_int("simulate_slow: the step", self.from_step, 0)
+        object.__setattr__(self, "replica", check_int("simulate_slow: the replica", self.replica, 0))
+        object.__setattr__(self, "factor", check_number("simulate_slow: the factor", self.factor, 1, 100,
+                                                        fix="2 = twice as slow"))
+        object.__setattr__(self, "from_step", check_int("simulate_slow: the step", self.from_step, 0))
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Simulation:
     sample_ms: float = 0.0
 
     def __post_init__(self):
-        check_number("simulate_sample_ms", self.sample_ms, 0)
+        object.__setattr__(self, "sample_ms", check_number("simulate_sample_ms", self.sample_ms, 0))
         if not isinstance(self.slow, (tuple, list)) or not all(isinstance(s, SlowReplica) for s in self.slow):
             raise TypeError(f"slow must be a tuple of SlowReplica (e.g. (SlowReplica(1, 2.0),), or "
                             f"parse_slow('1:2') for the command line's form), got {self.slow!r}")

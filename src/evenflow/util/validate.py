@@ -87,11 +87,22 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
     return value
 
 
+_NUMPY_BOOLS = {("numpy", "bool_"), ("numpy", "bool")}  # numpy's bool type by its name in numpy 1 and 2
+
+
 def check_bool(name: str, value, fix: str = "") -> bool:
     """``True`` or ``False`` (numpy's too), as a ``bool``."""
-    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+    if not isinstance(value, bool) and (type(value).__module__, type(value).__name__) not in _NUMPY_BOOLS:
         _refuse(WrongType, f"{name} must be true or false, got {type(value).__name__} ({value!r})", fix)
     return bool(value)
+
+
+def set_checked(options, name: str, check, *args, **kwargs):
+    """``check`` field ``name`` of the frozen dataclass ``options`` and store the plain value it returns
+    (``int`` for a numpy integer, ``bool`` for a numpy bool), so the options serialise as they read."""
+    value = check(name, getattr(options, name), *args, **kwargs)
+    object.__setattr__(options, name, value)
+    return value
 
 
 def check_learning_rate(value) -> float:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evenflow.util.validate import check_bool, check_int, check_number
+from evenflow.util.validate import check_bool, check_int, check_number, set_checked
 
 
 @dataclass(frozen=True)
@@ -71,20 +71,20 @@ class RebalanceOptions:
     refine: float = 0.5
 
     def __post_init__(self):
-        check_bool("enabled", self.enabled)
-        threshold = check_number("threshold", self.threshold, 1, low_open=True,
+        set_checked(self, "enabled", check_bool)
+        threshold = set_checked(self, "threshold", check_number, 1, low_open=True,
                                  fix="1.10 = re-plan when 10% faster steps are predicted")
-        check_number("urgent", self.urgent, threshold, finite=False,
+        set_checked(self, "urgent", check_number, threshold, finite=False,
                      fix=f"urgent is at least threshold: with threshold={threshold:g} pass urgent={threshold:g} or more")
-        check_number("payback", self.payback, 0, fix="2 = a re-plan must save twice its cost")
+        set_checked(self, "payback", check_number, 0, fix="2 = a re-plan must save twice its cost")
         for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1), ("corrections", 0),
                           ("evidence", 1)):
-            check_int(name, getattr(self, name), low)
-        check_number("smoothing", self.smoothing, 0, 1, low_open=True, fix="e.g. 0.5")
-        check_number("jump", self.jump, 0, low_open=True, finite=False, fix="0.3 = a 30% change")
-        check_number("refine", self.refine, 0, 1, low_open=True,
+            set_checked(self, name, check_int, low)
+        set_checked(self, "smoothing", check_number, 0, 1, low_open=True, fix="e.g. 0.5")
+        set_checked(self, "jump", check_number, 0, low_open=True, finite=False, fix="0.3 = a 30% change")
+        set_checked(self, "refine", check_number, 0, 1, low_open=True,
                      fix="0.5 = a further move needs half the threshold's margin")
-        check_number("resolution", self.resolution, 0, 0.5, low_open=True, fix="e.g. 0.02")
+        set_checked(self, "resolution", check_number, 0, 0.5, low_open=True, fix="e.g. 0.02")
 
     @property
     def refine_threshold(self) -> float:

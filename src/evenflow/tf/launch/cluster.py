@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from evenflow.plan import Topology
-from evenflow.util.validate import check_bool, check_int
+from evenflow.util.validate import check_bool, check_int, set_checked
 
 # Set by `evenflow launch --replicas-per-worker R`; overrides `replicas` of an `evenflow train` worker.
 REPLICAS_ENV = "EVENFLOW_REPLICAS_PER_WORKER"
@@ -58,10 +58,11 @@ class Cluster:
             if not isinstance(w, str) or ":" not in w:
                 raise ValueError(f"each worker address must be 'host:port', got {w!r}; e.g. '10.0.0.2:12345'")
         count = max(len(workers), 1)
-        check_int("index", self.index, 0, count - 1, fix=f"a cluster of {count} worker(s); fix task.index in TF_CONFIG")
+        set_checked(self, "index", check_int, 0, count - 1,
+                    fix=f"a cluster of {count} worker(s); fix task.index in TF_CONFIG")
         if self.replicas_per_worker is not None:
-            check_int("replicas_per_worker", self.replicas_per_worker, 1, fix="or None: every local device")
-        check_bool("has_chief", self.has_chief)
+            set_checked(self, "replicas_per_worker", check_int, 1, fix="or None: every local device")
+        set_checked(self, "has_chief", check_bool)
 
     @property
     def num_workers(self) -> int:

@@ -37,7 +37,7 @@ from evenflow.tf.launch.cluster import tf_config
 from evenflow.tf.launch.cores import BusyCore, check_core, check_slow, pin_to, usable_cores, worker_cores
 from evenflow.tf.launch.io import Pump, free_ports, say_line, worker_env
 from evenflow.tf.launch.signals import Interrupts, describe_exit, exit_code, stop_workers
-from evenflow.util.validate import check_int, check_number
+from evenflow.util.validate import check_int, check_number, set_checked
 
 # Local workers share the machine's cores; a typo like --workers 1000 should not fork 1000 TensorFlows.
 MAX_WORKERS = 64
@@ -79,12 +79,12 @@ class LaunchOptions:
     ps: int = 0
 
     def __post_init__(self):
-        check_int("workers", self.workers, 1, MAX_WORKERS)
+        set_checked(self, "workers", check_int, 1, MAX_WORKERS)
         if self.replicas_per_worker is not None:
-            check_int("replicas_per_worker", self.replicas_per_worker, 1)
-        check_number("grace_seconds", self.grace_seconds, 0)
+            set_checked(self, "replicas_per_worker", check_int, 1)
+        set_checked(self, "grace_seconds", check_number, 0)
         check_slow(self.slow_core, self.slow_after)
-        check_int("ps", self.ps, 0, MAX_WORKERS, fix="parameter servers")
+        set_checked(self, "ps", check_int, 0, MAX_WORKERS, fix="parameter servers")
 
 
 def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, env=None) -> int:
