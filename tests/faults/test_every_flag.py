@@ -22,7 +22,7 @@ BAD = {
     "augment": ("warp", "augment must be 'none' or a comma list"),
     "pad_lengths": ("64,32", "pad_lengths"),
     "model": ("resnet", "model must be one of"),
-    "dropout": ("1.5", "dropout must be a rate in [0, 1)"),
+    "dropout": ("1.5", "dropout must be in [0, 1)"),
     "optimizer": ("lamb", "optimizer must be one of"),
     "learning_rate": ("0", "learning_rate must be greater than 0"),
     "epochs": ("0", "epochs must be at least 1"),
@@ -50,9 +50,9 @@ BAD = {
     "max_restores": ("-1", "max_restores must be at least 0"),
     "rebalance": ("sometimes", "rebalance must be one of"),
     "rebalance_threshold": ("1", "rebalance_threshold must be greater than 1"),
-    "rebalance_payback": ("-1", "rebalance_payback must be a number in [0, 1e6]"),
+    "rebalance_payback": ("-1", "rebalance_payback must be in [0, 1e6]"),
     "simulate_slow": ("3", "simulate_slow must be REPLICA:FACTOR"),
-    "simulate_sample_ms": ("-2", "simulate_sample_ms must be a number of milliseconds"),
+    "simulate_sample_ms": ("-2", "simulate_sample_ms must be in [0, 10000]"),
 }
 BOOLEANS = {"skip_corrupt", "stratify", "bucket", "resume", "audit", "deterministic", "skip_nonfinite", "telemetry",
             "shard_parameters"}

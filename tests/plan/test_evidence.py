@@ -84,5 +84,5 @@ def test_a_confirmed_slowdown_replans_at_the_first_check_after_it_is_seen():
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True])
 def test_evidence_must_be_a_positive_int(value):
-    with pytest.raises(ValueError, match="evidence must be an int >= 1"):
+    with pytest.raises(ValueError, match="evidence must be (at least 1|an integer)"):
         RebalanceOptions(evidence=value)

@@ -129,7 +129,7 @@ def test_window_cursors_are_checked():
         plan.epoch(0, stop=ef.Cursor(1, 4))
     with pytest.raises(ValueError, match="within the epoch's"):
         plan.epoch(0, stop=ef.Cursor(0, plan.num_steps + 1))
-    with pytest.raises(ValueError, match="replica must be an int in 0..2"):
+    with pytest.raises(ValueError, match="replica must be at most 2, got 3"):
         plan.replica_ids(0, 3)
 
 

@@ -210,7 +210,7 @@ def test_shards_bounds(npz, tmp_path):
     path, _ = npz
     with pytest.raises(ValueError, match="--shards must be at most the number of samples, 25, got 26"):
         convert(path, tmp_path / "o", shards=26)
-    with pytest.raises(ValueError, match="--shards must be an integer >= 1"):
+    with pytest.raises(ValueError, match="--shards must be at least 1, got 0"):
         convert(path, tmp_path / "o", shards=0)
     with pytest.raises(RecordError, match="unknown builtin"):
         convert("builtin:mnist", tmp_path / "o")

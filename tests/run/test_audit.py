@@ -139,7 +139,7 @@ def test_list_checkpoints_sees_only_whole_ones(tmp_path):
     (CheckpointOptions, {"checkpoint_every": -1}, "checkpoint_every must be at least 0"),
     (CheckpointOptions, {"audit": "yes"}, "audit must be true or false"),
     (AnomalyOptions, {"restore_lr_factor": 2.0}, "restore_lr_factor must be in (0, 1]"),
-    (AnomalyOptions, {"restore_lr_factor": 0.0}, "restore_lr_factor must be greater than 0"),
+    (AnomalyOptions, {"restore_lr_factor": 0.0}, "restore_lr_factor must be in (0, 1], got 0"),
     (AnomalyOptions, {"restore_after": 1.5}, "restore_after must be an integer"),
 ])
 def test_bad_options(cls, kwargs, fragment):

@@ -21,18 +21,18 @@ def test_a_simulation_names_slow_replicas_it_cannot_use(slow, error, fragment):
 def test_a_simulation_takes_a_list_and_the_command_line_form_and_refuses_booleans():
     assert Simulation([SlowReplica(0, 2.0)]).slow == (SlowReplica(0, 2.0),)
     assert Simulation(parse_slow("1:2@10")).slow == (SlowReplica(1, 2.0, 10),)
-    with pytest.raises(ValueError, match="simulate_sample_ms must be a number >= 0, got True"):
+    with pytest.raises(ValueError, match=r"simulate_sample_ms must be a number, got bool \(True\)"):
         Simulation(sample_ms=True)
-    with pytest.raises(ValueError, match=r"the factor must be a number in \[1, 100\] .*got True"):
+    with pytest.raises(ValueError, match=r"the factor must be a number, got bool \(True\)"):
         SlowReplica(1, True)
 
 
 def test_rebalance_options_name_the_argument_given_and_refuse_booleans():
-    with pytest.raises(ValueError, match=r"urgent must be a number >= threshold \(2\), got 1.5; with threshold=2 "
-                                         r"pass urgent=2 or more"):
+    with pytest.raises(ValueError, match=r"urgent must be at least 2, got 1.5; urgent is at least threshold: with "
+                                         r"threshold=2 pass urgent=2 or more"):
         RebalanceOptions(threshold=2.0)
     assert RebalanceOptions(threshold=2.0, urgent=3.0).urgent == 3.0
     assert RebalanceOptions(urgent=float("inf"), jump=float("inf")).jump == float("inf")  # never urgent, never jump
     for name in ("threshold", "payback", "smoothing", "jump", "resolution"):
-        with pytest.raises(ValueError, match=rf"{name} must be .*got True"):
+        with pytest.raises(ValueError, match=rf"{name} must be a number, got bool \(True\)"):
             RebalanceOptions(**{name: True})

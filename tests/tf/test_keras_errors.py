@@ -387,7 +387,7 @@ def _one_replica():
 
 def test_a_refused_trainer_leaves_the_optimizer_as_it_was():
     strategy, model, optimizer = _one_replica()
-    with pytest.raises(ValueError, match=r"accumulate_steps must be an int in \[1, 64\], got 0"):
+    with pytest.raises(ValueError, match=r"accumulate_steps must be at least 1, got 0"):
         Trainer(strategy, model, optimizer, compression="fp16", accumulate_steps=0)
     assert "_all_reduce_sum_gradients" not in vars(optimizer)  # still sums over replicas itself
     Trainer(strategy, model, optimizer)

@@ -87,8 +87,8 @@ def test_init_distributed_refuses_an_unknown_backend(alone, backend):
 
 @pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan"), "30", True])
 def test_init_distributed_refuses_a_timeout_that_is_not_a_finite_positive_number(alone, timeout):
-    with pytest.raises(ValueError, match=r"timeout_s \(the process-group timeout\) must be a finite number of "
-                                         r"seconds > 0, got"):
+    with pytest.raises(ValueError, match=r"timeout_s must be (greater than 0|finite|a number), got .*; "
+                                         r"the process-group timeout in seconds"):
         et.init_distributed(timeout_s=timeout)
 
 
@@ -224,13 +224,13 @@ def _plan(replicas=2):
 
 @pytest.mark.parametrize("rank", [1.7, "1", True, np.float64(1.0)])
 def test_plan_steps_refuses_a_rank_that_is_not_an_int(rank):
-    with pytest.raises(TypeError, match=r"rank must be an int, got"):
+    with pytest.raises(TypeError, match=r"rank must be an integer, got"):
         et.PlanSteps(_plan(), rank)
 
 
 @pytest.mark.parametrize("rank", [-1, 2, 5])
 def test_plan_steps_refuses_a_rank_outside_the_plans_replicas_at_once(rank):
-    with pytest.raises(ValueError, match=rf"rank must be in \[0, 1\] \(the plan's replicas\), got {rank}"):
+    with pytest.raises(ValueError, match=rf"rank must be at (least 0|most 1), got {rank}; one of the plan's replicas"):
         et.PlanSteps(_plan(), rank)
 
 
@@ -243,10 +243,10 @@ def test_plan_steps_takes_numpy_integers():
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"kernel": 4}, r"kernel must be odd \(centred on each position\), got 4; use 3 or 5"),
-    ({"kernel": 0}, r"kernel must be an int >= 1, got 0"),
-    ({"kernel": -3}, r"kernel must be an int >= 1, got -3"),
-    ({"width": 0}, r"width must be an int >= 1, got 0"),
-    ({"num_classes": 2.5}, r"num_classes must be an int >= 1, got 2.5"),
+    ({"kernel": 0}, r"kernel must be at least 1, got 0"),
+    ({"kernel": -3}, r"kernel must be at least 1, got -3"),
+    ({"width": 0}, r"width must be at least 1, got 0"),
+    ({"num_classes": 2.5}, r"num_classes must be an integer, got float \(2.5\)"),
 ])
 def test_packed_text_cnn_refuses_bad_sizes_at_construction(kwargs, message):
     args = {"num_classes": 3, **kwargs}

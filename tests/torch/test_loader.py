@@ -86,7 +86,7 @@ def test_loader_refuses_a_plan_for_another_world_size_and_bad_arguments():
         PlanLoader(source, plan, rank=0)
     with pytest.raises(ValueError, match="covers 203 samples but the source has 10"):
         PlanLoader(ArraySource(x[:10], y[:10]), plan, rank=0, world_size=4)
-    with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+    with pytest.raises(ValueError, match="num_workers must be at least 0, got -1"):
         PlanLoader(source, plan, rank=0, world_size=4, num_workers=-1)
     assert PlanLoader(source, ef.Plan(source.index(), ef.Topology(1), global_batch_size=G)).rank == 0  # no group
 

@@ -195,7 +195,7 @@ def test_exact_ddp_without_a_process_group_is_the_model_itself_and_refuses_bad_o
     assert exact_ddp(model) is model
     with pytest.raises(ValueError, match=r"gradient_sum must be one of ordered, ring, got 'mean'"):
         exact_ddp(model, gradient_sum="mean")
-    with pytest.raises(ValueError, match=r"compression must be one of none, fp16, got 'int8'"):
+    with pytest.raises(ValueError, match=r"compression must be one of fp16, none, got 'int8'"):
         exact_ddp(model, compression="int8")
     with pytest.raises(TypeError, match=r"exact_ddp takes a torch.nn.Module .*got function"):
         exact_ddp(lambda x: x)

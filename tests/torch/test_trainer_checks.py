@@ -147,7 +147,7 @@ def test_a_plan_that_is_not_one_and_a_pin_memory_that_is_not_a_bool_are_refused(
         PlanLoader(SOURCE, "plan")
     with pytest.raises(TypeError, match=r"^plan must be an evenflow Plan, got NoneType$"):
         Trainer(model, torch.optim.SGD(model.parameters(), 0.1)).evaluate(SOURCE, None)
-    with pytest.raises(TypeError, match=r"^pin_memory must be True or False, got 'no'$"):
+    with pytest.raises(TypeError, match=r"^pin_memory must be true or false, got str \('no'\)$"):
         PlanLoader(SOURCE, PLAN, pin_memory="no")
 
 

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from evenflow.util.validate import check_int
+
 EXAMPLES = """examples:
   evenflow train --dataset builtin:digits --epochs 3 --audit --output-dir runs/a
   evenflow audit runs/a                 # one line per epoch; exit 0 when every epoch is exactly-once
@@ -61,8 +63,7 @@ def run(args) -> int:
                              f"it is given; drop --limit")
         return _locate(args)
     args.limit = 20 if args.limit is None else args.limit
-    if args.limit < 0:
-        raise ValueError(f"--limit must be >= 0, got {args.limit}")
+    check_int("--limit", args.limit, 0, fix="ids listed per epoch")
     epochs = check_audit(args.run_dir)
     clean = all(e.clean for e in epochs)
     if args.json:

@@ -10,7 +10,7 @@ import numpy as np
 from evenflow.commands.inspect_run import builtin_array_labels, fill_from_run, run_columns, run_config
 from evenflow.commands.inspect_inputs import (MAX_REPLICAS, check_numbers, check_replicas_fit, in_flags, load_column, parse_steps,
                                               parse_weights)
-from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
+from evenflow.util.validate import MAX_GLOBAL_BATCH, MAX_SEED
 from evenflow.cli_flags import add_cache_flags, cache_flags_for, help_description
 
 EPILOG = """examples:

@@ -4,7 +4,7 @@ arguments behind them).
 
 :func:`check_numbers` and :func:`check_replicas_fit` apply `evenflow train`'s limits, in its words, before
 anything is read or allocated: a global batch of at least one sample per replica and at most
-:data:`~evenflow.run.validate.MAX_GLOBAL_BATCH`, a seed in ``[0, MAX_SEED]``, and at least as many samples as
+:data:`~evenflow.util.validate.MAX_GLOBAL_BATCH`, a seed in ``[0, MAX_SEED]``, and at least as many samples as
 replicas; and one of inspect's own, at most :data:`MAX_REPLICAS` replicas (a row each in the summary)."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 
-from evenflow.run.validate import MAX_GLOBAL_BATCH, MAX_SEED
 from evenflow.util.files import NUMPY_FILE_KINDS, numpy_file_kind
+from evenflow.util.validate import MAX_GLOBAL_BATCH, MAX_SEED, check_int
 
 # The most replicas inspect plans: its summary holds a row per replica (a million rows take half a minute
 # and a GiB or more), and more data-parallel replicas than this is no cluster's topology.
@@ -36,35 +36,22 @@ _FLAGS = (("num_samples must", "--samples must"), ("global_batch_size must", "--
 def check_numbers(args) -> None:
     """Refuse counts `evenflow train` would refuse, and more replicas than :data:`MAX_REPLICAS`, before any
     file is read or any array allocated: each message names the flag, the value and the limit."""
-    r, g = args.replicas, args.batch_size
-    if r < 1:
-        raise ValueError(f"--replicas must be at least 1, got {r}")
-    if g < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {g}")
-    if g > MAX_GLOBAL_BATCH:
-        raise ValueError(f"--batch-size must be at most {MAX_GLOBAL_BATCH:,} samples per step, as in evenflow "
-                         f"train, got {g:,}")
+    r = check_int("--replicas", args.replicas, 1)
+    g = check_int("--batch-size", args.batch_size, 1, MAX_GLOBAL_BATCH, fix="samples per step, as in evenflow train")
     if g < r:
         raise ValueError(f"--batch-size must be at least the number of replicas so every replica gets a sample in "
                          f"each full step: --batch-size is {g:,} and --replicas is {r:,}; use a global batch size of "
                          f"at least {r:,} (a multiple of {r:,} is best) or fewer replicas")
-    if not 0 <= args.seed <= MAX_SEED:
-        raise ValueError(f"--seed must be in [0, {MAX_SEED}], as in evenflow train, got {args.seed}")
-    if args.epoch < 0:
-        raise ValueError(f"--epoch must be at least 0 (the first epoch is 0), got {args.epoch}")
+    check_int("--seed", args.seed, 0, MAX_SEED, fix="as in evenflow train")
+    check_int("--epoch", args.epoch, 0, fix="the first epoch is 0")
     if args.samples is not None:
-        if args.samples < 1:
-            raise ValueError(f"--samples must be at least 1, got {args.samples}")
-        if args.samples > MAX_SAMPLES:
-            raise ValueError(f"--samples must be at most {MAX_SAMPLES:,} (2**53), got {args.samples:,}")
+        check_int("--samples", args.samples, 1, MAX_SAMPLES, fix="2**53, the most the plan counts exactly")
         check_replicas_fit(args.samples, r, "--samples gives")
-    if r > MAX_REPLICAS:
-        raise ValueError(f"--replicas must be in [1, {MAX_REPLICAS:,}], got {r:,}; inspect summarises each replica "
-                         f"on a row of its own, so inspect at most {MAX_REPLICAS:,} replicas (e.g. --replicas 4096)")
-    if args.pack < 0:
-        raise ValueError(f"--pack must be a number of tokens >= 0 (0: no packing), got {args.pack}")
-    if args.bucket_window is not None and args.bucket_window < 1:
-        raise ValueError(f"--bucket-window must be at least 1 step, got {args.bucket_window}")
+    check_int("--replicas", r, 1, MAX_REPLICAS, fix="inspect summarises each replica on a row of its own "
+              "(e.g. --replicas 4096)")
+    check_int("--pack", args.pack, 0, fix="a number of tokens; 0: no packing")
+    if args.bucket_window is not None:
+        check_int("--bucket-window", args.bucket_window, 1, fix="a number of steps")
 
 
 def check_replicas_fit(num_samples: int, replicas: int, source: str) -> None:

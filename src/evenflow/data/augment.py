@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evenflow.data.augment_policy import POLICY_HELP, STREAMS, check_fits, default_crop, policy_value
+from evenflow.util.validate import check_int
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -162,8 +163,7 @@ def from_policy(policy, feature_shape: tuple[int, ...], seed: int = 0) -> Augmen
         ValueError: the features are not images (rank 2 or 3, at least 2 x 2 pixels), a crop padding of the
             image's height or width or more, or a bad policy.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+    check_int("seed", seed)
     items = check_fits(policy, feature_shape)
     if not items:
         return None

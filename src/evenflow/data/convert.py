@@ -26,6 +26,7 @@ from evenflow.records.tfrecord.stream import RecordWriter
 from evenflow.records.manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from evenflow.util.files import fsync_dir
 from evenflow.util.progress import ProgressBar
+from evenflow.util.validate import check_int
 
 _PROGRESS_EVERY = 1024  # records written between progress updates
 
@@ -175,8 +176,7 @@ def convert(src: str, out_dir, *, shards: int = 1, label_key: str | None = None,
         RecordError: bad source, bad image, unusable ``out_dir``; nothing is written.
     """
     t0 = time.perf_counter()
-    if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
-        raise ValueError(f"--shards must be an integer >= 1, got {shards!r}")
+    shards = check_int("--shards", shards, 1)
     out_dir = os.path.abspath(os.fspath(out_dir))
     existed = _check_out_dir(out_dir, overwrite)
     source = open_source(src, label_key=label_key, cost_key=cost_key, feature_keys=feature_keys,

@@ -6,6 +6,8 @@ from typing import Callable, Literal
 
 import numpy as np
 
+from evenflow.util.validate import check_choice
+
 KINDS = ("arrays", "text", "records")
 
 
@@ -68,8 +70,7 @@ class LoadedData:
     vocab_size: int | None = None
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"LoadedData kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        check_choice("LoadedData kind", self.kind, KINDS)
         if (self.kind == "records") != (self.records is not None):
             raise ValueError(f"LoadedData records is the records source of kind 'records' and None otherwise; got "
                              f"kind {self.kind!r} with records {self.records!r}")

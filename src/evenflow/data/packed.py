@@ -20,9 +20,9 @@ from plain ids, so one model reads both. numpy only.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
+
+from evenflow.util.validate import check_int
 
 
 def packed_batch(data, ids: np.ndarray, starts: np.ndarray, row: np.ndarray, rows: int,
@@ -123,12 +123,12 @@ def check_text_cnn(num_classes, vocab_size, embed, width, kernel) -> tuple[int, 
         ValueError: a size that is not an int >= 1, or a ``kernel`` that is not odd (a window
             centred on each position: ``kernel // 2`` taps on either side).
     """
-    for name, value in (("num_classes", num_classes), ("vocab_size", vocab_size), ("embed", embed),
-                        ("width", width), ("kernel", kernel)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"packed_text_cnn's {name} must be an int >= 1, got {value!r}")
+    num_classes, vocab_size, embed, width, kernel = (
+        check_int(f"packed_text_cnn's {name}", value, 1) for name, value in (
+            ("num_classes", num_classes), ("vocab_size", vocab_size), ("embed", embed), ("width", width),
+            ("kernel", kernel)))
     if kernel % 2 == 0:
         raise ValueError(f"packed_text_cnn's kernel must be odd (centred on each position), got {kernel}; "
                          f"use {kernel - 1} or {kernel + 1}")
-    return int(num_classes), int(vocab_size), int(embed), int(width), int(kernel)
+    return num_classes, vocab_size, embed, width, kernel
 

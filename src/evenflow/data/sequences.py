@@ -26,6 +26,7 @@ from evenflow.data.pad_lengths import check_pad_lengths, padded_length
 from evenflow.data.text import PAD
 from evenflow.records.errors import RecordError
 from evenflow.records.example.varlen import ListScan
+from evenflow.util.validate import check_int, set_checked
 
 
 def settle_lists(ds, key: str, decode=None) -> tuple[ListScan | None, object]:
@@ -114,8 +115,7 @@ class PadSequences:
     def __post_init__(self):
         if self.pad_lengths is not None:
             object.__setattr__(self, "pad_lengths", check_pad_lengths(self.pad_lengths, 0))
-        if isinstance(self.shift, bool) or not isinstance(self.shift, int) or self.shift < 0:
-            raise ValueError(f"shift must be a non-negative integer, got {self.shift!r}")
+        set_checked(self, "shift", check_int, 0)
 
     def __call__(self, batch: dict) -> dict:
         batch = dict(batch)

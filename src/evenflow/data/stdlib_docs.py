@@ -24,6 +24,7 @@ import numpy as np
 
 from evenflow.data.text import TextData, encode
 from evenflow.util.files import NPZ_READ_ERRORS, read_npz, write_atomic
+from evenflow.util.validate import check_int
 
 _FORMAT = 1  # bump when the parsing rules change, so old cache files are not used
 
@@ -95,10 +96,8 @@ def stdlib_docs(max_len: int = 512, classes: int = 8, cache: bool = True) -> Tex
     Returns:
         A :class:`TextData` (about 6,400 sequences on CPython 3.11).
     """
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be an int >= 1 (bytes per docstring), got {max_len!r}")
-    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 1:
-        raise ValueError(f"classes must be an int >= 1 (named module families), got {classes!r}")
+    max_len = check_int("max_len", max_len, 1, fix="bytes per docstring, e.g. 256")
+    classes = check_int("classes", classes, 1, fix="named module families, e.g. 8")
     path = _cache_file(max_len, classes) if cache else None
     data = _load_cached(path) if path else None
     if data is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from evenflow.util.validate import check_int
 
 
 @dataclass(frozen=True, order=True)
@@ -24,12 +24,7 @@ class Cursor:
 
     def __post_init__(self):
         for name in ("epoch", "step"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"Cursor.{name} must be an int, got {type(v).__name__} ({v!r})")
-            if v < 0:
-                raise ValueError(f"Cursor.{name} must be >= 0, got {v}")
-            object.__setattr__(self, name, int(v))
+            object.__setattr__(self, name, check_int(f"Cursor.{name}", getattr(self, name), 0))
 
     def to_dict(self) -> dict:
         return {"epoch": self.epoch, "step": self.step}
@@ -41,10 +36,7 @@ class Cursor:
 
 def window_steps(epoch, start: "Cursor | None", stop: "Cursor | None", num_steps: int) -> tuple[int, int]:
     """Steps ``(first, last)`` of ``epoch`` from the cursors ``start``..``stop`` (None: the epoch's ends), checked."""
-    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
-        raise TypeError(f"epoch must be an int, got {type(epoch).__name__} ({epoch!r})")
-    if epoch < 0:
-        raise ValueError(f"epoch must be >= 0, got {epoch}")
+    check_int("epoch", epoch, 0)
     bound = []
     for name, cursor, default in (("start", start, 0), ("stop", stop, num_steps)):
         if cursor is None:

@@ -9,7 +9,6 @@ time (:func:`replica_windows`), so memory follows the window, not the epoch.
 """
 from __future__ import annotations
 
-import numbers
 import threading
 from collections import OrderedDict
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.plan import EpochPlan, Plan
+from evenflow.util.validate import check_int
 
 WINDOW_SAMPLES = 1 << 18  # global-step samples per window when replicas' rows are planned alone (at least one step)
 
@@ -25,8 +25,7 @@ def check_epochs(epochs, endless: bool) -> None:
     """``epochs`` to read must be an int >= 0 (or None, an endless stream, where ``endless`` allows it)."""
     if epochs is None and endless:
         return
-    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0:
-        raise ValueError(f"epochs must be {'None (endless) or ' if endless else ''}an int >= 0, got {epochs!r}")
+    check_int("epochs", epochs, 0, fix="or None, an endless stream" if endless else "")
 
 
 def replica_windows(plan: Plan, epoch: int, first: int, replicas: list[int]):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evenflow.util.distinct import sorted_distinct
+from evenflow.util.validate import check_int
 
 # read(path, **kwargs) -> Index, what Index.from_records calls. The planner reads no files: the package's
 # __init__ (evenflow), which Python runs before any module of the package, sets it (read_records_with).
@@ -95,12 +96,8 @@ class Index:
     _fingerprint: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
-        n = self.num_samples
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise TypeError(f"num_samples must be an int, got {type(n).__name__} ({n!r})")
-        if n < 1:
-            raise ValueError(f"num_samples must be at least 1, got {n}; an empty dataset cannot be planned")
-        object.__setattr__(self, "num_samples", int(n))
+        n = check_int("num_samples", self.num_samples, 1, fix="an empty dataset cannot be planned")
+        object.__setattr__(self, "num_samples", n)
         if self.labels is not None:
             labels = _as_vector("labels", self.labels, n, np.int64)
             if np.asarray(self.labels).dtype.kind == "f" and not np.array_equal(labels, self.labels):

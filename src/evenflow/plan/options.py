@@ -5,21 +5,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
 from evenflow.plan.pack import PACK_OVERFLOW
+from evenflow.util.validate import check_bool, check_choice, check_int, check_number, set_checked
 
 Balance = Literal["count", "cost"]
 # The values `PlanOptions.balance` accepts.
 BALANCE_MODES: tuple[str, ...] = ("cost", "count")
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -62,25 +53,13 @@ class PlanOptions:
     pack_attention: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "global_batch_size", _check_int("global_batch_size", self.global_batch_size, 1))
-        object.__setattr__(self, "seed", _check_int("seed", self.seed, 0))
-        object.__setattr__(self, "bucket_window", _check_int("bucket_window", self.bucket_window, 1))
-        object.__setattr__(self, "pack", _check_int("pack", self.pack, 0))
-        if self.pack_overflow not in PACK_OVERFLOW:
-            raise ValueError(f"pack_overflow must be one of {', '.join(map(repr, PACK_OVERFLOW))}, "
-                             f"got {self.pack_overflow!r}")
-        attention = self.pack_attention
-        if isinstance(attention, bool) or not isinstance(attention, (int, float, np.number)) \
-                or not np.isfinite(attention) or attention < 0:
-            raise ValueError(f"pack_attention must be a finite number >= 0, got {attention!r}")
-        object.__setattr__(self, "pack_attention", float(attention))
-        if self.balance not in BALANCE_MODES:
-            raise ValueError(
-                f"balance must be one of {', '.join(map(repr, BALANCE_MODES))}, got {self.balance!r}")
+        for name, minimum in (("global_batch_size", 1), ("seed", 0), ("bucket_window", 1), ("pack", 0)):
+            set_checked(self, name, check_int, minimum)
+        check_choice("pack_overflow", self.pack_overflow, PACK_OVERFLOW)
+        set_checked(self, "pack_attention", check_number, 0)
+        check_choice("balance", self.balance, BALANCE_MODES)
         for name in ("stratify", "bucket", "drop_remainder"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-            object.__setattr__(self, name, bool(getattr(self, name)))
+            set_checked(self, name, check_bool)
         self._refuse_unused()
         if self.pack and (self.stratify or self.bucket):
             which = "stratify" if self.stratify else "bucket"

@@ -29,6 +29,7 @@ from evenflow.plan.pack import check_pack_lengths, pack_layout
 from evenflow.plan.topology import Topology
 from evenflow.plan.steps import StepGrid
 from evenflow.plan.window import check_window, replica_rows, window_ids
+from evenflow.util.validate import check_int
 
 # The version of the planner's routing, in every plan fingerprint: raised whenever the same options route samples
 # differently, so a run directory of another version refuses to resume.
@@ -272,9 +273,7 @@ class Plan:
         Returns:
             int64 ``[steps, slots]``, -1 for padding.
         """
-        if isinstance(replica, bool) or not isinstance(replica, (int, np.integer)) \
-                or not 0 <= replica < self.topology.replicas:
-            raise ValueError(f"replica must be an int in 0..{self.topology.replicas - 1}, got {replica!r}")
+        check_int("replica", replica, 0, self.topology.replicas - 1, fix="the plan's replicas count from 0")
         first, last = self._steps(epoch, start, stop)
         if self.options.pack:
             return self.epoch(epoch, start, stop).ids[:, replica].copy()

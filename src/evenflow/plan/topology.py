@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evenflow.util.validate import check_int
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -27,12 +29,8 @@ class Topology:
     weights: tuple[float, ...] | None = None
 
     def __post_init__(self):
-        r = self.replicas
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
-            raise TypeError(f"replicas must be an int, got {type(r).__name__} ({r!r})")
-        if r < 1:
-            raise ValueError(f"replicas must be at least 1, got {r}")
-        object.__setattr__(self, "replicas", int(r))
+        r = check_int("replicas", self.replicas, 1)
+        object.__setattr__(self, "replicas", r)
         if self.weights is None:
             return
         try:

@@ -30,6 +30,7 @@ from evenflow.records.example.varlen import ListScan, scan_list
 from evenflow.records.shard_files import (close_mirrors, fetch_all, fetch_checked, fill, local_files, named_by_url,
                                           open_mirrors, remote_stats)
 from evenflow.util.ids import sample_ids
+from evenflow.util.validate import check_choice
 
 CHECKS = ("ends", "headers", "crc")
 
@@ -77,8 +78,7 @@ class RecordDataset:
 
     def __init__(self, path, *, features: Sequence[str] | Mapping[str, FeatureSpec] | None = None,
                  check: Literal["ends", "headers", "crc"] = "ends", skip_corrupt: bool = False):
-        if check not in CHECKS:
-            raise ValueError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
+        check_choice("check", check, CHECKS)
         if skip_corrupt and check != "crc":
             check = "crc"  # corrupt records are only found by checking CRCs
         self.paths, self.manifest, self.manifest_path, self.manifest_file = resolve_paths(path)

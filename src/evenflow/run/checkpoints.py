@@ -55,6 +55,7 @@ from evenflow.run.checkpoint_list import (CHECKPOINT_DIR, CONFIRMED, DAMAGED_PRE
                                          read_checkpoint, verify)
 from evenflow.run.checkpoint_trust import FILES, META, file_digests, seal
 from evenflow.util.files import fsync_dir, fsync_file
+from evenflow.util.validate import check_int
 
 # Test hook: "kill:<point>:<n>" SIGKILLs the process the n-th time it reaches fault point <point>;
 # "sleep:<point>:<seconds>" sleeps there (to widen a window for an external kill -9).
@@ -121,8 +122,7 @@ class Checkpointer:
 
     def __init__(self, run_dir: str | Path, state: ModelState, keep: int = 3, is_chief: bool = True,
                  worker: int = 0):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an int >= 1 (checkpoints kept), got {keep!r}")
+        check_int("keep", keep, 1, fix="the number of checkpoints kept")
         missing = [name for name in ("describe", "is_finite", "write", "read")
                    if not callable(getattr(state, name, None))]
         if missing:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evenflow.run.validate import check_bool, check_int, check_str
+from evenflow.util.validate import check_bool, check_int, check_number, check_str, set_checked
 
 
 def _help(text: str) -> dict:
@@ -20,12 +20,7 @@ def _help(text: str) -> dict:
 
 def check_test_fraction(value) -> float:
     """A share in ``[0, 1)``: 0 holds nothing out."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"test_fraction must be a number, got {type(value).__name__} ({value!r})")
-    if not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1) (0: train on every sample), got {float(value):g}; "
-                         f"e.g. 0.2")
-    return float(value)
+    return check_number("test_fraction", value, 0, 1, high_open=True, fix="0: train on every sample; e.g. 0.2")
 
 
 @dataclass(frozen=True)
@@ -67,7 +62,7 @@ class DataOptions:
         check_str("feature_key", self.feature_key)
         check_str("label_key", self.label_key)
         object.__setattr__(self, "test_fraction", check_test_fraction(self.test_fraction))
-        check_int("split_seed", self.split_seed, 0)
+        set_checked(self, "split_seed", check_int, 0)
         if not isinstance(self.eval_dataset, str):
             raise TypeError(f"eval_dataset must be a dataset name or path (a string; empty: none), got "
                             f"{type(self.eval_dataset).__name__} ({self.eval_dataset!r})")
@@ -75,7 +70,7 @@ class DataOptions:
         check_str("augment", self.augment)
         from evenflow.data.augment_policy import parse_policy
         parse_policy(self.augment)
-        check_bool("skip_corrupt", self.skip_corrupt)
+        set_checked(self, "skip_corrupt", check_bool)
         from evenflow.data.pad_lengths import parse_pad_lengths  # a TOML array becomes the comma form
         parsed = parse_pad_lengths(self.pad_lengths)
         object.__setattr__(self, "pad_lengths", ",".join(map(str, parsed)) if parsed else "")

@@ -24,7 +24,6 @@ fingerprint (checked on resume: a run directory only resumes the same plan).
 """
 from __future__ import annotations
 
-import numbers
 import sys
 from dataclasses import asdict
 
@@ -37,6 +36,7 @@ from evenflow.run.anomaly import AnomalyPolicy
 from evenflow.run.audit import AuditLog
 from evenflow.run.checkpoints import (Checkpointer, CheckpointInfo, NonFiniteModelError, fault_point,
                                       list_checkpoints)
+from evenflow.util.validate import check_int
 
 
 class TrainingGuard:
@@ -57,10 +57,8 @@ class TrainingGuard:
             raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
         if not isinstance(checkpointer, Checkpointer):
             raise TypeError(f"checkpointer must be an evenflow.run.Checkpointer, got {type(checkpointer).__name__}")
-        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 0:
-            raise ValueError(f"every must be an int >= 0 (steps between checkpoints; 0: epoch ends only), "
-                             f"got {every!r}")
-        self.plan, self.checkpointer, self.every = plan, checkpointer, int(every)
+        every = check_int("every", every, 0, fix="steps between checkpoints; 0: epoch ends only")
+        self.plan, self.checkpointer, self.every = plan, checkpointer, every
         self.audit, self.anomalies, self.is_chief = audit, anomalies, is_chief
         self.history: list[dict] = []
         # Facts every checkpoint's meta.json carries (e.g. the framework that wrote it).

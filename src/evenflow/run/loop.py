@@ -18,7 +18,6 @@ small rows between processes. Everything else is here, once, for every framework
 """
 from __future__ import annotations
 
-import numbers
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from evenflow.run.replans import PlanSwitches
 from evenflow.run.results import EpochResult, EvalResult, Tally
 from evenflow.run.same_plan import check_same_plan
 from evenflow.run.settle import settle_step, speed_decision
-from evenflow.run.validate import check_accumulate_steps
+from evenflow.util.validate import check_accumulate_steps, check_int
 
 # Most plan slots (ids) one training stream holds: 2**23 int64 ids = 64 MiB of host memory.
 CHUNK_SLOTS = 2**23
@@ -112,9 +111,8 @@ class TrainLoop:
         start = Cursor(0, 0) if start is None else start
         if not isinstance(start, Cursor):
             raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
-        if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs <= start.epoch:
-            raise ValueError(f"epochs must be an int greater than the start epoch {start.epoch}, got {epochs!r}")
-        epochs = int(epochs)
+        epochs = check_int("epochs", epochs, start.epoch + 1, fix=f"the epoch to stop before, after the start epoch "
+                           f"{start.epoch}")
         if not isinstance(plan, Plan):
             raise TypeError(f"plan must be an evenflow Plan, got {type(plan).__name__}")
         if monitor is not None and not self.engine.timing:

@@ -8,6 +8,7 @@ Python, so a run fails on a wrong model before a framework starts.
 from __future__ import annotations
 
 from evenflow.run.options import MODEL_NAMES
+from evenflow.util.validate import check_choice
 
 _NEEDS = {"cnn": (2, 3), "text_cnn": (1,), "hashed_text": (1,)}
 _TEXT = ("text_cnn", "hashed_text")  # models of token sequences  # accepted ranks of one sample's features; absent = any rank
@@ -22,8 +23,7 @@ def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
 
     Pure Python, so it can run before a framework starts.
     """
-    if name not in MODEL_NAMES:
-        raise ValueError(f"model must be one of {', '.join(sorted(MODEL_NAMES))}, got {name!r}")
+    check_choice("model", name, MODEL_NAMES)
     if name in _TEXT and len(input_shape) != 1:
         raise ValueError(f"model {name!r} needs token sequences (per-sample shape (length,)), got "
                          f"{tuple(input_shape)}; use it with a text dataset such as builtin:stdlib-docs")

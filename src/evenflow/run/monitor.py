@@ -42,6 +42,7 @@ import numpy as np
 from evenflow.plan.cursor import Cursor
 from evenflow.plan.speed.rebalancer import Decision, RebalanceOptions, Rebalancer
 from evenflow.util.files import drop_partial_line, line_with_crc
+from evenflow.util.validate import check_int
 
 TELEMETRY_FILE = "telemetry.jsonl"
 FIELDS = 6  # samples, cost, compute, input wait, end, gap (per replica and update)
@@ -77,11 +78,8 @@ class ReplicaMonitor:
                  rebalance: RebalanceOptions | None = None, check_every: int = 2,
                  telemetry: str | Path | None = None, log=None, workers: int = 1, append: bool = False,
                  log_every: int = 25, shared_devices: bool = False, input_facts: dict | None = None):
-        for name, value in (("check_every", check_every), ("log_every", log_every)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        self.replicas, self.steps_per_epoch, self.check_every = int(replicas), int(steps_per_epoch), check_every
-        self.log_every = log_every
+        self.replicas, self.steps_per_epoch = int(replicas), int(steps_per_epoch)
+        self.check_every, self.log_every = check_int("check_every", check_every, 1), check_int("log_every", log_every, 1)
         self._tb: list[np.ndarray] = []  # absorbed rows [R, FIELDS] not yet written to TensorBoard
         self._last_at = 0
         self.costs = None if costs is None else np.asarray(costs, np.float64)

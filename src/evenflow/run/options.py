@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evenflow.run.clusters import CLUSTERS
-from evenflow.run.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED, check_bool,
-                                   check_choice, check_finite, check_float, check_int, check_learning_rate, check_str)
+from evenflow.util.validate import (LEARNING_RATES, MAX_ACCUMULATE_STEPS, MAX_GLOBAL_BATCH, MAX_SEED,
+                                    check_accumulate_steps, check_bool, check_choice, check_int, check_learning_rate,
+                                    check_number, check_str, set_checked)
 
 # A framework is a folder of evenflow holding an adapter.py (tf/, torch/); run/adapter.py is the interface.
 FRAMEWORKS: tuple[str, ...] = tuple(sorted(p.parent.name for p in Path(__file__).resolve().parents[1].glob("*/adapter.py")
@@ -54,10 +55,7 @@ class ModelOptions:
 
     def __post_init__(self):
         check_choice("model", self.model, CHOICES["model"])
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be a rate in [0, 1), got {self.dropout!r}; e.g. 0.2")
-        object.__setattr__(self, "dropout", float(self.dropout))
+        set_checked(self, "dropout", check_number, 0, 1, high_open=True, fix="e.g. 0.2")
 
 
 @dataclass(frozen=True)
@@ -90,12 +88,12 @@ class ScheduleOptions:
                                                        "(needs a dataset with costs, e.g. builtin:stdlib-docs)"))
 
     def __post_init__(self):
-        check_int("epochs", self.epochs, 1)
-        check_int("global_batch_size", self.global_batch_size, 1, MAX_GLOBAL_BATCH)
-        check_int("seed", self.seed, 0, MAX_SEED)
-        check_bool("stratify", self.stratify)
+        set_checked(self, "epochs", check_int, 1)
+        set_checked(self, "global_batch_size", check_int, 1, MAX_GLOBAL_BATCH)
+        set_checked(self, "seed", check_int, 0, MAX_SEED)
+        set_checked(self, "stratify", check_bool)
         check_choice("balance", self.balance, CHOICES["balance"])
-        check_bool("bucket", self.bucket)
+        set_checked(self, "bucket", check_bool)
 
 
 @dataclass(frozen=True)
@@ -142,23 +140,19 @@ class ComputeOptions:
 
     def __post_init__(self):
         check_choice("framework", self.framework, CHOICES["framework"])
-        check_bool("shard_parameters", self.shard_parameters)
+        set_checked(self, "shard_parameters", check_bool)
         check_choice("strategy", self.strategy, CHOICES["strategy"])
         check_choice("cluster", self.cluster, CHOICES["cluster"])
-        check_int("replicas", self.replicas, 1)
+        set_checked(self, "replicas", check_int, 1)
         check_choice("precision", self.precision, CHOICES["precision"])
-        check_int("threads", self.threads, 0, 1024)
+        set_checked(self, "threads", check_int, 0, 1024)
         check_choice("communication", self.communication, CHOICES["communication"])
         check_choice("backend", self.backend, CHOICES["backend"])
-        check_int("bytes_per_pack", self.bytes_per_pack, 0)
-        timeout = check_float("collective_timeout", self.collective_timeout, 0.0)
-        object.__setattr__(self, "collective_timeout", check_finite("collective_timeout", timeout, "300"))
+        set_checked(self, "bytes_per_pack", check_int, 0)
+        set_checked(self, "collective_timeout", check_number, 0, low_open=True, fix="e.g. 300")
         check_choice("gradient_compression", self.gradient_compression, CHOICES["gradient_compression"])
-        check_int("accumulate_steps", self.accumulate_steps, 1)
-        if self.accumulate_steps > MAX_ACCUMULATE_STEPS:
-            raise ValueError(f"accumulate_steps must be at most {MAX_ACCUMULATE_STEPS}, got {self.accumulate_steps}; "
-                             f"use a larger global_batch_size for larger updates")
-        check_int("loader_workers", self.loader_workers, 0, 64)
+        check_accumulate_steps(self.accumulate_steps)
+        set_checked(self, "loader_workers", check_int, 0, 64)
 
 
 @dataclass(frozen=True)
@@ -187,11 +181,11 @@ class CheckpointOptions:
                                                               "resumed ends bitwise equal (slower on GPU)"))
 
     def __post_init__(self):
-        check_int("checkpoint_every", self.checkpoint_every, 0)
-        check_int("keep_checkpoints", self.keep_checkpoints, 1)
-        check_bool("resume", self.resume)
-        check_bool("audit", self.audit)
-        check_bool("deterministic", self.deterministic)
+        set_checked(self, "checkpoint_every", check_int, 0)
+        set_checked(self, "keep_checkpoints", check_int, 1)
+        set_checked(self, "resume", check_bool)
+        set_checked(self, "audit", check_bool)
+        set_checked(self, "deterministic", check_bool)
 
 
 @dataclass(frozen=True)
@@ -207,14 +201,11 @@ class AnomalyOptions:
     max_restores: int = field(default=3, metadata=_help("restores allowed before the run stops as diverged, >= 0"))
 
     def __post_init__(self):
-        check_bool("skip_nonfinite", self.skip_nonfinite)
-        check_int("restore_after", self.restore_after, 0)
-        factor = check_float("restore_lr_factor", self.restore_lr_factor, 0.0)
-        if factor > 1.0:
-            raise ValueError(f"restore_lr_factor must be in (0, 1] (it lowers the learning rate), got {factor:g}; "
-                             f"e.g. 0.5")
-        object.__setattr__(self, "restore_lr_factor", factor)
-        check_int("max_restores", self.max_restores, 0)
+        set_checked(self, "skip_nonfinite", check_bool)
+        set_checked(self, "restore_after", check_int, 0)
+        set_checked(self, "restore_lr_factor", check_number, 0, 1, low_open=True,
+                    fix="it lowers the learning rate; e.g. 0.5")
+        set_checked(self, "max_restores", check_int, 0)
 
 
 @dataclass(frozen=True)
@@ -244,18 +235,13 @@ class MonitorOptions:
 
     def __post_init__(self):
         check_choice("rebalance", self.rebalance, CHOICES["rebalance"])
-        check_bool("telemetry", self.telemetry)
-        threshold = check_float("rebalance_threshold", self.rebalance_threshold, 1.0)
-        object.__setattr__(self, "rebalance_threshold", check_finite("rebalance_threshold", threshold, "1.1"))
-        payback = self.rebalance_payback
-        if isinstance(payback, bool) or not isinstance(payback, (int, float)) or not 0 <= payback <= 1e6:
-            raise ValueError(f"rebalance_payback must be a number in [0, 1e6] (2 = a re-plan must save twice "
-                             f"its cost), got {payback!r}")
+        set_checked(self, "telemetry", check_bool)
+        set_checked(self, "rebalance_threshold", check_number, 1, low_open=True, fix="e.g. 1.1")
+        set_checked(self, "rebalance_payback", check_number, 0, 1e6,
+                     fix="2 = a re-plan must save twice its cost")
         if not isinstance(self.simulate_slow, str):
             raise TypeError(f"simulate_slow must be a string like '3:2@100', got {self.simulate_slow!r}")
-        ms = self.simulate_sample_ms
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= 10_000:
-            raise ValueError(f"simulate_sample_ms must be a number of milliseconds in [0, 10000], got {ms!r}")
+        set_checked(self, "simulate_sample_ms", check_number, 0, 10_000, fix="milliseconds per sample, e.g. 5")
         if self.rebalance == "off":  # they decide when to re-plan, and nothing re-plans
             fields = type(self).__dataclass_fields__
             for name in ("rebalance_threshold", "rebalance_payback"):

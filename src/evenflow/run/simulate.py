@@ -14,9 +14,10 @@ time: the delays are sleeps, during which the other replicas run.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
+
+from evenflow.util.validate import check_int, check_number
 
 _ITEM = re.compile(r"^\s*(\d+)\s*:\s*([0-9.eE+-]+)\s*(?:@\s*(\d+))?\s*$")
 
@@ -30,14 +31,10 @@ class SlowReplica:
     from_step: int = 0
 
     def __post_init__(self):
-        if isinstance(self.replica, bool) or not isinstance(self.replica, int) or self.replica < 0:
-            raise ValueError(f"simulate_slow: the replica must be an int >= 0, got {self.replica!r}")
-        if isinstance(self.factor, bool) or not (isinstance(self.factor, (int, float)) and math.isfinite(self.factor)
-                                                 and 1 <= self.factor <= 100):
-            raise ValueError(f"simulate_slow: the factor must be a number in [1, 100] (2 = twice as slow), got "
-                             f"{self.factor!r}")
-        if isinstance(self.from_step, bool) or not isinstance(self.from_step, int) or self.from_step < 0:
-            raise ValueError(f"simulate_slow: the step must be an int >= 0, got {self.from_step!r}")
+        object.__setattr__(self, "replica", check_int("simulate_slow: the replica", self.replica, 0))
+        object.__setattr__(self, "factor", check_number("simulate_slow: the factor", self.factor, 1, 100,
+                                                        fix="2 = twice as slow"))
+        object.__setattr__(self, "from_step", check_int("simulate_slow: the step", self.from_step, 0))
 
 
 @dataclass(frozen=True)
@@ -48,9 +45,7 @@ class Simulation:
     sample_ms: float = 0.0
 
     def __post_init__(self):
-        if isinstance(self.sample_ms, bool) or not (isinstance(self.sample_ms, (int, float))
-                                                    and math.isfinite(self.sample_ms) and self.sample_ms >= 0):
-            raise ValueError(f"simulate_sample_ms must be a number >= 0, got {self.sample_ms!r}")
+        object.__setattr__(self, "sample_ms", check_number("simulate_sample_ms", self.sample_ms, 0))
         if not isinstance(self.slow, (tuple, list)) or not all(isinstance(s, SlowReplica) for s in self.slow):
             raise TypeError(f"slow must be a tuple of SlowReplica (e.g. (SlowReplica(1, 2.0),), or "
                             f"parse_slow('1:2') for the command line's form), got {self.slow!r}")

@@ -11,6 +11,7 @@ enough devices it reuses them, otherwise it says to start a new process.
 from __future__ import annotations
 
 from evenflow.tf._lazy import tf as _tf
+from evenflow.util.validate import check_int
 
 # Logical CPU devices share the same cores and thread pools; past a few dozen they only add
 # scheduling overhead, and a typo like --replicas 4000 should not quietly create 4000 devices.
@@ -18,11 +19,7 @@ MAX_CPU_REPLICAS = 64
 
 
 def _check_replicas(replicas) -> int:
-    if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise TypeError(f"replicas must be an int, got {type(replicas).__name__} ({replicas!r})")
-    if replicas < 1:
-        raise ValueError(f"replicas must be at least 1, got {replicas}")
-    return replicas
+    return check_int("replicas", replicas, 1)
 
 
 def default_replicas(cpu_replicas: int = 4) -> int:

@@ -18,6 +18,7 @@ from evenflow.run.options import ComputeOptions, ModelOptions
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf.input.packed import packed_text_cnn
 from evenflow.tf.input.text import text_cnn
+from evenflow.util.validate import check_int
 
 
 def _dropout(layers, rate: float, dtype) -> list:
@@ -92,8 +93,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
     """
     if name not in API_ONLY:
         check_model_input(name, input_shape)
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+    num_classes = check_int("num_classes", num_classes, 2)
     keras = _keras()
     extra = {"vocab_size": int(vocab_size)} if name in ("text_cnn", *API_ONLY) and vocab_size is not None else {}
     return MODELS[name](tuple(input_shape), int(num_classes), keras.DTypePolicy(precision), dropout=float(dropout),

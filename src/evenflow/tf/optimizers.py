@@ -5,6 +5,7 @@ from typing import Callable
 
 from evenflow.run.options import ComputeOptions
 from evenflow.tf._lazy import keras as _keras
+from evenflow.util.validate import check_choice
 
 # The optimizers of `make_optimizer` (and the `optimizer` key of a run) by name.
 OPTIMIZERS: dict[str, Callable] = {
@@ -19,8 +20,7 @@ def make_optimizer(name: str, learning_rate: float, precision: str = ComputeOpti
     Call it inside ``strategy.scope()``: the optimizer remembers the strategy it was
     created under and all-reduces gradients through it.
     """
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(sorted(OPTIMIZERS))}, got {name!r}")
+    check_choice("optimizer", name, OPTIMIZERS)
     keras = _keras()
     opt = OPTIMIZERS[name](keras, float(learning_rate))
     if precision == "mixed_float16":

@@ -29,7 +29,7 @@ from evenflow.run.loop import LoopFront, TrainLoop, check_accumulate_steps
 from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.simulate import Simulation
 from evenflow.run.step_options import StepOptions
-from evenflow.run.validate import check_bool
+from evenflow.util.validate import check_bool
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf

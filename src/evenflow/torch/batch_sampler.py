@@ -29,6 +29,7 @@ processes and Accelerate's loaders read ahead, so there pass the loop's own posi
 """
 from __future__ import annotations
 
+import numbers
 import sys
 
 import numpy as np
@@ -37,8 +38,9 @@ from evenflow.plan import Cursor, Plan
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.ddp_watch import watch_ddp
 from evenflow.torch.exact import masked_mean
-from evenflow.torch.loader import PlanSteps, _is_int, plan_rank_and_world_size, rank_and_world_size
+from evenflow.torch.loader import PlanSteps, plan_rank_and_world_size, rank_and_world_size
 from evenflow.torch.position import position_state, restored_cursor
+from evenflow.util.validate import check_bool, check_int
 
 
 class PlanBatchSampler:
@@ -57,9 +59,7 @@ class PlanBatchSampler:
         if plan.options.pack:
             raise ValueError("PlanBatchSampler yields dataset indices, and a packed plan (Plan(pack=L)) places "
                              "token spans; read a packed plan with PlanLoader over a TextSource")
-        if not isinstance(pad, bool):
-            raise TypeError(f"pad must be True or False, got {pad!r}")
-        self.plan, self.pad = plan, pad
+        self.plan, self.pad = plan, check_bool("pad", pad)
         self._sizes = plan.step_sizes
         self._real = np.zeros(plan.num_steps, dtype=np.int64)
         self.epoch, self._next, self._first = 0, 0, 0   # the epoch, its next step to hand out, the first handed
@@ -67,10 +67,9 @@ class PlanBatchSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Read epoch ``epoch`` next (as ``DistributedSampler.set_epoch``); a restored position in it is kept."""
-        if not _is_int(epoch) or epoch < 0:
-            raise ValueError(f"set_epoch takes an epoch number >= 0, got {epoch!r}")
-        if int(epoch) != self.epoch:
-            self.epoch, self._next = int(epoch), 0
+        epoch = check_int("epoch", epoch, 0, fix="set_epoch takes an epoch number")
+        if epoch != self.epoch:
+            self.epoch, self._next = epoch, 0
 
     @property
     def first_step(self) -> int:
@@ -99,13 +98,11 @@ class PlanBatchSampler:
 
     def global_count(self, step: int) -> int:
         """Real samples of global step ``step`` over all ranks: the exact loss's denominator."""
-        if not _is_int(step) or not 0 <= step < self.plan.num_steps:
-            raise ValueError(f"step must be an int in [0, {self.plan.num_steps}), got {step!r}")
-        return int(self._sizes[step])
+        return int(self._sizes[check_int("step", step, 0, self.plan.num_steps - 1, fix="a step of the epoch")])
 
     def real_count(self, step: int) -> int:
         """This rank's real rows in step ``step`` of the current epoch (the first rows of its batch)."""
-        if not _is_int(step) or not self._first <= step < self._next:
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or not self._first <= step < self._next:
             raise ValueError(f"step {step!r} of epoch {self.epoch} has not been handed to the DataLoader (steps "
                              f"{self._first}..{self._next - 1} have); number the loop's batches from "
                              f"sampler.first_step: enumerate(loader, sampler.first_step)")
@@ -125,8 +122,7 @@ class PlanBatchSampler:
     def state_dict(self, next_step: int | None = None) -> dict:
         """The position: the current epoch and its next step (the steps handed out, or ``next_step``)."""
         step = self._next if next_step is None else next_step
-        if not _is_int(step) or not 0 <= step <= self.plan.num_steps:
-            raise ValueError(f"next_step must be an int in [0, {self.plan.num_steps}], got {step!r}")
+        check_int("next_step", step, 0, self.plan.num_steps, fix="a step of the epoch, or its end")
         return position_state(self.plan, self.epoch, step)
 
     def load_state_dict(self, state: dict) -> None:

@@ -11,9 +11,8 @@
 """
 from __future__ import annotations
 
-import numpy as np
-
 from evenflow.torch._lazy import torch as _torch
+from evenflow.util.validate import check_bool, check_int
 
 # The keys of a batch that evenflow reads after a transform (the loader, then the trainer).
 READ_KEYS = ("id", "mask", "global_real_count", "epoch", "step", "features", "label")
@@ -67,25 +66,19 @@ def checked_transform(transform, batch: dict) -> dict:
     return out
 
 
-def _is_int(value) -> bool:
-    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
-
-
 def loader_options(num_workers, prefetch_factor, multiprocessing_context, pin_memory, transform) -> tuple[int, int]:
     """``(num_workers, prefetch_factor)`` as ints once checked (numpy integers taken); errors name the argument."""
-    if not _is_int(num_workers) or num_workers < 0:
-        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    num_workers = check_int("num_workers", num_workers, 0)
     for name, value in (("prefetch_factor", prefetch_factor), ("multiprocessing_context", multiprocessing_context)):
         if value is not None and num_workers == 0:
             raise ValueError(f"{name}={value!r} applies to DataLoader worker processes, and num_workers is 0 "
                              f"(batches load in this process); pass num_workers >= 1 or leave {name} out")
-    if prefetch_factor is not None and (not _is_int(prefetch_factor) or prefetch_factor < 1):
-        raise ValueError(f"prefetch_factor must be an int >= 1, got {prefetch_factor!r}")
-    if not isinstance(pin_memory, (bool, np.bool_)):
-        raise TypeError(f"pin_memory must be True or False, got {pin_memory!r}")
+    if prefetch_factor is not None:
+        prefetch_factor = check_int("prefetch_factor", prefetch_factor, 1)
+    check_bool("pin_memory", pin_memory)
     if transform is not None and not callable(transform):
         raise TypeError(f"transform must be a function batch -> batch, got {type(transform).__name__}")
-    return int(num_workers), None if prefetch_factor is None else int(prefetch_factor)
+    return num_workers, prefetch_factor
 
 
 def check_precision(precision: str) -> None:

@@ -23,14 +23,13 @@
 from __future__ import annotations
 
 import datetime
-import math
-import numbers
 import os
 
 import numpy as np
 
 from evenflow.run.options import BACKENDS  # the CLI's --backend choices
 from evenflow.torch._lazy import torch as _torch
+from evenflow.util.validate import check_number
 
 # gloo's own default is 30 minutes: far too long to notice a dead peer.
 DEFAULT_TIMEOUT_S = 300.0
@@ -65,10 +64,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = DEFAULT_TIME
     """
     torch = _torch()
     backend = _backend(backend, torch)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not (
-            math.isfinite(timeout_s) and timeout_s > 0):
-        raise ValueError(f"timeout_s (the process-group timeout) must be a finite number of seconds > 0, "
-                         f"got {timeout_s!r}")
+    check_number("timeout_s", timeout_s, 0, low_open=True, fix="the process-group timeout in seconds, e.g. 300")
     dist = torch.distributed
     joined = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if joined else _env_int("WORLD_SIZE", 1)

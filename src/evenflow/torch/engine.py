@@ -48,6 +48,7 @@ from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import loss_denominator, masked_sum
 from evenflow.torch.sharding import gradient_sync_off, is_sharded, local_tensor, sum_gradients
 from evenflow.torch.verdict import Verdict
+from evenflow.util.validate import check_choice
 
 GRADIENT_SUMS = ("ordered", "ring")
 
@@ -95,8 +96,7 @@ class TorchEngine:
         torch = _torch()
         compute = options.compute
         compression, bucket_bytes, precision = compute.gradient_compression, compute.bytes_per_pack, compute.precision
-        if gradient_sum not in GRADIENT_SUMS:
-            raise ValueError(f"gradient_sum must be one of {', '.join(GRADIENT_SUMS)}, got {gradient_sum!r}")
+        check_choice("gradient_sum", gradient_sum, GRADIENT_SUMS)
         check_precision(precision)
         _check_model(model, optimizer)
         self.rank, self.world = rank_and_world_size()

@@ -31,6 +31,7 @@ from evenflow.run.options import COMPRESSIONS
 from evenflow.torch.engine import GRADIENT_SUMS
 from evenflow.torch.losses import masked_loss
 from evenflow.torch.sharding import is_sharded
+from evenflow.util.validate import check_choice
 
 
 def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", **ddp_kwargs):
@@ -69,10 +70,8 @@ def exact_ddp(model, *, gradient_sum: str = "ring", compression: str = "none", *
             ``WORLD_SIZE`` > 1 (torchrun) but no process group yet.
     """
     torch = _torch()
-    if gradient_sum not in GRADIENT_SUMS:
-        raise ValueError(f"gradient_sum must be one of {', '.join(GRADIENT_SUMS)}, got {gradient_sum!r}")
-    if compression not in COMPRESSIONS:
-        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+    check_choice("gradient_sum", gradient_sum, GRADIENT_SUMS)
+    check_choice("compression", compression, COMPRESSIONS)
     ddp_class = torch.nn.parallel.DistributedDataParallel
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"exact_ddp takes a torch.nn.Module (or a DistributedDataParallel), got {type(model).__name__}")

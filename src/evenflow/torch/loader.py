@@ -44,6 +44,7 @@ from evenflow.torch.distributed import group_ready
 from evenflow.torch.position import position_state, restored_cursor
 from evenflow.torch.worker_errors import watched
 from evenflow.util.read_errors import note_samples
+from evenflow.util.validate import check_bool, check_int
 
 # Batches each DataLoader worker loads ahead (the DataLoader's own default).
 PREFETCH_FACTOR = 2
@@ -64,9 +65,7 @@ def rank_and_world_size(rank: int | None = None, world_size: int | None = None) 
             dist = _torch().distributed
             return int(dist.get_rank()), int(dist.get_world_size())
         return 0, 1
-    for name, v in (("rank", rank), ("world_size", world_size)):
-        if not _is_int(v):
-            raise TypeError(f"{name} must be an int, got {type(v).__name__} ({v!r})")
+    rank, world_size = check_int("rank", rank), check_int("world_size", world_size)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size - 1] and world_size >= 1, got rank {rank} and "
                          f"world_size {world_size}")
@@ -82,11 +81,6 @@ def plan_rank_and_world_size(plan: Plan, rank: int | None, world_size: int | Non
         raise ValueError(f"the plan was made for {plan.topology.replicas} replicas but the world size is "
                          f"{world_size}; plan with ef.Topology({world_size})")
     return rank, world_size
-
-
-def _is_int(value) -> bool:
-    """An int or a numpy integer, not a bool."""
-    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
 
 
 class PlanSteps:
@@ -108,14 +102,9 @@ class PlanSteps:
         start = Cursor(0, 0) if start is None else start
         if not isinstance(start, Cursor):
             raise TypeError(f"start must be an evenflow Cursor, got {type(start).__name__}")
-        if not _is_int(rank):
-            raise TypeError(f"rank must be an int, got {type(rank).__name__} ({rank!r})")
-        if not 0 <= rank < plan.topology.replicas:
-            raise ValueError(f"rank must be in [0, {plan.topology.replicas - 1}] (the plan's replicas), got {rank}")
-        epochs = start.epoch + 1 if epochs is None else epochs
-        if not _is_int(epochs) or epochs <= start.epoch:
-            raise ValueError(f"epochs is the epoch to stop before and must be an int > the start epoch "
-                             f"{start.epoch}, got {epochs!r}")
+        rank = check_int("rank", rank, 0, plan.topology.replicas - 1, fix="one of the plan's replicas")
+        epochs = check_int("epochs", start.epoch + 1 if epochs is None else epochs, start.epoch + 1,
+                           fix="epochs is the epoch to stop before, after the start epoch")
         if start.step > plan.num_steps:
             raise ValueError(f"the start cursor's step must be at most the epoch's {plan.num_steps} steps, "
                              f"got {start.step}")
@@ -261,8 +250,7 @@ class PlanLoader:
         if plan.options.pack and feed is not None:
             raise ValueError("a packed plan cannot be read through a PlanFeed (switching weights mid-epoch); "
                              "read it without feed=")
-        if not isinstance(trim_padding, bool):
-            raise TypeError(f"trim_padding must be True or False, got {trim_padding!r}")
+        check_bool("trim_padding", trim_padding)
         self.steps = PlanSteps(plan, self.rank, start, epochs, feed=feed)
         self.trim_padding = trim_padding
         self.num_workers, self.prefetch_factor, self.pin_memory = num_workers, prefetch_factor, bool(pin_memory)

@@ -15,6 +15,7 @@ from typing import Callable
 from evenflow.run.options import ModelOptions
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.text import packed_text_cnn
+from evenflow.util.validate import check_choice, check_int
 
 _NEEDS = {"cnn": (2, 3)}  # accepted ranks of one sample's features; absent = any rank
 
@@ -66,8 +67,7 @@ MODELS: dict[str, Callable] = {"cnn": _cnn, "mlp": _mlp, "packed_text_cnn": _pac
 
 def check_model_input(name: str, input_shape: tuple[int, ...]) -> None:
     """Raise ``ValueError`` if model ``name`` is unknown or cannot take ``input_shape`` (no torch needed)."""
-    if name not in MODELS:
-        raise ValueError(f"model must be one of {', '.join(sorted(MODELS))}, got {name!r}")
+    check_choice("model", name, MODELS)
     if name == "packed_text_cnn" and len(input_shape) != 1:
         raise ValueError(f"model 'packed_text_cnn' needs token sequences (per-sample shape (length,)), got "
                          f"{tuple(input_shape)}")
@@ -87,8 +87,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, dropo
     calls it so.
     """
     check_model_input(name, input_shape)
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+    num_classes = check_int("num_classes", num_classes, 2)
     extra = {"vocab_size": int(vocab_size)} if name == "packed_text_cnn" and vocab_size is not None else {}
     return MODELS[name](tuple(input_shape), int(num_classes), dropout=float(dropout), **extra)
 
@@ -102,6 +101,5 @@ OPTIMIZERS: dict[str, Callable] = {
 
 def make_optimizer(name: str, params, learning_rate: float):
     """A ``torch.optim`` optimizer by name (``adam`` or ``sgd``)."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(sorted(OPTIMIZERS))}, got {name!r}")
+    check_choice("optimizer", name, OPTIMIZERS)
     return OPTIMIZERS[name](_torch(), params, float(learning_rate))

@@ -24,7 +24,7 @@ from evenflow.run.options import COMPRESSIONS, AnomalyOptions, ComputeOptions
 from evenflow.run.rerun import rerun_advice
 from evenflow.run.results import EpochResult, EvalResult
 from evenflow.run.step_options import StepOptions
-from evenflow.run.validate import check_accumulate_steps
+from evenflow.util.validate import check_accumulate_steps, check_choice
 from evenflow.torch.distributed import PeerLostError, is_peer_failure
 from evenflow.torch.engine import TorchEngine, TorchReader, check_precision
 from evenflow.torch.losses import per_sample_cross_entropy
@@ -62,8 +62,7 @@ class Trainer(LoopFront):
                  skip_nonfinite: bool = AnomalyOptions.skip_nonfinite, timing: bool = False, simulate=None,
                  precision: str = ComputeOptions.precision):
         accumulate_steps = check_accumulate_steps(accumulate_steps)
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+        check_choice("compression", compression, COMPRESSIONS)
         check_precision(precision)
         compute = ComputeOptions(framework="torch", accumulate_steps=accumulate_steps, gradient_compression=compression,
                                  bytes_per_pack=bucket_bytes, precision=precision)

@@ -1,13 +1,9 @@
 """When measured speeds re-plan the rest of an epoch: the options of :class:`~evenflow.plan.speed.rebalancer.Rebalancer`."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-
-def _number(value, finite: bool = True) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value) and (
-        math.isfinite(value) or not finite)
+from evenflow.util.validate import check_bool, check_int, check_number, set_checked
 
 
 @dataclass(frozen=True)
@@ -75,31 +71,20 @@ class RebalanceOptions:
     refine: float = 0.5
 
     def __post_init__(self):
-        if not isinstance(self.enabled, bool):
-            raise TypeError(f"enabled must be True or False, got {self.enabled!r}")
-        if not (_number(self.threshold) and self.threshold > 1):
-            raise ValueError(f"threshold must be a number > 1 (1.10 = re-plan when 10% faster steps are "
-                             f"predicted), got {self.threshold!r}")
-        if not (_number(self.urgent, finite=False) and self.urgent >= self.threshold):
-            raise ValueError(f"urgent must be a number >= threshold ({self.threshold:g}), got {self.urgent!r}; with "
-                             f"threshold={self.threshold:g} pass urgent={self.threshold:g} or more")
-        if not (_number(self.payback) and self.payback >= 0):
-            raise ValueError(f"payback must be a number >= 0 (2 = a re-plan must save twice its cost), "
-                             f"got {self.payback!r}")
+        set_checked(self, "enabled", check_bool)
+        threshold = set_checked(self, "threshold", check_number, 1, low_open=True,
+                                 fix="1.10 = re-plan when 10% faster steps are predicted")
+        set_checked(self, "urgent", check_number, threshold, finite=False,
+                     fix=f"urgent is at least threshold: with threshold={threshold:g} pass urgent={threshold:g} or more")
+        set_checked(self, "payback", check_number, 0, fix="2 = a re-plan must save twice its cost")
         for name, low in (("patience", 1), ("cooldown", 0), ("warmup", 0), ("review", 1), ("corrections", 0),
-                            ("evidence", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if not (_number(self.smoothing) and 0 < self.smoothing <= 1):
-            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
-        if not (_number(self.jump, finite=False) and self.jump > 0):
-            raise ValueError(f"jump must be a number > 0 (0.3 = a 30% change), got {self.jump!r}")
-        if not (_number(self.refine) and 0 < self.refine <= 1):
-            raise ValueError(f"refine must be in (0, 1] (0.5 = a further move needs half the threshold's margin), "
-                             f"got {self.refine!r}")
-        if not (_number(self.resolution) and 0 < self.resolution <= 0.5):
-            raise ValueError(f"resolution must be in (0, 0.5], got {self.resolution!r}")
+                          ("evidence", 1)):
+            set_checked(self, name, check_int, low)
+        set_checked(self, "smoothing", check_number, 0, 1, low_open=True, fix="e.g. 0.5")
+        set_checked(self, "jump", check_number, 0, low_open=True, finite=False, fix="0.3 = a 30% change")
+        set_checked(self, "refine", check_number, 0, 1, low_open=True,
+                     fix="0.5 = a further move needs half the threshold's margin")
+        set_checked(self, "resolution", check_number, 0, 0.5, low_open=True, fix="e.g. 0.02")
 
     @property
     def refine_threshold(self) -> float:

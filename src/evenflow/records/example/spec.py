@@ -16,6 +16,8 @@ from typing import Literal, Mapping
 
 import numpy as np
 
+from evenflow.util.validate import check_choice
+
 DTYPES = ("float32", "int64", "bytes")
 _LIST_NAME = {"bytes": "bytes_list", "float32": "float_list", "int64": "int64_list"}
 
@@ -35,8 +37,7 @@ class FeatureSpec:
     shape: tuple = ()
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"FeatureSpec dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        check_choice("FeatureSpec dtype", self.dtype, DTYPES)
         if tuple(self.shape) == (None,):
             if self.dtype == "bytes":
                 raise ValueError("FeatureSpec shape (None,) (variable length) is for float32 and int64 lists; "

@@ -29,14 +29,13 @@ from evenflow.data.augment_policy import STREAMS as _STREAMS
 from evenflow.data.augment_policy import policy_value as _policy_value
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.sample_hash import sample_uniform
+from evenflow.util.validate import check_choice, check_int, check_number
 
 MapFn = Callable[[dict], dict]
 
 
 def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
-    return seed
+    return check_int("seed", seed)
 
 
 def _features(batch: dict, name: str):
@@ -73,10 +72,8 @@ def random_crop(padding: int, seed: int = 0, mode: str = "CONSTANT") -> MapFn:
         mode: ``tf.pad`` mode: ``"CONSTANT"`` (zeros), ``"REFLECT"`` or ``"SYMMETRIC"``.
     """
     _check_seed(seed)
-    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
-        raise ValueError(f"padding must be an int >= 0, got {padding!r}")
-    if mode not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
-        raise ValueError(f"mode must be CONSTANT, REFLECT or SYMMETRIC, got {mode!r}")
+    check_int("padding", padding, 0)
+    check_choice("mode", mode, ("CONSTANT", "REFLECT", "SYMMETRIC"))
 
     def fn(batch: dict) -> dict:
         tf, x = _features(batch, "random_crop")
@@ -113,8 +110,7 @@ def random_crop(padding: int, seed: int = 0, mode: str = "CONSTANT") -> MapFn:
 def flip(horizontal: bool = True, vertical: bool = False, p: float = 0.5, seed: int = 0) -> MapFn:
     """Mirror each sample left-right and/or up-down with probability ``p`` (independently)."""
     _check_seed(seed)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p must be in [0, 1], got {p!r}")
+    check_number("p", p, 0, 1)
     if not (horizontal or vertical):
         raise ValueError("flip needs horizontal=True or vertical=True")
 
@@ -138,10 +134,8 @@ def rotate(max_degrees: float, seed: int = 0, fill_value: float = 0.0, interpola
     the image are ``fill_value``.
     """
     _check_seed(seed)
-    if not 0.0 <= max_degrees <= 180.0:
-        raise ValueError(f"max_degrees must be in [0, 180], got {max_degrees!r}")
-    if interpolation not in ("BILINEAR", "NEAREST"):
-        raise ValueError(f"interpolation must be BILINEAR or NEAREST, got {interpolation!r}")
+    check_number("max_degrees", max_degrees, 0, 180)
+    check_choice("interpolation", interpolation, ("BILINEAR", "NEAREST"))
 
     def fn(batch: dict) -> dict:
         tf, x = _features(batch, "rotate")
@@ -168,8 +162,7 @@ def rotate(max_degrees: float, seed: int = 0, fill_value: float = 0.0, interpola
 def brightness(max_delta: float, seed: int = 0) -> MapFn:
     """Add a per-sample delta uniform in ``[-max_delta, max_delta]`` (float features)."""
     _check_seed(seed)
-    if not 0 <= max_delta < math.inf:
-        raise ValueError(f"max_delta must be a finite number >= 0, got {max_delta!r}")
+    check_number("max_delta", max_delta, 0)
 
     def fn(batch: dict) -> dict:
         tf, x = _features(batch, "brightness")

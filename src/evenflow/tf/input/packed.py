@@ -13,8 +13,6 @@ alone or with others.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from evenflow.data.packed import check_packed_source, check_text_cnn
@@ -23,6 +21,7 @@ from evenflow.plan import Cursor, Plan
 from evenflow.tf._lazy import keras as _keras
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.pyfunc import numpy_function
+from evenflow.util.validate import check_int
 
 _KEYS = ("features", "segment_ids", "positions", "label", "length")
 
@@ -59,11 +58,8 @@ def packed_dataset(source, plan: Plan, replica: int, start: Cursor | None = None
         raise ValueError("packed_dataset reads a packed plan; plan with Plan(..., pack=L), or read an unpacked "
                          "plan with evenflow.tf.PlanReader")
     check_packed_source(source, plan)
-    if isinstance(replica, bool) or not (isinstance(replica, numbers.Integral)
-                                         and 0 <= replica < plan.topology.replicas):
-        raise ValueError(f"replica must be an int in [0, {plan.topology.replicas - 1}], got {replica!r}")
-    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 1:
-        raise ValueError(f"epochs must be an int >= 1 (epochs to read from start.epoch), got {epochs!r}")
+    check_int("replica", replica, 0, plan.topology.replicas - 1, fix="one of the plan's replicas")
+    check_int("epochs", epochs, 1, fix="epochs to read from start.epoch")
     if start is not None and not isinstance(start, Cursor):
         raise TypeError(f"start must be an evenflow Cursor or None, got {start!r}")
     replica, epochs = int(replica), int(epochs)

@@ -39,7 +39,6 @@ TensorFlow source of your own (:class:`~evenflow.tf.input.sources.TensorSource`)
 """
 from __future__ import annotations
 
-import numbers
 from typing import Sequence
 
 import numpy as np
@@ -47,7 +46,7 @@ import numpy as np
 from evenflow.plan import Cursor, EpochPlan, Plan
 from evenflow.plan.epoch_rows import EpochRows, check_epochs
 from evenflow.plan.feed import PlanFeed
-from evenflow.run.validate import check_bool
+from evenflow.util.validate import check_bool, check_int
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.input.chain_fns import check_batch_fn
 from evenflow.tf.input.device_iterators import install as autotune_off_on_devices
@@ -107,8 +106,7 @@ class PlanReader:
             if not callable(fn):
                 raise TypeError(f"map_fns[{i}] must be a function batch -> batch, got {type(fn).__name__}")
             check_batch_fn(fn, f"map_fns[{i}]")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise ValueError(f"prefetch must be an int >= 1 (batches per replica), got {prefetch!r}")
+        check_int("prefetch", prefetch, 1, fix="batches per replica")
         self.trim_padding, self.stamp = check_bool("trim_padding", trim_padding), check_bool("stamp", stamp)
         self.source, self.map_fns, self.prefetch = source, map_fns, prefetch
 
@@ -148,9 +146,8 @@ class PlanReader:
         if not isinstance(start, Cursor):
             raise TypeError(f"start must be an evenflow Cursor or None, got {start!r}")
         r_count = plan.topology.replicas
-        if replica is not None and (isinstance(replica, bool) or not isinstance(replica, numbers.Integral)
-                                    or not 0 <= replica < r_count):
-            raise ValueError(f"replica must be in [0, {r_count - 1}] for a plan of {r_count} replicas, got {replica!r}")
+        if replica is not None:
+            check_int("replica", replica, 0, r_count - 1, fix=f"a plan of {r_count} replicas")
         check_epochs(epochs, endless=True)
         replica, epochs = (None if v is None else int(v) for v in (replica, epochs))
         if start.step > plan.num_steps:
@@ -212,10 +209,8 @@ class PlanReader:
     def epoch_dataset(self, ep: EpochPlan, replica: int | None):
         """Like :meth:`replica_dataset` for one ready :class:`EpochPlan` (no on-the-fly planning)."""
         tf = _tf()
-        if replica is not None and (isinstance(replica, bool) or not isinstance(replica, numbers.Integral)
-                                    or not 0 <= replica < ep.replicas):
-            raise ValueError(f"replica must be in [0, {ep.replicas - 1}] for a plan of {ep.replicas} replicas, "
-                             f"got {replica!r}")
+        if replica is not None:
+            check_int("replica", replica, 0, ep.replicas - 1, fix=f"a plan of {ep.replicas} replicas")
         replica = None if replica is None else int(replica)
         ids = ep.ids.reshape(ep.num_steps, -1) if replica is None else ep.ids[:, replica, :]
         counts = ep.global_real_counts.astype(np.int64)

@@ -43,6 +43,7 @@ from evenflow.tf.input.pipeline import finish
 from evenflow.tf.input.reader import PlanReader
 from evenflow.tf.input.records_source import serialized_records
 from evenflow.tf.input.sample_hash import sample_seeds
+from evenflow.util.validate import check_bool, check_choice, check_int
 
 _SCALARS = ("global_real_count", "epoch")
 
@@ -115,12 +116,9 @@ class RecordChain(PlanReader):
         for name, fn in (("parse_fn", parse_fn), ("preprocess_fn", preprocess_fn), ("augment_fn", augment_fn)):
             if fn is not None and not callable(fn) or (name == "parse_fn" and fn is None):
                 raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
-        if not isinstance(batched, bool):
-            raise TypeError(f"batched must be True or False, got {batched!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
-        if check not in CHECKS:
-            raise ValueError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
+        check_bool("batched", batched)
+        check_int("seed", seed)
+        check_choice("check", check, CHECKS)
         dataset = files if isinstance(files, RecordDataset) else RecordDataset(files, check=check)
         self.chain = ExampleChain(parse_fn, preprocess_fn, augment_fn)
         self.batched, self.seed, self.dataset = batched, seed, dataset

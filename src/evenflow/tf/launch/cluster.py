@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from evenflow.plan import Topology
+from evenflow.util.validate import check_bool, check_int, set_checked
 
 # Set by `evenflow launch --replicas-per-worker R`; overrides `replicas` of an `evenflow train` worker.
 REPLICAS_ENV = "EVENFLOW_REPLICAS_PER_WORKER"
@@ -56,17 +57,12 @@ class Cluster:
         for w in workers:
             if not isinstance(w, str) or ":" not in w:
                 raise ValueError(f"each worker address must be 'host:port', got {w!r}; e.g. '10.0.0.2:12345'")
-        if isinstance(self.index, bool) or not isinstance(self.index, int):
-            raise TypeError(f"index must be an int, got {type(self.index).__name__} ({self.index!r})")
-        if not 0 <= self.index < max(len(workers), 1):
-            raise ValueError(f"index must be in [0, {max(len(workers), 1) - 1}] for a cluster of "
-                             f"{max(len(workers), 1)} worker(s), got {self.index}; fix task.index in TF_CONFIG")
-        if self.replicas_per_worker is not None and (
-                isinstance(self.replicas_per_worker, bool) or not isinstance(self.replicas_per_worker, int)
-                or self.replicas_per_worker < 1):
-            raise ValueError(f"replicas_per_worker must be None or an int >= 1, got {self.replicas_per_worker!r}")
-        if not isinstance(self.has_chief, bool):
-            raise TypeError(f"has_chief must be a bool, got {type(self.has_chief).__name__}")
+        count = max(len(workers), 1)
+        set_checked(self, "index", check_int, 0, count - 1,
+                    fix=f"a cluster of {count} worker(s); fix task.index in TF_CONFIG")
+        if self.replicas_per_worker is not None:
+            set_checked(self, "replicas_per_worker", check_int, 1, fix="or None: every local device")
+        set_checked(self, "has_chief", check_bool)
 
     @property
     def num_workers(self) -> int:

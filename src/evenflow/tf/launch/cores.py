@@ -15,13 +15,13 @@ starts meanwhile. Linux only (``os.sched_setaffinity``). Nothing here imports Te
 """
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
 from typing import Callable
 
 from evenflow.tf.launch.signals import stop_workers
+from evenflow.util.validate import check_int, check_number
 
 # In the busy process's program text, so a user (or a test) can find it in `ps`.
 BUSY_MARKER = "evenflow-busy-core"
@@ -56,10 +56,9 @@ def check_core(core: int, flag: str) -> None:
 
 def check_slow(core: int | None, after: float) -> None:
     """ValueError unless ``core`` (or None) and ``after`` are a valid busy-core request."""
-    if core is not None and (isinstance(core, bool) or not isinstance(core, int) or core < 0):
-        raise ValueError(f"slow_core must be a core number >= 0, got {core!r}")
-    if isinstance(after, bool) or not isinstance(after, (int, float)) or not (after >= 0 and math.isfinite(after)):
-        raise ValueError(f"slow_after must be a finite number of seconds >= 0, got {after!r}")
+    if core is not None:
+        check_int("slow_core", core, 0, fix="a core number")
+    check_number("slow_after", after, 0, fix="seconds")
     if after > 0 and core is None:
         raise ValueError(f"slow_after ({after:g} s) delays the busy process of slow_core, which is not set; "
                          f"give --slow-core CORE too, or drop --slow-after")

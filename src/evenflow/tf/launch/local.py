@@ -23,7 +23,6 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import functools
-import math
 import shlex
 import shutil
 import signal
@@ -38,6 +37,7 @@ from evenflow.tf.launch.cluster import tf_config
 from evenflow.tf.launch.cores import BusyCore, check_core, check_slow, pin_to, usable_cores, worker_cores
 from evenflow.tf.launch.io import Pump, free_ports, say_line, worker_env
 from evenflow.tf.launch.signals import Interrupts, describe_exit, exit_code, stop_workers
+from evenflow.util.validate import check_int, check_number, set_checked
 
 # Local workers share the machine's cores; a typo like --workers 1000 should not fork 1000 TensorFlows.
 MAX_WORKERS = 64
@@ -79,19 +79,12 @@ class LaunchOptions:
     ps: int = 0
 
     def __post_init__(self):
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
-            raise TypeError(f"workers must be an int, got {type(self.workers).__name__} ({self.workers!r})")
-        if not 1 <= self.workers <= MAX_WORKERS:
-            raise ValueError(f"workers must be in [1, {MAX_WORKERS}], got {self.workers}")
-        r = self.replicas_per_worker
-        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
-            raise ValueError(f"replicas_per_worker must be an int >= 1, got {r!r}")
-        g = self.grace_seconds
-        if isinstance(g, bool) or not isinstance(g, (int, float)) or not (g >= 0 and math.isfinite(g)):
-            raise ValueError(f"grace_seconds must be a finite number >= 0, got {g!r}")
+        set_checked(self, "workers", check_int, 1, MAX_WORKERS)
+        if self.replicas_per_worker is not None:
+            set_checked(self, "replicas_per_worker", check_int, 1)
+        set_checked(self, "grace_seconds", check_number, 0)
         check_slow(self.slow_core, self.slow_after)
-        if isinstance(self.ps, bool) or not isinstance(self.ps, int) or not 0 <= self.ps <= MAX_WORKERS:
-            raise ValueError(f"ps must be an int in [0, {MAX_WORKERS}] (parameter servers), got {self.ps!r}")
+        set_checked(self, "ps", check_int, 0, MAX_WORKERS, fix="parameter servers")
 
 
 def launch(command: Sequence[str], options: LaunchOptions, out=None, err=None, env=None) -> int:

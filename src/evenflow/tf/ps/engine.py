@@ -33,6 +33,7 @@ from evenflow.run.engine import Stream
 from evenflow.run.options import AnomalyOptions
 from evenflow.tf._lazy import tf as _tf
 from evenflow.tf.replica_step import masked_sums
+from evenflow.util.validate import check_int
 
 
 class PSReader:
@@ -110,8 +111,7 @@ class PSEngine:
 
     def __init__(self, strategy, model, optimizer, in_flight: int, anomaly: AnomalyOptions, coordinator=None):
         tf = _tf()
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
-            raise ValueError(f"in_flight must be an int >= 1, got {in_flight!r}")
+        check_int("in_flight", in_flight, 1)
         self.strategy, self.model, self.optimizer = strategy, model, optimizer
         self.coordinator = coordinator or tf.distribute.coordinator.ClusterCoordinator(strategy)
         self.local_replicas, self.num_processes, self.lag = 1, 1, in_flight

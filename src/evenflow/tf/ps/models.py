@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from evenflow.run.options import ScheduleOptions
 from evenflow.tf._lazy import tf as _tf
+from evenflow.util.validate import check_int
 
 HASH_BUCKETS = 1 << 20
 HASH_DIM = 64
@@ -59,8 +60,7 @@ def make_hashed_text(num_classes: int, buckets: int = HASH_BUCKETS, dim: int = H
     pools nothing (a zero vector).
     """
     tf = _tf()
-    if buckets < 1 or dim < 1:
-        raise ValueError(f"buckets and dim must be >= 1, got {buckets} and {dim}")
+    buckets, dim = check_int("buckets", buckets, 1), check_int("dim", dim, 1)
 
     class HashedText(tf.Module):
         def __init__(self):
