@@ -92,13 +92,16 @@ class TFEngine:
 
     def read(self, out, with_ids: bool) -> dict:
         with self._watch.waiting():
-            row = {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums", "flags", "timing")}
+            row = {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums_flags", "timing")}
+        both = row.pop("sums_flags")  # one output per step: [loss sum, hits, real count, flags x 3]
+        row["sums"], row["flags"] = both[:, :3], both[:, 3:]
         if self._feed is not None and "timing" in row:  # began, ready, ...: the update's input wait
             self._feed.waited(float(np.max(row["timing"][:, 1] - row["timing"][:, 0])))
         return row
 
     def sums(self, outs: list):
-        return outs[0]["sums"] if len(outs) == 1 else sum(o["sums"] for o in outs)
+        sums = [o["sums_flags"][:, :3] for o in outs]
+        return sums[0] if len(sums) == 1 else sum(sums)
 
     def close(self, stream, finished: bool) -> None:
         if finished:
