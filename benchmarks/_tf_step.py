@@ -83,13 +83,13 @@ def _ablated(kind: str):
     from evenflow.tf.replica_step import ReplicaStep
 
     class NoFlags(ReplicaStep):
-        def _apply(self, loss, grads):  # no finiteness check, no flag all-reduce, no skip branch
+        def _apply(self, loss, grads, with_ids=True):  # no finiteness check, no verdict, no skip branch
             self.optimizer.apply(grads, self.model.trainable_variables)
-            return tf.zeros([3])
+            return tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)
 
     class NoSums(ReplicaStep):
-        def _outputs(self, batch, logits, per_sample, loss_sum, with_ids=True):  # no hits, no count
-            return {"sums": tf.zeros([3])}
+        def _outputs(self, batch, logits, per_sample, loss_sum, flags, with_ids=True):  # no hits, no count
+            return {"sums_flags": tf.concat([tf.zeros([3]), tf.stack(flags)], 0)}
 
     class Bare(NoFlags, NoSums):
         pass

@@ -29,7 +29,7 @@ mask, ids, global real count), built once, fed again and again, no pipeline:
 * ``+ids``: with the ids, suspects and replica ids a guarded run (checkpoints, audit) reads;
 * ``+read``: ``+ids`` with every step's outputs read back to the host at once;
 * ``-flags``, ``-sums``, ``bare``: benchmark-only variants of ``evenflow`` without the
-  finiteness flags (their all-reduce and the skip branch), without the sums (hits, count),
+  skip verdict (the finiteness checks and the skip branch), without the sums (hits, count),
   without both: the cost of each component by ablation.
 
 ``--mode both`` (the default) prints the loop table, then the step table. Timing: one untimed warm-up epoch each (tracing, iterator start),

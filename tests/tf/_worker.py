@@ -5,8 +5,9 @@ replica count needs a fresh process. The tests call::
 
     python _worker.py SPEC.json OUT.npz
 
-SPEC keys: mode ("train" | "onestep" | "overflow" | "endless"), replicas, n, classes, batch (global
-batch size), epochs, seed, optimizer, lr, features (per-sample shape), eval_n,
+SPEC keys: mode ("train" | "onestep" | "overflow" | "endless" | "verdict"), case and skip
+(verdict), replicas, n, classes, batch (global batch size), epochs, seed, optimizer, lr,
+features (per-sample shape), eval_n,
 resume ([epoch, step] or null), stratify. The worker writes its findings to OUT.npz
 (no pickle) and prints nothing on success.
 """
@@ -133,6 +134,37 @@ def run_overflow(spec, out):
     np.savez(out, **found)
 
 
+def run_verdict(spec, out):
+    """2 replicas, SGD, no guard: one step whose only bad value sits on replica 1 (``case`` "nan": a NaN
+    feature; "sum": each replica's gradient finite, their sum beyond float32). Save weights before/after."""
+    import evenflow as ef
+    import keras
+    from evenflow.tf import ArraySource, PlanReader, Trainer, build_model, make_optimizer, mirrored_strategy
+    from evenflow.tf import per_sample_cross_entropy
+
+    strategy = mirrored_strategy(2, use_gpus=False)
+    plan = ef.Plan(ef.Index(2), ef.Topology(2), global_batch_size=2, seed=0)
+    x, y = synthetic(2, 2, (4,), 7)
+    loss_fn = per_sample_cross_entropy
+    if spec["case"] == "nan":
+        x[plan.epoch(0).ids[0, 1]] = np.nan
+    else:
+        # Zero features: the logits are the last bias (0), and d loss / d bias0 is 2e38 on each replica.
+        x[:] = 0.0
+        loss_fn = lambda labels, logits: logits[:, 0] * 2e38 * 2.0  # noqa: E731
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = build_model("mlp", (4,), 2)
+        optimizer = make_optimizer("sgd", 0.1)
+    trainer = Trainer(strategy, model, optimizer, loss_fn=loss_fn, skip_nonfinite=spec["skip"])
+    before = [v.numpy() for v in model.trainable_variables]
+    result = trainer.fit(PlanReader(ArraySource(x, y)), plan, 1)[0]
+    found = {"skipped_steps": result.skipped_steps, "iterations": int(optimizer.iterations.numpy())}
+    for i, v in enumerate(model.trainable_variables):
+        found[f"before{i}"], found[f"after{i}"] = before[i], v.numpy()
+    np.savez(out, **found)
+
+
 def run_endless(spec, out):
     """Read an endless replica stream from Cursor(1, 3) for three and a bit epochs, then leave at once."""
     import os
@@ -153,5 +185,5 @@ def run_endless(spec, out):
 if __name__ == "__main__":
     spec = json.loads(open(sys.argv[1]).read())
     modes = {"train": run_train, "onestep": run_onestep, "overflow": run_overflow,
-             "endless": run_endless}
+             "endless": run_endless, "verdict": run_verdict}
     modes[spec["mode"]](spec, sys.argv[2])

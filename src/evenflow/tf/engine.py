@@ -58,9 +58,11 @@ class TFEngine:
         # autograph=False: the steps branch with tf.cond only (never `if tensor:`), and skipping
         # AutoGraph's source conversion makes the first call (the trace) 35-70% faster, paid by every
         # process. reduce_retracing: batches passed in from Python carry their concrete shapes, and
-        # variable-length batches would otherwise retrace for every new length.
-        self._train_batches = _per_engine(tf.function(self._distributed_train, autograph=False,
-                                                      reduce_retracing=True))
+        # variable-length batches would otherwise retrace for every new length. One function per
+        # `ids`, of one argument (the tuple of batches): a call binds its arguments to the traced
+        # signature in Python, and varargs with keywords cost ~1,000 Python calls a step more.
+        self._given = {ids: _per_engine(tf.function(_bound(self._distributed_train, ids), autograph=False,
+                                                    reduce_retracing=True)) for ids in (True, False)}
         # The same step taking the iterator: next() inside the function saves the Python-side
         # get_next of R per-replica iterators. `count` (micro-steps of one update) is a Python int:
         # one trace per group length (k, and an epoch's shorter last group).
@@ -92,13 +94,16 @@ class TFEngine:
 
     def read(self, out, with_ids: bool) -> dict:
         with self._watch.waiting():
-            row = {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums", "flags", "timing")}
+            row = {k: v.numpy() for k, v in out.items() if with_ids or k in ("sums_flags", "timing")}
+        both = row.pop("sums_flags")  # one output per step: [loss sum, hits, real count, flags x 3]
+        row["sums"], row["flags"] = both[:, :3], both[:, 3:]
         if self._feed is not None and "timing" in row:  # began, ready, ...: the update's input wait
             self._feed.waited(float(np.max(row["timing"][:, 1] - row["timing"][:, 0])))
         return row
 
     def sums(self, outs: list):
-        return outs[0]["sums"] if len(outs) == 1 else sum(o["sums"] for o in outs)
+        sums = [o["sums_flags"][:, :3] for o in outs]
+        return sums[0] if len(sums) == 1 else sum(sums)
 
     def close(self, stream, finished: bool) -> None:
         if finished:
@@ -147,6 +152,10 @@ class TFEngine:
             sys.setswitchinterval(switch)
 
     # -- traced steps ---------------------------------------------------------------------------
+    def _train_batches(self, *batches, ids=True):
+        """One update from ``batches`` fetched in Python: a tuple of one output dict per step."""
+        return self._given[bool(ids)](batches)
+
     def _distributed_train(self, *batches, clock=None, step=None, ids=True):
         """One update from ``batches`` (consecutive plan steps): a tuple of one output dict per step."""
         tf = _tf()
@@ -190,6 +199,11 @@ class TFEngine:
         tf = _tf()
         return tf.nest.map_structure(lambda t: _stack_padded(self.strategy.experimental_local_results(t)),
                                      per_replica)
+
+
+def _bound(train, ids: bool):
+    """``train(*batches, ids=ids)`` as a function of the one tuple ``batches``."""
+    return lambda batches: train(*batches, ids=ids)
 
 
 def _per_engine(function):

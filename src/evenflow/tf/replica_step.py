@@ -12,14 +12,20 @@
 * ``compression="fp16"``: gradients travel in float16 in an all-reduce of its own (the
   optimizer's is switched off);
 * a step whose loss or gradients are non-finite on any replica is skipped everywhere
-  (``skip_nonfinite``): two flags summed over replicas make every replica take the same
-  branch; they travel in the gradients' own all-reduce (one collective a step);
+  (``skip_nonfinite``). Under MirroredStrategy with gradients neither compressed nor
+  loss-scaled (the optimizer's update runs in cross-replica context) the verdict is taken
+  there once a step, from every replica's loss and the summed gradients (a NaN or Inf on any
+  replica makes the sum non-finite, and so does a sum beyond the float range); elsewhere two
+  flags summed over replicas make every replica take the same branch, in the gradients' own
+  all-reduce where the gradients are neither compressed nor loss-scaled (one collective a step);
 * with ``timing``, host-clock stamps of when each replica started and had its gradients,
   and the emulated slowdown of :mod:`evenflow.run.simulate`.
 
-The outputs per plan step are ``sums`` ``[loss sum, hits, real count]``, ``ids``,
-``nonfinite`` (suspect samples), ``replica`` (global id), ``flags`` and, on an update's last
-step, ``timing``: what :mod:`evenflow.run.loop` reads back.
+The outputs per plan step are ``sums_flags`` ``[loss sum, hits, real count, this replica
+non-finite, step anomalous, update skipped]`` (one tensor, split by the engine into ``sums``
+and ``flags``), ``ids``, ``nonfinite`` (suspect samples), ``replica`` (global id) and, on an
+update's last step, ``timing``: what :mod:`evenflow.run.loop` reads back. Without ids (no
+guard names replicas) the "this replica" flag holds the step's verdict instead.
 """
 from __future__ import annotations
 
@@ -61,6 +67,9 @@ class ReplicaStep:
         self._fuse = self.compression == "none" and not self._loss_scaled and callable(
             getattr(optimizer, "_all_reduce_sum_gradients", None))
         with strategy.scope():
+            # Where the update runs in cross-replica context anyway (the optimizer merges), the step
+            # is judged there once, not by every replica (see _apply_once).
+            self._once = self._fuse and not tf.__internal__.distribute.strategy_supports_no_merge_call()
             # Create the slot variables now, in cross-replica context, not lazily inside strategy.run.
             optimizer.build(model.trainable_variables)
             # Per-replica clock anchor: timing callbacks take its local handle as a resource input, which
@@ -87,8 +96,8 @@ class ReplicaStep:
             if self.simulate is not None:
                 with tf.control_dependencies([t_done]):  # the update waits for the emulated device
                     grads = [None if g is None else tf.identity(g) for g in grads]
-        flags = self._apply(loss, grads)
-        outs = [dict(self._outputs(*s, with_ids=with_ids), flags=flags) for s in seen]
+        flags = self._apply(loss, grads, with_ids)
+        outs = [self._outputs(*s, flags, with_ids=with_ids) for s in seen]
         if self.timing:
             # [step began, input ready, replica started, gradients ready] (host clock, seconds); the
             # step's end is stamped after all replicas (see the engine).
@@ -117,8 +126,10 @@ class ReplicaStep:
             seen.append((batch, logits, per_sample, loss_sum))
         return grads, loss, seen
 
-    def _apply(self, loss, grads):
-        """Apply (or skip, agreed by every replica) the update; returns the step's flags."""
+    def _apply(self, loss, grads, with_ids=True):
+        """Apply (or skip, agreed by every replica) the update; returns the step's flags, three float32 scalars."""
+        if self._once:
+            return self._apply_once(loss, grads, with_ids)
         # Summing the flags makes every replica (and worker) see the same verdicts, so all of them take
         # the same branch below: a step skipped on one replica and applied on another would
         # desynchronise the weights, or hang a collective inside the update. (ReduceOp has only SUM
@@ -150,8 +161,47 @@ class ReplicaStep:
             else:
                 self.optimizer.apply(grads, variables)
                 anomaly, skipped = tf.logical_or(loss_bad, grads_bad), tf.constant(False)
-        # flags: [this replica non-finite, step anomalous on some replica, update skipped everywhere]
-        return tf.stack([tf.reduce_max(local_bad), tf.cast(anomaly, tf.float32), tf.cast(skipped, tf.float32)])
+        # flags: this replica non-finite, step anomalous on some replica, update skipped everywhere
+        return tf.reduce_max(local_bad), tf.cast(anomaly, tf.float32), tf.cast(skipped, tf.float32)
+
+    def _apply_once(self, loss, grads, with_ids):
+        """:meth:`_apply` under a strategy that merges (MirroredStrategy): the verdict taken once a step.
+
+        The gradients are summed in one all-reduce; in cross-replica context the step is judged
+        once, from every replica's loss and the summed gradients (a NaN or Inf on any replica makes
+        the sum non-finite), not once per replica, and the update is applied or skipped for all.
+        """
+        tf = _tf()
+        ctx = tf.distribute.get_replica_context()
+        # This replica's own verdict only where someone names replicas (a guarded run reads ids).
+        local = 1.0 - tf.cast(_all_finite([loss] + grads), tf.float32) if with_ids else None
+        real = [i for i, g in enumerate(grads) if g is not None]  # None: a variable the loss does not use
+        summed = list(grads)
+        for i, g in zip(real, ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads[i] for i in real])):
+            summed[i] = g
+        with _presummed(self.optimizer, True):
+            anomaly, skipped = ctx.merge_call(self._judge_and_apply, args=(loss, summed))
+        return (anomaly if local is None else local), anomaly, skipped
+
+    def _judge_and_apply(self, distribution, losses, grads):
+        # Cross-replica context: every replica's loss, and the summed gradients (the same on all:
+        # replica 0's copy is judged). Returns (anomalous, skipped) as float32 scalars.
+        tf = _tf()
+        first = [None if g is None else distribution.experimental_local_results(g)[0] for g in grads]
+        losses = tf.stack(distribution.experimental_local_results(losses))
+        bad = tf.logical_not(tf.logical_and(tf.reduce_all(tf.math.is_finite(losses)), _all_finite(first)))
+
+        def apply():
+            distribution.extended.call_for_each_replica(
+                lambda g: self.optimizer.apply(g, self.model.trainable_variables), args=(grads,))
+            return tf.constant(True)
+
+        if not self.skip_nonfinite:
+            apply()
+            return tf.cast(bad, tf.float32), tf.constant(0.0)
+        tf.cond(bad, lambda: tf.constant(False), apply)
+        bad = tf.cast(bad, tf.float32)
+        return bad, bad
 
     def _stamp(self, after, since=None, factor=None, sample_seconds=None):
         """The host clock (seconds, float64) once ``after`` are computed.
@@ -224,15 +274,17 @@ class ReplicaStep:
 
         tf.distribute.get_replica_context().merge_call(cross, args=(skip, grads))
 
-    def _outputs(self, batch, logits, per_sample, loss_sum, with_ids=True) -> dict:
-        # What the host learns about a step: the sums, and for audits and anomaly reports the ids
-        # the replica actually received, its slots with a non-finite loss and its global replica id.
+    def _outputs(self, batch, logits, per_sample, loss_sum, flags, with_ids=True) -> dict:
+        # What the host learns about a step: its sums and flags in one vector (one output to gather,
+        # split on the host), and for audits and anomaly reports the ids the replica actually
+        # received, its slots with a non-finite loss and its global replica id.
         tf = _tf()
-        sums = tf.stack([loss_sum, _hits(batch["label"], logits, batch["mask"] > 0), tf.reduce_sum(batch["mask"])])
+        row = tf.stack([loss_sum, _hits(batch["label"], logits, batch["mask"] > 0), tf.reduce_sum(batch["mask"]),
+                        *flags])
         if not with_ids:
-            return {"sums": sums}
+            return {"sums_flags": row}
         ctx = tf.distribute.get_replica_context()
-        return {"sums": sums, "ids": batch["id"],
+        return {"sums_flags": row, "ids": batch["id"],
                 "nonfinite": tf.logical_and(batch["mask"] > 0, _suspects(batch["features"], logits, per_sample)),
                 "replica": tf.cast(ctx.replica_id_in_sync_group, tf.int64)}
 

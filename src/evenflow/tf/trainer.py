@@ -43,8 +43,9 @@ class Trainer(LoopFront):
 
     Build the model and optimizer inside ``strategy.scope()`` before creating the trainer.
 
-    A step whose loss or gradients are non-finite on any replica (the replicas agree
-    through one all-reduce of a flag) is skipped as a whole when ``skip_nonfinite`` is on:
+    A step whose loss or gradients are non-finite on any replica (the replicas agree on one
+    verdict; under MirroredStrategy with plain gradients it is taken once from the summed
+    gradients, so a sum beyond the float range counts too) is skipped as a whole when ``skip_nonfinite`` is on:
     no variable changes, not even the optimizer's step count. Under ``mixed_float16`` the
     loss-scale optimizer skips gradient overflows itself; a non-finite *loss* is still
     reported as an anomaly.
