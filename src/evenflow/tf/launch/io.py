@@ -47,8 +47,8 @@ class Pump(threading.Thread):
         self.stream.close()
 
 
-def worker_env(options: LaunchOptions, env) -> dict[str, str]:
-    """The environment every worker shares: ``env`` (default ours), unbuffered, with its replicas."""
+def worker_env(options, env) -> dict[str, str]:
+    """The environment every worker shares: ``env`` (default ours), unbuffered, with the replicas of ``options`` (a ``LaunchOptions``)."""
     base = dict(os.environ if env is None else env)
     base["PYTHONUNBUFFERED"] = "1"  # lines as they happen, not when a pipe buffer fills
     if options.replicas_per_worker is not None:
