@@ -6,22 +6,26 @@ import re
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evenflow.cli import main
+from tests._warm import warm_python
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _cli(*argv, timeout=240):
-    """Run the CLI in a fresh process (TensorFlow's devices are per process)."""
-    env = dict(os.environ, PYTHONPATH=str(SRC))
+    """Run the CLI in a process of its own (TensorFlow's devices are per process).
+
+    TF_CPP_MIN_LOG_LEVEL=2 is the level the CLI sets itself when none is set (tests/_warm.py imports
+    TensorFlow under it before the CLI starts).
+    """
+    env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
     try:
-        return subprocess.run([sys.executable, "-m", "evenflow", *argv], env=env, capture_output=True, text=True,
+        return subprocess.run([*warm_python(env), "-m", "evenflow", *argv], env=env, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"evenflow {' '.join(argv)} did not finish within {timeout} s")

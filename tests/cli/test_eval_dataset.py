@@ -26,6 +26,7 @@ from evenflow.data import load_dataset
 from evenflow.plan.cursor import Cursor
 from evenflow.records import decode_example, infer_specs
 from evenflow.run.config import load_config
+from tests._warm import warm_python
 from tests.records.records_helpers import flip_payload_byte
 
 pytest.importorskip("sklearn")
@@ -34,7 +35,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 def _cli(*argv, timeout=240) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
-    cmd = ["timeout", "-k", "5", str(timeout), sys.executable, "-m", "evenflow", *argv]
+    # TensorFlow's commands start warm (tests/_warm.py); PyTorch's in a process without TensorFlow.
+    python = [sys.executable] if "torch" in argv else warm_python(env)
+    cmd = ["timeout", "-k", "5", str(timeout), *python, "-m", "evenflow", *argv]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert proc.returncode != 124, f"evenflow {' '.join(argv)} did not finish within {timeout} s"
     return proc

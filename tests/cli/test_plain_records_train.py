@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evenflow.cli import main
+from tests._warm import warm_python
 
 tf = pytest.importorskip("tensorflow")
 
@@ -49,7 +49,7 @@ def test_index_then_train_on_plain_tfrecords(tmp_path, capsys):
     # `evenflow index FILES` (no --label-key: the labels are read from the records), then train.
     assert main(["index", *sorted(str(p) for p in tmp_path.glob("train-*.tfrecord"))]) == 0
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, "-m", "evenflow", "train", "--dataset", pattern, "--feature-key", "x",
+    proc = subprocess.run([*warm_python(env), "-m", "evenflow", "train", "--dataset", pattern, "--feature-key", "x",
                            "--label-key", "label", "--epochs", "1", "--replicas", "1",
                            "--output-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True,
                           timeout=180)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evenflow.cli import main
+from tests._warm import warm_python
 from tests.records.records_helpers import break_image, flip_payload_byte
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 def _cli(*argv, timeout=240):
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
     try:
-        return subprocess.run([sys.executable, "-m", "evenflow", *argv], env=env, capture_output=True, text=True,
+        return subprocess.run([*warm_python(env), "-m", "evenflow", *argv], env=env, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"evenflow {' '.join(argv)} did not finish within {timeout} s")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from evenflow.cli import main
+from tests._warm import warm_python
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 # Small and quick: 2 replicas, 1 epoch of 5136 docstrings in 21 steps of 256.
@@ -82,7 +82,7 @@ def _expected_test_samples() -> int:
 
 def _start(*argv) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen([sys.executable, "-m", "evenflow", *argv], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([*warm_python(env), "-m", "evenflow", *argv], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evenflow.cli import main
+from tests._warm import warm_python
 
 tf = pytest.importorskip("tensorflow")
 
@@ -74,8 +74,8 @@ def test_train_text_cnn_cost_balanced_and_bucketed(tokens, tmp_path):
     pattern, lists, labels = tokens
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "evenflow", "train", "--dataset", pattern, "--feature-key", "tokens",
-                           "--label-key", "label", "--model", "text_cnn", "--balance", "cost", "--bucket",
+    proc = subprocess.run([*warm_python(env), "-m", "evenflow", "train", "--dataset", pattern,
+                           "--feature-key", "tokens", "--label-key", "label", "--model", "text_cnn", "--balance", "cost", "--bucket",
                            "--pad-lengths", "16,32,64", "--epochs", "2", "--replicas", "2", "--global-batch-size",
                            "32", "--output-dir", str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -137,8 +137,8 @@ def test_an_eval_dataset_with_ids_the_training_data_lacks_is_evaluated(tokens, t
                                                    for i in range(50)])
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="2")
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "evenflow", "train", "--dataset", pattern, "--feature-key", "tokens",
-                           "--label-key", "label", "--model", "text_cnn", "--eval-dataset", evaluate, "--epochs", "1",
+    proc = subprocess.run([*warm_python(env), "-m", "evenflow", "train", "--dataset", pattern,
+                           "--feature-key", "tokens", "--label-key", "label", "--model", "text_cnn", "--eval-dataset", evaluate, "--epochs", "1",
                            "--replicas", "2", "--global-batch-size", "32", "--output-dir", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

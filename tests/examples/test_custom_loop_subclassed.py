@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests._warm import warm_python
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("sklearn")
@@ -25,7 +26,7 @@ EXAMPLE = ROOT / "examples" / "custom_loop_subclassed.py"
 
 def _run(replicas: int, save: Path, timeout: float = 180) -> list[tuple[float, int]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(["timeout", "-k", "5", str(timeout), sys.executable, str(EXAMPLE), "--replicas",
+    proc = subprocess.run(["timeout", "-k", "5", str(timeout), *warm_python(env), str(EXAMPLE), "--replicas",
                            str(replicas), "--samples", "203", "--epochs", "2", "--save", str(save)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout + 15)
     assert proc.returncode == 0, proc.stderr[-3000:]

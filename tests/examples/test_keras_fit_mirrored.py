@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests._warm import warm_python
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("sklearn")
@@ -25,7 +26,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def _run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(["timeout", "-k", "5", str(timeout), sys.executable, *args], env=ENV, cwd=ROOT,
+    return subprocess.run(["timeout", "-k", "5", str(timeout), *warm_python(ENV), *args], env=ENV, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout + 15)
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests._warm import warm_python
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("sklearn")
@@ -26,7 +27,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TF_CPP_MIN_LOG_LEVEL="2")
 
 def _final(replicas: int, data_dir: Path) -> tuple[float, ...]:
     data_dir.mkdir()
-    proc = subprocess.run(["timeout", "-k", "5", "240", sys.executable, str(EXAMPLE), "--replicas", str(replicas),
+    proc = subprocess.run(["timeout", "-k", "5", "240", *warm_python(ENV), str(EXAMPLE), "--replicas", str(replicas),
                            "--epochs", "1", "--data-dir", str(data_dir)], env=ENV, cwd=ROOT, capture_output=True,
                           text=True, timeout=255)
     assert proc.returncode == 0, proc.stderr[-3000:]

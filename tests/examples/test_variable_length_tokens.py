@@ -1,14 +1,15 @@
 """examples/variable_length_tokens.py runs: token records written by tf.io.TFRecordWriter, indexed, and
-trained cost-balanced and bucketed on 2 replicas (a fresh process with a hard timeout)."""
+trained cost-balanced and bucketed on 2 replicas (a process of its own, started warm, with a hard timeout)."""
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests._warm import warm_python
 
 pytest.importorskip("tensorflow")
 
@@ -19,7 +20,7 @@ EXAMPLE = ROOT / "examples" / "variable_length_tokens.py"
 def test_the_example_trains_on_its_token_records(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TF_CPP_MIN_LOG_LEVEL="2")
     try:
-        proc = subprocess.run([sys.executable, str(EXAMPLE), "--out", str(tmp_path), "--samples", "200",
+        proc = subprocess.run([*warm_python(env), str(EXAMPLE), "--out", str(tmp_path), "--samples", "200",
                                "--epochs", "2"], env=env, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as e:  # subprocess.run kills the child before raising
         pytest.fail(f"the example did not finish within 240 s; stderr tail: {(e.stderr or b'')[-2000:]!r}")

@@ -19,6 +19,7 @@ import pytest
 
 from evenflow.plan.cursor import Cursor
 from evenflow.run.checkpoint_trust import agreement, seal
+from tests._warm import warm_python
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TORCH = ["--framework", "torch", "--loader-workers", "0"]
@@ -27,9 +28,12 @@ NEWEST, BEFORE = "ckpt-00001-000000", "ckpt-00000-000020"
 
 
 def _train(run_dir: Path, *extra: str, framework=TORCH) -> subprocess.CompletedProcess:
-    cmd = ["timeout", "-k", "5", "240", sys.executable, "-m", "evenflow", "train", *framework, *COMMON, *extra,
+    # Started warm (tests/_warm.py) with the framework imported; TF_CPP_MIN_LOG_LEVEL=2 is the level the CLI sets.
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    python = warm_python(env, "torch" if framework is TORCH else "tensorflow")
+    cmd = ["timeout", "-k", "5", "240", *python, "-m", "evenflow", "train", *framework, *COMMON, *extra,
            "--output-dir", str(run_dir)]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests._warm import warm_python
 
 WORKER = Path(__file__).with_name("_worker.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -24,7 +25,7 @@ def run_worker(tmp_path):
         spec_path.write_text(json.dumps(spec))
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(SRC))
         try:
-            proc = subprocess.run([sys.executable, str(WORKER), str(spec_path), str(out)], env=env,
+            proc = subprocess.run([*warm_python(env), str(WORKER), str(spec_path), str(out)], env=env,
                                   capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:  # subprocess.run kills the child before raising
             stage = "after writing its results (at exit)" if out.exists() else "before writing its results"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import keras  # noqa: E402
 
 import evenflow as ef  # noqa: E402
 from evenflow.tf import ArraySource, PlanReader, StepRecorder, exact_steps, keras_dataset  # noqa: E402
+from tests._warm import warm_python  # noqa: E402
 
 WORKER = Path(__file__).with_name("_keras_exact_worker.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -33,7 +33,7 @@ Y = np.arange(N) % 3
 def two_replicas(tmp_path_factory):
     out = tmp_path_factory.mktemp("exact") / "out.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(SRC))
-    proc = subprocess.run(["timeout", "-k", "5", "240", sys.executable, str(WORKER), "2", str(out)], env=env,
+    proc = subprocess.run(["timeout", "-k", "5", "240", *warm_python(env), str(WORKER), "2", str(out)], env=env,
                           capture_output=True, text=True, timeout=260)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from evenflow.cli import main
+from tests._warm import warm_python
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +32,8 @@ def run_fit(tmp_path, spec: dict, timeout: float = 240, fault: str | None = None
     if fault:
         env["EVENFLOW_FAULT"] = fault
     try:
-        proc = subprocess.run(["timeout", "-k", "5", str(timeout), sys.executable, str(WORKER), str(spec_path), str(out)],
-                              env=env, capture_output=True, text=True, timeout=timeout + 15)
+        proc = subprocess.run(["timeout", "-k", "5", str(timeout), *warm_python(env), str(WORKER), str(spec_path),
+                               str(out)], env=env, capture_output=True, text=True, timeout=timeout + 15)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the fit worker did not finish within {timeout} s")
     found = {}
@@ -82,7 +84,7 @@ def test_class_and_sample_weights_on_two_replicas_equal_one_device_with_them(tmp
         float(found["ref_val_sparse_categorical_crossentropy"]), rel=1e-5)  # weighted_metrics get the weights
 
 
-def test_a_killed_fit_resumes_mid_epoch_to_the_same_weights(tmp_path):
+def test_a_killed_fit_resumes_mid_epoch_to_the_same_weights(tmp_path, capsys):
     spec = {"replicas": 2, "epochs": 3, "checkpoint_every": 2, "audit": True, "verbose": 2}
     rc, whole, err = run_fit(tmp_path, {**spec, "output_dir": str(tmp_path / "whole")})
     assert rc == 0, err[-3000:]
@@ -103,9 +105,10 @@ def test_a_killed_fit_resumes_mid_epoch_to_the_same_weights(tmp_path):
     assert rc == 0 and "has trained all 3 epochs; nothing to train" in err and "Epoch 4/3" not in err, err[-3000:]
     np.testing.assert_array_equal(again["fit_loss"], resumed["fit_loss"])
     np.testing.assert_array_equal(again["fit_val_loss"], resumed["fit_val_loss"])
-    proc = subprocess.run([sys.executable, "-m", "evenflow", "audit", run], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(SRC)), timeout=60)
-    assert proc.returncode == 0 and "3 epochs: every sample exactly once" in proc.stdout, proc.stdout + proc.stderr
+    capsys.readouterr()
+    code = main(["audit", run])
+    out = capsys.readouterr()
+    assert code == 0 and "3 epochs: every sample exactly once" in out.out, out.out + out.err
 
 
 def test_fit_moves_samples_away_from_a_slow_replica(tmp_path):

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._warm import warm_python
+
 try:
     import torch
 except ModuleNotFoundError:  # without pip install 'evenflow[torch]' these tests are not collected
@@ -130,14 +132,22 @@ def torchrun():
 @pytest.fixture(scope="module")
 def run_workers(tmp_path_factory):
     """``run_workers([(spec, world, tag), ...], timeout) -> [[RankRun] per group]``: ``_worker.py`` per rank, groups at once."""
-    root = tmp_path_factory.mktemp("ranks")
+    return _workers(tmp_path_factory.mktemp("ranks"), [sys.executable])
 
+
+@pytest.fixture(scope="module")
+def warm_workers(tmp_path_factory):
+    """``run_workers`` with each rank started warm: forked from a process that has imported torch (tests/_warm.py)."""
+    return _workers(tmp_path_factory.mktemp("ranks"), warm_python(rank_env(0, 1, 0), "torch"))
+
+
+def _workers(root: Path, python: list[str]):
     def run(groups: list[tuple], timeout: float = 120) -> list[list[RankRun]]:
         specs = []
         for spec, world, tag in groups:
             (root / f"{tag}.json").write_text(json.dumps(spec))
             prefix = root / tag
-            specs.append((lambda r, tag=tag, prefix=prefix: [sys.executable, str(WORKER), str(root / f"{tag}.json"),
+            specs.append((lambda r, tag=tag, prefix=prefix: [*python, str(WORKER), str(root / f"{tag}.json"),
                                                                str(prefix)],
                           world, lambda r, prefix=prefix: f"{prefix}-{r}.npz"))
         return run_ranks(specs, timeout)

@@ -33,17 +33,17 @@ def _ok(groups, names):
 
 
 @pytest.fixture(scope="module")
-def runs(run_workers):
-    ckpt, ddp_ckpt = run_workers.root / "sharded-ckpt", run_workers.root / "ddp-ckpt"
-    first = _ok(run_workers([
+def runs(warm_workers):
+    ckpt, ddp_ckpt = warm_workers.root / "sharded-ckpt", warm_workers.root / "ddp-ckpt"
+    first = _ok(warm_workers([
         (dict(SPEC, epochs=2, checkpoint_dir=str(ddp_ckpt)), 2, "ddp"),
         (dict(SPEC, epochs=2, shard=True, checkpoint_dir=str(ckpt), checkpoint_every=3), 2, "fsdp"),
         (dict(SPEC, epochs=3, shard=True), 2, "fsdp3"),
     ], timeout=180), ["ddp", "fsdp", "fsdp3"])
-    copies = {name: run_workers.root / f"ckpt-{name}" for name in ("again", "plain")}
+    copies = {name: warm_workers.root / f"ckpt-{name}" for name in ("again", "plain")}
     for copy in copies.values():
         shutil.copytree(ckpt, copy)
-    second = _ok(run_workers([
+    second = _ok(warm_workers([
         (dict(SPEC, epochs=3, shard=True, resume=True, checkpoint_dir=str(copies["again"])), 2, "again"),
         (dict(SPEC, epochs=3, resume=True, checkpoint_dir=str(copies["plain"])), 1, "plain"),
         (dict(SPEC, epochs=3, shard=True, resume=True, checkpoint_dir=str(ddp_ckpt)), 2, "from_ddp"),
@@ -78,16 +78,16 @@ def test_a_sharded_checkpoint_resumes_on_two_sharded_ranks_and_on_one_plain_proc
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_a_killed_sharded_rank_stops_the_other_and_the_rerun_resumes_exactly(runs, run_workers):
-    ckpt = str(run_workers.root / "killed-ckpt")
+def test_a_killed_sharded_rank_stops_the_other_and_the_rerun_resumes_exactly(runs, warm_workers):
+    ckpt = str(warm_workers.root / "killed-ckpt")
     spec = dict(SPEC, epochs=3, shard=True, checkpoint_dir=ckpt, checkpoint_every=2, die_at=[1, 1, 5],
                 pg_timeout=15)
-    (killed,) = run_workers([(spec, 2, "kill")], timeout=90)
+    (killed,) = warm_workers([(spec, 2, "kill")], timeout=90)
     assert killed[1].returncode == -9  # SIGKILL, as with kill -9
     assert killed[0].returncode == 3, killed[0].stderr[-2000:]
     assert "lost contact with another rank after Cursor(1, 5)" in killed[0].stderr, killed[0].stderr[-2000:]
     assert "ckpt-00001-000004" in killed[0].stderr
-    (resumed,) = run_workers([(dict(spec, die_at=None, resume=True), 2, "rerun")], timeout=90)
+    (resumed,) = warm_workers([(dict(spec, die_at=None, resume=True), 2, "rerun")], timeout=90)
     for r, run in enumerate(resumed):
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.found["start"].tolist() == [1, 4]
