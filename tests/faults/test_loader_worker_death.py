@@ -22,7 +22,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evenflow.torch import plan_loader  # noqa: E402
-from evenflow.torch.worker_errors import LoaderWorkerDied, WorkerDeath, worker_death  # noqa: E402
+from evenflow.torch.worker_errors import (LoaderWorkerDied, WorkerDeath, exited_worker, watched,  # noqa: E402
+                                          worker_death)
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ENV = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
@@ -187,3 +188,36 @@ def test_a_dead_worker_is_read_behind_an_error_raised_while_handling_it():
     except OSError as e:
         assert worker_death(e) == WorkerDeath((4919,), signal=9)
     assert worker_death(OSError("No space left on device")) is None
+
+
+class _Worker:
+    def __init__(self, pid, exitcode):
+        self.pid, self.exitcode = pid, exitcode
+
+
+class _LostConnection:
+    """A DataLoader iterator whose worker 41 has exited with ``code``: receiving its batch loses the connection."""
+
+    def __init__(self, code):
+        self._workers = [_Worker(40, None), _Worker(41, code)]
+
+    def __next__(self):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+
+@pytest.mark.parametrize("code, said", [(3, "died (exited with code 3)"), (-9, "died (killed by signal 9, SIGKILL)")])
+def test_a_connection_lost_to_a_worker_that_exited_names_that_worker(code, said):
+    # The worker can die while the rank receives a batch's shared memory from it: the connection
+    # is lost before torch's own check of its workers runs.
+    with pytest.raises(LoaderWorkerDied) as e:
+        next(watched(_LostConnection(code), lambda b: b, 0, 5, 4))
+    assert str(e.value).startswith(f"DataLoader worker (pid 41) of rank 0 {said}; rank 0 stopped at epoch 1 step 1"), \
+        str(e.value)
+
+
+def test_a_connection_lost_while_every_worker_lives_is_not_read_as_a_death():
+    assert exited_worker([_Worker(40, None)], wait=0.1) is None
+    live = _LostConnection(None)
+    live._workers = []
+    with pytest.raises(ConnectionResetError):
+        next(watched(live, lambda b: b, 0, 0, 4))

@@ -9,7 +9,9 @@ torch raises a ``RuntimeError`` in the consuming process, in one of these forms:
   ``DataLoader worker (pid N) exited unexpectedly with exit code C. ...``;
 * from the loader's own check while it waits for a batch:
   ``DataLoader worker (pid(s) N, M) exited unexpectedly``;
-* ``Pin memory thread exited unexpectedly`` (``pin_memory=True``).
+* ``Pin memory thread exited unexpectedly`` (``pin_memory=True``);
+* a lost connection (``ConnectionResetError``, ``EOFError``) when the worker dies while the
+  consuming process receives a batch's shared memory from it (:func:`exited_worker` then names it).
 
 :func:`worker_death` reads one of these as a :class:`WorkerDeath` (pids, signal, exit code), and
 :func:`worker_died` makes the :class:`LoaderWorkerDied` error that names the worker, the rank, where
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import re
 import signal as _signal
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -180,8 +183,10 @@ def watched(batches: Iterator, finish: Callable, rank: int, first: int, num_step
                 batch = next(batches)
             except StopIteration:
                 return
-            except RuntimeError as e:
-                death = worker_death(e, {w.pid: w.exitcode for w in getattr(batches, "_workers", ())})
+            except (RuntimeError, ConnectionError, EOFError) as e:
+                workers = getattr(batches, "_workers", ())
+                death = (worker_death(e, {w.pid: w.exitcode for w in workers}) if isinstance(e, RuntimeError)
+                         else exited_worker(workers))
                 if death is None:
                     raise
                 where = divmod(first + done, num_steps) if num_steps else None
@@ -192,6 +197,25 @@ def watched(batches: Iterator, finish: Callable, rank: int, first: int, num_step
         shutdown = getattr(batches, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+
+
+def exited_worker(workers, wait: float = 5.0) -> WorkerDeath | None:
+    """The first of ``workers`` (``multiprocessing`` processes) that has exited, waiting up to ``wait`` seconds
+    for one to, as a :class:`WorkerDeath`; None if all are alive.
+
+    A worker that dies while the consuming process receives a batch from it (a tensor's storage is
+    handed over through a connection to the worker) surfaces as a lost connection, before torch's
+    own check of its workers has run.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        for w in workers:
+            code = w.exitcode
+            if code is not None:
+                return WorkerDeath((w.pid,), signal=-code if code < 0 else None, exit_code=code if code >= 0 else None)
+        if time.monotonic() >= deadline or not workers:
+            return None
+        time.sleep(0.05)
 
 
 def worker_record_error(error: BaseException):
