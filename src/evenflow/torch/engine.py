@@ -43,6 +43,7 @@ from evenflow.run.options import ComputeOptions
 from evenflow.run.step_options import StepOptions
 from evenflow.torch._lazy import torch as _torch
 from evenflow.torch.checks import check_precision, class_hits, logits_of
+from evenflow.torch.device_reads import HostCopy, nonfinite_flag
 from evenflow.torch.distributed import all_gather_rows, all_reduce_sum, gradient_hook
 from evenflow.torch.loader import PlanLoader, rank_and_world_size
 from evenflow.torch.losses import loss_denominator, masked_sum
@@ -105,6 +106,7 @@ class TorchEngine:
         # Batches for a GPU load page-locked, so their copies (non_blocking) overlap the computation.
         self.pin_memory = self.device.type == "cuda"
         self.optimizer, self.loss_fn = optimizer, loss_fn
+        self._params = list(self.model.parameters())  # listed once: walking the modules every update costs
         self.ddp, self.sharded = self.model, is_sharded(self.model)
         self.verdict = None  # set under DDP: see _apply
         if self.sharded:
@@ -118,7 +120,10 @@ class TorchEngine:
             hook = self.verdict.hook(gradient_hook(gradient_sum, compression))
             self.ddp.register_comm_hook(None, self._stamped(hook))
         self._grads_ready = None  # when DDP handed this rank's last gradient bucket to the hook
-        self.local_replicas, self.num_processes, self.lag = 1, self.world, 0
+        # On an accelerator a step's sums are read one update late (their copy started at once), so the
+        # host queues the next update before it waits for them; on the CPU there is nothing to overlap.
+        self.local_replicas, self.num_processes = 1, self.world
+        self.lag = 0 if self.device.type == "cpu" else 1
         self.can_switch = True  # open(..., switchable=True) streams read their rows from a PlanFeed
         self.timing, self.skip_nonfinite = bool(options.timing), options.anomaly.skip_nonfinite
         self.simulate, self.precision = options.simulate, precision
@@ -278,9 +283,9 @@ class TorchEngine:
             local = np.array([float(own_bad), float(grads_bad)])
             anomaly = any_loss_bad or grads_bad
         else:
-            grads = [local_tensor(p.grad) for p in self.model.parameters() if p.grad is not None]
-            grads_bad = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-            local = np.array([float(bool(loss_bad)), 1.0 if grads_bad else 0.0])
+            grads = [local_tensor(p.grad) for p in self._params if p.grad is not None]
+            grads_bad = nonfinite_flag(grads).to(loss_bad.device) if grads else torch.zeros((), device=loss_bad.device)
+            local = np.array(torch.stack([loss_bad.reshape(()).float(), grads_bad]).tolist())  # one host read
             anomaly = bool((all_reduce_sum(local, self.device) if self.world > 1 else local).max() > 0)
         skipped = anomaly and self.skip_nonfinite
         if skipped:
@@ -327,7 +332,7 @@ def _sums(logits, per_sample, y, mask, loss_sum=None):
 
 def _host_sums(out) -> np.ndarray:
     """A step's sums as the loop reads them: float64 ``[1, 3]`` on the host (the step's one read of them)."""
-    return out["sums"].cpu().numpy().astype(np.float64)[None, :]
+    return out["sums"].numpy().astype(np.float64)[None, :]
 
 
 def _suspects(x, logits, per_sample, mask):
@@ -348,7 +353,7 @@ def _outputs(batch, x, logits, per_sample, y, mask, loss_sum, *, rank: int, flag
     step whose suspects are read (:class:`~evenflow.run.anomaly.AnomalyPolicy`); other steps read none.
     """
     suspects = _suspects(x, logits, per_sample, mask) if flags[0, 1] > 0 else None
-    return {"sums": _sums(logits, per_sample, y, mask, loss_sum), "flags": flags, "ids": batch["id"],
+    return {"sums": HostCopy(_sums(logits, per_sample, y, mask, loss_sum)), "flags": flags, "ids": batch["id"],
             "nonfinite": suspects, "replica": np.array([rank], np.int64)}
 
 

@@ -169,9 +169,8 @@ class _StepBatches:
             raise ValueError(f"source.batch must return 'features' and 'label' and none of the reserved keys "
                              f"{RESERVED_KEYS}; missing {missing}, reserved keys returned {clash}")
         # Plain ints here, tensors in the consuming process (_finish): every tensor a worker returns
-        # travels through its own shared-memory segment. Returning 7 tensors per batch instead of 3
-        # was the difference between 0.8x and 1.7x DistributedSampler's batched variant in
-        # benchmarks/torch_loader.py (2 workers per rank).
+        # travels through its own shared-memory segment, which costs the consuming process a
+        # socket round trip (see _convert).
         return self._finish_keys(batch, epoch, step, ids, count)
 
     def _finish_keys(self, batch: dict, epoch, step, ids, count) -> dict:
@@ -187,9 +186,34 @@ class _StepBatches:
         return self._finish_keys(dict(self.source.packed(ids, starts, row, rows, length)), epoch, step, ids, count)
 
 
-def _finish(batch: dict) -> dict:
-    """In the consuming process: ``mask`` from the ids, and the step's scalars as int64 tensors."""
+# Arrays up to this size travel pickled inside the batch from a loader worker (see _convert).
+INLINE_BYTES = 1 << 16
+
+
+def _small(value) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.nbytes <= INLINE_BYTES
+
+
+def _convert(batch: dict) -> dict:
+    """In the loading process (the DataLoader's ``collate_fn``): the batch's arrays as tensors, except small
+    numeric arrays (``label``, ``id``), which stay numpy until :func:`_finish`.
+
+    A worker sends each tensor in a shared-memory segment of its own, and the consuming process
+    fetches each segment over a socket; a small array rides in the pickled batch for less.
+    """
     torch = _torch()
+    small = {k: v for k, v in batch.items() if _small(v)}
+    out = torch.utils.data.default_convert({k: v for k, v in batch.items() if k not in small})
+    out.update(small)
+    return out
+
+
+def _finish(batch: dict) -> dict:
+    """In the consuming process: small arrays and the step's scalars as (int64) tensors, ``mask`` from the ids."""
+    torch = _torch()
+    for key, value in batch.items():
+        if _small(value):
+            batch[key] = torch.from_numpy(value)
     batch["mask"] = (batch["id"] >= 0).to(torch.float32)
     for key in ("global_real_count", "epoch", "step"):
         batch[key] = torch.tensor(batch[key], dtype=torch.int64)
@@ -301,7 +325,7 @@ class PlanLoader:
         # per loader and make a resumed run differ from an uninterrupted one. The loading itself
         # draws nothing at random (augmentation is keyed by seed, epoch and sample id).
         return torch.utils.data.DataLoader(_StepBatches(self.source, self.transform, self.trim_padding),
-                                           batch_size=None,
+                                           batch_size=None, collate_fn=_convert,
                                            sampler=self.steps, num_workers=self.num_workers,
                                            pin_memory=self.pin_memory, generator=torch.Generator().manual_seed(0),
                                            **extra)

@@ -62,9 +62,15 @@ def masked_sum(per_sample, mask):
 
 
 def loss_denominator(global_real_count, device):
-    """float32 ``max(global_real_count, 1)`` on ``device``: the denominator of :func:`masked_loss`."""
+    """float32 ``max(global_real_count, 1)`` on ``device``: the denominator of :func:`masked_loss`.
+
+    A number is written on the device by a fill kernel: a copy from the host would wait for the
+    device's queued work (the previous update) before the step could start.
+    """
     torch = _torch()
-    return torch.clamp(torch.as_tensor(global_real_count, dtype=torch.float32, device=device), min=1.0)
+    if isinstance(global_real_count, torch.Tensor):
+        return torch.clamp(global_real_count.to(device=device, dtype=torch.float32), min=1.0)
+    return torch.full((), max(float(global_real_count), 1.0), dtype=torch.float32, device=device)
 
 
 def check_per_sample(per_sample, mask) -> None:
