@@ -9,8 +9,9 @@ global batch:
 * ``evenflow``: ``evenflow.tf.fit(model, x, y, batch_size=G)`` — plans, per-replica rows,
   exact steps;
 * ``evenflow+run``: the same with ``output_dir`` and ``audit=True`` — checkpoints at epoch
-  ends, the audit trail and per-replica telemetry (the steps write their records to buffers on
-  the devices, read back at checkpoints and epoch ends).
+  ends (made durable in a thread while the next epoch trains; the call returns once the last
+  one is), the audit trail and per-replica telemetry (the steps write their records to buffers
+  on the devices, read back at checkpoints and epoch ends).
 
 N is a multiple of G (no padded step, so ``model.fit`` does not retrace). Each method runs
 in rounds of ``--epochs`` epochs after one untimed warm-up call; rounds alternate the

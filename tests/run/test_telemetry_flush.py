@@ -101,3 +101,28 @@ def test_drop_partial_line_keeps_whole_lines_only(tmp_path):
         path.write_bytes(before)
         drop_partial_line(path)
         assert path.read_bytes() == after
+
+
+def test_with_rebalancing_off_the_lines_are_the_same_and_only_the_speed_estimate_is_fed(tmp_path):
+    # Rebalancing off: no decision can come of the rebalancer's step models, so they are not fed (the
+    # per-update fits cost the training thread milliseconds per check); telemetry.jsonl is the same, and
+    # summary.json's speeds still come from the moving average of each check's window, taken in when asked for.
+    from evenflow.plan.speed.rebalancer import RebalanceOptions
+
+    lines, monitors = {}, {}
+    for enabled in (True, False):
+        path = tmp_path / f"{enabled}.jsonl"
+        m = ReplicaMonitor(2, 8, 10, check_every=2, telemetry=path, rebalance=RebalanceOptions(enabled=enabled))
+        for step in range(8):
+            _update(m, step)
+            if m.due(step == 7):
+                decision = m.absorb(m.window(), end_of_epoch=step == 7)
+                assert decision is None or decision.weights is None  # equal replicas: no new weights
+        m.close()
+        lines[enabled] = [{k: v for k, v in json.loads(x).items() if k not in ("rebalance", "crc")}
+                          for x in path.read_text().splitlines()]
+        monitors[enabled] = m
+    assert lines[False] == lines[True] and len(lines[True]) == 1 + 8
+    assert len(monitors[True].rebalancer.model) > 0 and len(monitors[False].rebalancer.model) == 0
+    assert not monitors[False].rebalancer.estimator.ready  # fed when summary() asks, not at every check
+    assert monitors[False].summary()["speeds"] == monitors[True].summary()["speeds"] == [8.0, 8.0]

@@ -454,3 +454,22 @@ def test_a_start_past_the_end_of_the_epoch_is_named_before_any_pipeline_is_built
     plan = ef.Plan(source.index(), topology_of(strategy), global_batch_size=8)  # 5 steps
     with pytest.raises(ValueError, match=r"start Cursor\(epoch=0, step=99\) is past the end of an epoch of 5 steps"):
         Trainer(strategy, model, optimizer).fit(PlanReader(source), plan, epochs=1, start=ef.Cursor(0, 99))
+
+
+def test_a_fit_that_fails_returns_only_once_its_checkpoints_are_durable(tmp_path):
+    # Each epoch's checkpoint is made durable in a thread while the next epoch trains; a fit that
+    # raises waits for it too, so what was saved is there (and verified) when the error arrives.
+    from evenflow.run.checkpoints import list_checkpoints
+    from evenflow.run.checkpoint_list import verify
+
+    class Fails(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:
+                raise RuntimeError("stopped at epoch 1")
+
+    with pytest.raises(RuntimeError, match="stopped at epoch 1"):
+        fit(compiled(), X, Y, batch_size=8, epochs=3, verbose=0, output_dir=tmp_path / "run", callbacks=[Fails()])
+    found = list_checkpoints(tmp_path / "run")
+    assert [(c.cursor.epoch, c.cursor.step) for c in found] == [(1, 0)] and verify(found[0]).problem is None
+    fit(compiled(), X, Y, batch_size=8, epochs=2, verbose=0, output_dir=tmp_path / "done")
+    assert [(c.cursor.epoch, c.cursor.step) for c in list_checkpoints(tmp_path / "done")] == [(1, 0), (2, 0)]

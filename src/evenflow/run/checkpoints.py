@@ -25,6 +25,12 @@ directory, renames it to its final name and fsyncs the parent: a checkpoint dire
 exists whole or not at all, so a crash at any point of a save leaves the previous
 checkpoints usable (a leftover ``.tmp-*`` is deleted by the next save). The newest
 ``keep`` are kept, plus the newest *confirmed* one (see :meth:`Checkpointer.confirm`).
+With ``background=True`` the files are written at once and the rest of the save — the
+fsyncs, the rename and the pruning — goes on in a thread while training continues
+(the files hold the state as it was, so nothing needs to wait for it): every other
+method of the checkpointer, and :meth:`Checkpointer.wait`, first waits for it and
+raises what it raised. Until the rename the checkpoint does not exist, as in any save
+a crash interrupts.
 A model with a non-finite value is never saved (:class:`NonFiniteModelError`).
 
 A save is a collective: every process of a run calls :meth:`Checkpointer.save` at the
@@ -43,6 +49,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 import warnings
 from dataclasses import replace
@@ -118,10 +125,11 @@ class Checkpointer:
         keep: how many checkpoints to keep, >= 1.
         is_chief: whether this process writes into ``run_dir``.
         worker: this process's index (worker or rank), used for its scratch directory.
+        background: make each save durable (fsyncs, rename, pruning) in a thread (see the module docstring).
     """
 
     def __init__(self, run_dir: str | Path, state: ModelState, keep: int = 3, is_chief: bool = True,
-                 worker: int = 0):
+                 worker: int = 0, background: bool = False):
         check_int("keep", keep, 1, fix="the number of checkpoints kept")
         missing = [name for name in ("describe", "is_finite", "write", "read")
                    if not callable(getattr(state, name, None))]
@@ -136,6 +144,18 @@ class Checkpointer:
         self.state = state
         # Checkpoints this process could not restore, with why: never pruned, never overwritten.
         self.unreadable: dict[Path, str] = {}
+        self.background = bool(background)
+        self._sealing: threading.Thread | None = None  # a save being made durable in the background
+        self._failed: BaseException | None = None      # what it raised, for wait() to raise
+
+    def wait(self) -> None:
+        """Wait for a save still being made durable in the background; raise what it raised."""
+        sealing, self._sealing = self._sealing, None
+        if sealing is not None:
+            sealing.join()
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
 
     # -- saving -----------------------------------------------------------------------------
     def save(self, cursor: Cursor, extra: dict | None = None) -> Path:
@@ -144,6 +164,7 @@ class Checkpointer:
         Raises:
             NonFiniteModelError: a value is NaN or Inf (nothing is written).
         """
+        self.wait()
         if not self.state.is_finite():
             raise NonFiniteModelError(f"the model or optimizer holds NaN or Inf at epoch {cursor.epoch} step "
                                       f"{cursor.step}; it was not saved")
@@ -169,6 +190,20 @@ class Checkpointer:
             fault_point("save-written")
             meta[FILES] = file_digests(tmp)
             (tmp / META).write_text(json.dumps(seal(meta), indent=1, sort_keys=True) + "\n")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk leaves the previous checkpoints as they were
+            raise
+        if self.background:
+            self._sealing = threading.Thread(target=self._seal_caught, args=(tmp, final),
+                                             name=f"evenflow-checkpoint-{final.name}")
+            self._sealing.start()  # not a daemon: a process that ends while it runs waits for it
+        else:
+            self._seal(tmp, final)
+        return final
+
+    def _seal(self, tmp: Path, final: Path) -> None:
+        """Make the checkpoint written into ``tmp`` durable and give it its name ``final``; prune."""
+        try:
             for f in sorted(tmp.rglob("*"), reverse=True):  # files, then the folders holding them
                 if f.is_dir():
                     fsync_dir(f)
@@ -182,7 +217,12 @@ class Checkpointer:
             raise
         fault_point("save-renamed")
         self._prune()
-        return final
+
+    def _seal_caught(self, tmp: Path, final: Path) -> None:
+        try:
+            self._seal(tmp, final)
+        except BaseException as e:  # raised by the next wait(), on the training thread
+            self._failed = e
 
     def _readable(self, path: Path) -> bool:
         """Whether the checkpoint in ``path`` is not known to be unreadable (its meta.json is checked)."""
@@ -219,6 +259,7 @@ class Checkpointer:
         for a few steps without a non-finite one. The marker is an empty file written
         after the checkpoint, so it never makes a checkpoint incomplete.
         """
+        self.wait()
         path = self.dir / checkpoint_name(cursor)
         if self.is_chief and path.is_dir():
             (path / CONFIRMED).touch()
@@ -252,6 +293,7 @@ class Checkpointer:
 
     def restore(self, info: CheckpointInfo) -> Cursor:
         """Load ``info`` into the model and optimizer (on every process); returns its cursor."""
+        self.wait()
         self.check_compatible(info)
         self.state.read(info.path)
         return info.cursor
@@ -276,6 +318,7 @@ class Checkpointer:
             ValueError: checkpoints exist but none can be restored (naming each and why; a run
                 directory written by another model or optimizer is named as such).
         """
+        self.wait()
         found = list(list_checkpoints(self.run_dir, unreadable=True) if candidates is None else candidates)
         failed = []
         for i in range(len(found) - 1, -1, -1):

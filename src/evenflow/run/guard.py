@@ -80,10 +80,11 @@ class TrainingGuard:
     @classmethod
     def in_run_dir(cls, run_dir, plan: Plan, state, *, keep: int, every: int, audit: bool,
                    meta: dict | None = None, anomalies: AnomalyPolicy | None = None, is_chief: bool = True,
-                   worker: int = 0) -> "TrainingGuard":
+                   worker: int = 0, background: bool = False) -> "TrainingGuard":
         """The guard of a run directory: ``keep`` checkpoints of ``state`` (a ModelState), the audit trail when
-        ``audit``, and ``meta`` in every checkpoint's meta.json."""
-        checkpointer = Checkpointer(run_dir, state, keep=keep, is_chief=is_chief, worker=worker)
+        ``audit``, and ``meta`` in every checkpoint's meta.json; ``background``: the
+        :class:`~evenflow.run.checkpoints.Checkpointer` makes each save durable in a thread."""
+        checkpointer = Checkpointer(run_dir, state, keep=keep, is_chief=is_chief, worker=worker, background=background)
         log = AuditLog(run_dir, plan.index.num_samples, plan.num_steps, plan.topology.replicas, worker=worker) \
             if audit else None
         guard = cls(plan, checkpointer, every=every, audit=log, anomalies=anomalies, is_chief=is_chief)
@@ -211,9 +212,11 @@ class TrainingGuard:
         return None
 
     def finish(self, cursor: Cursor) -> None:
-        """At the end of training: save the final state if its epoch-end save was put off."""
+        """At the end of training: save the final state if its epoch-end save was put off; return once every save
+        is durable."""
         if self.saved is None or self.saved.cursor != cursor:
             self._save(cursor, partial=None)
+        self.checkpointer.wait()
 
     def _save(self, cursor: Cursor, partial: dict | None) -> None:
         if self.audit is not None:
@@ -231,6 +234,7 @@ class TrainingGuard:
         """Restore the newest confirmed checkpoint, lower the learning rate; returns the cursor to go on from."""
         policy = self.anomalies
         policy.check_can_restore(at)
+        self.checkpointer.wait()  # the newest save is listed once it is durable
         found = [c for c in list_checkpoints(self.checkpointer.run_dir) if c.path not in self.checkpointer.unreadable]
         if not found:
             raise RuntimeError("no checkpoint to restore after non-finite steps; please report this as a bug")

@@ -12,7 +12,11 @@ update — and passes the result to :meth:`absorb`, which
   step the input wait and the imbalance,
 * feeds the :class:`~evenflow.plan.speed.rebalancer.Rebalancer`, whose decision — identical on
   every worker, because every worker sees the same gathered numbers — the trainer
-  turns into a re-plan of the rest of the epoch.
+  turns into a re-plan of the rest of the epoch. With rebalancing off, no decision can
+  come of it: its per-update step models are not fed, and its speed estimate (``speeds``
+  of :meth:`summary`) takes each check's summed load and compute seconds when
+  :meth:`summary` asks for it (or every ``UNFED_CHECKS`` checks), not on the training thread's
+  every check.
 
 Per update, replica r contributes ``[samples, cost, compute, input wait, end, gap]``:
 ``compute`` from the start of its step to its gradients being ready (emulated delays
@@ -47,6 +51,7 @@ from evenflow.util.validate import check_int
 TELEMETRY_FILE = "telemetry.jsonl"
 FIELDS = 6  # samples, cost, compute, input wait, end, gap (per replica and update)
 FLUSH_SECONDS = 1.0  # the longest a written telemetry line stays in the file's buffer
+UNFED_CHECKS = 4096  # with rebalancing off, checks kept before the speed estimate takes them in
 
 
 class ReplicaMonitor:
@@ -103,6 +108,7 @@ class ReplicaMonitor:
         self.step_seconds = self.input_wait = 0.0
         self.imbalance_sum, self.updates = 0.0, 0
         self.history: list[dict] = []  # rebalance events
+        self._unfed: list[tuple[np.ndarray, np.ndarray]] = []  # checks' (load, seconds) not in the estimate yet
         self._file = None
         self._flushed = time.monotonic()
         if telemetry is not None:
@@ -219,8 +225,18 @@ class ReplicaMonitor:
             self.log.scalar("step/seconds", tb[:, :, 4].max(axis=1).mean(), at)
             self.log.scalar("step/imbalance", float(np.mean(comp.max(axis=1) / np.maximum(comp.mean(axis=1), 1e-12))),
                             at)
+        return self._decide(rows, meta)
+
+    def _decide(self, rows: np.ndarray, meta: list[tuple]) -> Decision | None:
+        """Feed the absorbed rows (``[updates, R, FIELDS]``) to the rebalancer; its decision."""
         use = np.array([m[3] for m in meta], bool)
         old = np.array([m[5] for m in meta], bool)  # steps of the old weights before a decided switch lands
+        if not self.rebalancing:  # no decision can come of it: only summary.json's speed estimate
+            if use.any():
+                self._unfed.append((rows[use, :, 1].sum(axis=0), rows[use, :, 2].sum(axis=0)))
+                if len(self._unfed) >= UNFED_CHECKS:
+                    self._feed_estimate()
+            return None
         if old.any():
             self.rebalancer.measured(rows[old, :, 1], rows[old, :, 2])
         if not use.any():
@@ -239,6 +255,12 @@ class ReplicaMonitor:
                          "replan_seconds": round(float(self.rebalancer.replan_seconds), 6),
                          "payback": self.rebalancer.options.payback, "replans": len(self.history)})
         return decision
+
+    def _feed_estimate(self) -> None:
+        """Hand the checks kept with rebalancing off to the speed estimate, in order (one moving average each)."""
+        for load, seconds in self._unfed:
+            self.rebalancer.estimator.update(load, seconds)
+        self._unfed = []
 
     def switching(self) -> None:
         """A decided re-plan starts a few steps later: until then, steps are not measured as its steps."""
@@ -274,6 +296,7 @@ class ReplicaMonitor:
 
     def summary(self) -> dict:
         """The run's per-replica section of ``summary.json``."""
+        self._feed_estimate()
         t = self.totals
         per = []
         for r in range(self.replicas):

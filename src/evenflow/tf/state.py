@@ -26,6 +26,13 @@ def _describe(variables) -> list[list]:
 _ALL_FINITE = []
 
 
+def _tf_variable(variable):
+    """The TensorFlow variable behind a Keras variable (or ``variable`` itself): a ``tf.function`` takes it as an
+    argument in ~1 ms where it takes a list of Keras variables in ~5 (an MLP's 19)."""
+    inner = getattr(variable, "value", variable)
+    return inner if isinstance(inner, _tf().Variable) else variable
+
+
 def _all_finite():
     """One compiled check instead of two eager ops per variable (14 -> ~1 ms for an MLP).
 
@@ -55,7 +62,8 @@ class TFState:
         self.model, self.optimizer = model, optimizer
         self.needs_every_process = bool(multi_worker)
         self._model_vars, self._opt_vars = list(model.variables), list(optimizer.variables)
-        self._float_vars = [v for v in self._model_vars + self._opt_vars if tf.as_dtype(v.dtype).is_floating]
+        self._float_vars = [_tf_variable(v) for v in self._model_vars + self._opt_vars
+                            if tf.as_dtype(v.dtype).is_floating]
         self._ckpt = tf.train.Checkpoint(**{f"model_{i:04d}": v for i, v in enumerate(self._model_vars)},
                                          **{f"optimizer_{i:04d}": v for i, v in enumerate(self._opt_vars)})
 

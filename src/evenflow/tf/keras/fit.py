@@ -319,7 +319,9 @@ class _Run:
         self.guard = TrainingGuard.in_run_dir(run_dir, self.base, TFState(self.model, self.model.optimizer),
                                               keep=keep, every=every, audit=audit,
                                               meta={"framework": "tf", "api": "keras_fit", "data": identity},
-                                              is_chief=workers.chief, worker=workers.index)
+                                              is_chief=workers.chief, worker=workers.index, background=True)
+        # An epoch's checkpoint becomes durable while the next epoch trains; a fit that fails waits for it too.
+        stack.callback(self.guard.checkpointer.wait)
         found = self.guard.resume(list(candidates), agreement(workers.all_gather, workers.local)
                                   if workers.count > 1 else None)
         if found is not None:

@@ -93,6 +93,18 @@ class StepBuffer(StepRecorder):
     def _local(self, variable) -> list[np.ndarray]:
         return [v.numpy() for v in self.strategy.experimental_local_results(variable)]
 
+    def _rows(self, variable, start: list[int], stop: list[int]) -> list[np.ndarray]:
+        """Per replica, the rows of steps ``start[k]`` up to ``stop[k]`` of its copy of ``variable``, in step order
+        (only those rows are read: a whole buffer is 2 MB)."""
+        out = []
+        for v, a, b in zip(self.strategy.experimental_local_results(variable), start, stop):
+            i, n = a % self.capacity, b - a
+            if i + n <= self.capacity:
+                out.append(v[i:i + n].numpy())
+            else:  # the ring wrapped around
+                out.append(np.concatenate([v[i:].numpy(), v[:i + n - self.capacity].numpy()]))
+        return out
+
     def skip(self) -> None:
         """Forget the records written so far (steps run outside a read-back schedule, e.g. your own ``model.fit``)."""
         self._read = [int(c) for c in self._local(self._count)]
@@ -109,11 +121,9 @@ class StepBuffer(StepRecorder):
         if not any(new):
             return []
         out = []
-        for k, (ints, floats) in enumerate(zip(self._local(self._ints), self._local(self._floats))):
-            for step in range(read[k], counts[k]):
-                i = step % self.capacity
-                out.append((int(ints[i, 0]), ints[i, 2:2 + int(ints[i, 1])].copy(), floats[i, :3].copy(),
-                            floats[i, 3:].copy()))
+        for ints, floats in zip(self._rows(self._ints, read, counts), self._rows(self._floats, read, counts)):
+            out.extend((int(row[0]), row[2:2 + int(row[1])].copy(), f[:3].copy(), f[3:].copy())
+                       for row, f in zip(ints, floats))
         return out
 
 
