@@ -37,7 +37,7 @@ Figures: samples/s over the timed epochs, the GPU's busy percentage over the sam
 (NVML's utilisation: the share of time a kernel was running, sampled every 50 ms by this
 process), and evenflow's ratio to the faster of ``plain`` and ``ddp`` in the same round
 (the command's: to their median). ``--profile`` adds one untimed, profiled call of evenflow
-and of plain on arrays/resnet18 (``gpu_busy_profile_*.txt`` beside the JSON).
+and of plain on arrays/resnet18 (``<JSON name>_profile_*.txt`` beside the JSON).
 
 Examples:
     python benchmarks/gpu_busy.py                       # on a GPU: 50,000 images, both models, 2 rounds
@@ -391,7 +391,7 @@ def _child_run(args, workload, model_name, data: Path, tmp: Path, sampler: BusyS
         raise RuntimeError(f"{workload}/{model_name} exited {done.returncode}: {done.stderr[-3000:]}")
     if profile:
         for m in ("evenflow", "plain"):
-            (args.json_out.parent / f"gpu_busy_profile_{m}.txt").write_text(Path(f"{out}.{m}.prof.txt").read_text())
+            (args.json_out.parent / f"{args.json_out.stem}_profile_{m}.txt").write_text(Path(f"{out}.{m}.prof.txt").read_text())
     rows = {}
     for method, calls in json.loads(out.read_text()).items():
         rows[method] = [{"samples_per_s": sum(e["samples"] for e in call) / sum(e["ended"] - e["began"] for e in call),
