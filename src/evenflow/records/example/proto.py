@@ -19,8 +19,8 @@ def _import_protobuf():
     try:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
-        raise ModuleNotFoundError("evenflow.records needs protobuf; install it with "
-                                  "`pip install 'evenflow[records]'`", name=e.name) from e
+        raise ModuleNotFoundError("evenflow.records needs protobuf, one of evenflow's own dependencies; install "
+                                  "it with `pip install protobuf`", name=e.name) from e
     return descriptor_pb2, descriptor_pool, message_factory
 
 

@@ -15,8 +15,8 @@ try:
     import google_crc32c as _gcrc
 except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
     raise ModuleNotFoundError(
-        "evenflow.records needs the google-crc32c package; install it with "
-        "`pip install 'evenflow[records]'` (or `pip install google-crc32c`)", name=e.name) from e
+        "evenflow.records needs the google-crc32c package, one of evenflow's own dependencies; install it "
+        "with `pip install google-crc32c`", name=e.name) from e
 
 _value = _gcrc.value
 
