@@ -5,13 +5,13 @@ figures (no duplicated, no dropped samples) are checked.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks import BENCH, load
+
 
 BALANCE_ROW_KEYS = {"method", "duplicated", "dropped", "steps_min", "steps_max", "partial_batches",
                     "imbalance_mean_full", "imbalance_p99_full", "imbalance_p99_all", "imbalance_max_full",
@@ -20,16 +20,10 @@ SPEED_ROW_KEYS = {"num_samples", "method", "seconds_median", "seconds_all", "rat
                   "ns_per_sample", "peak_extra_bytes", "peak_extra_bytes_per_sample", "output_bytes_per_sample"}
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def balance(tmp_path_factory):
-    bench = _load("balance")
+    bench = load("balance")
     out = tmp_path_factory.mktemp("bench") / "balance.json"
     # 1003 samples is not a multiple of R = 8, so the torch baselines must pad or drop.
     args = bench.parse_args(["--quick", "--num-samples", "1003", "--json-out", str(out)])
@@ -65,7 +59,7 @@ def test_balance_evenflow_rows_are_exactly_once_and_baselines_are_not(balance):
 
 
 def test_plan_speed_json_has_every_size_method_and_column(tmp_path):
-    bench = _load("plan_speed")
+    bench = load("plan_speed")
     out = tmp_path / "plan_speed.json"
     args = bench.parse_args(["--quick", "--sizes", "3000,6000", "--replicas", "16", "--global-batch-size", "256",
                              "--json-out", str(out)])
@@ -83,7 +77,7 @@ def test_plan_speed_json_has_every_size_method_and_column(tmp_path):
 
 
 def test_plan_speed_times_bucketed_cost_plans_too(tmp_path):
-    bench = _load("plan_speed")
+    bench = load("plan_speed")
     out = tmp_path / "bucket.json"
     bench.main(bench.parse_args(["--sizes", "4000", "--replicas", "8", "--global-batch-size", "64", "--repeats", "1",
                                  "--modes", "cost,cost+bucket", "--no-memory", "--json-out", str(out)]))
@@ -93,7 +87,7 @@ def test_plan_speed_times_bucketed_cost_plans_too(tmp_path):
 
 
 def test_plan_speed_lazy_part_times_each_mode_in_a_fresh_process(tmp_path):
-    bench = _load("plan_speed")
+    bench = load("plan_speed")
     out = tmp_path / "lazy.json"
     bench.main(bench.parse_args(["--lazy", "--lazy-samples", "20000", "--lazy-replicas", "8",
                                  "--lazy-global-batch-size", "512", "--throughput-seconds", "0.2",
@@ -122,7 +116,7 @@ def test_plan_speed_lazy_part_times_each_mode_in_a_fresh_process(tmp_path):
     (["--lazy-repeats", "5"], "--lazy-repeats"),
 ])
 def test_plan_speed_refuses_a_flag_its_run_would_ignore(argv, named, capsys):
-    bench = _load("plan_speed")
+    bench = load("plan_speed")
     with pytest.raises(SystemExit) as stop:
         bench.parse_args(argv)
     assert stop.value.code == 2
@@ -130,7 +124,7 @@ def test_plan_speed_refuses_a_flag_its_run_would_ignore(argv, named, capsys):
 
 
 def test_resync_benchmark_finds_the_same_header_both_ways(tmp_path):
-    bench = _load("resync")
+    bench = load("resync")
     out = tmp_path / "resync.json"
     bench.main(bench.parse_args(["--megabytes", "0.05", "--reference-kilobytes", "5", "--json-out", str(out)]))
     rows = json.loads(out.read_text())["rows"]
@@ -139,7 +133,7 @@ def test_resync_benchmark_finds_the_same_header_both_ways(tmp_path):
 
 
 def test_sidecar_check_benchmark_times_each_record_size_warm_and_cold(tmp_path):
-    bench = _load("sidecar_check")
+    bench = load("sidecar_check")
     out = tmp_path / "sidecar_check.json"
     bench.main(bench.parse_args(["--megabytes", "0.2", "--record-bytes", "100", "5000", "--rounds", "1",
                                  "--json-out", str(out)]))
@@ -151,7 +145,7 @@ def test_sidecar_check_benchmark_times_each_record_size_warm_and_cold(tmp_path):
 
 def test_tf_chain_benchmark_reads_every_record_of_the_epoch_on_each_pipeline(tmp_path):
     pytest.importorskip("tensorflow")
-    bench = _load("tf_chain")
+    bench = load("tf_chain")
     out = tmp_path / "tf_chain.json"
     bench.main(bench.parse_args(["--records", "300", "--batch-size", "32", "--repeats", "1", "--warmup", "1",
                                  "--json-out", str(out)]))
@@ -185,7 +179,7 @@ def test_heterogeneous_runs_every_case_and_trains_every_sample(tmp_path):
 
 
 def test_contention_slowdown_compares_a_run_after_its_middle_with_itself():
-    bench = _load("contention")
+    bench = load("contention")
     # Tenth 0 (trace) and tenth 5 (the busy process starting) are left out.
     assert bench.slowdown([9.0, 0.2, 0.2, 0.2, 0.2, 5.0, 0.3, 0.3, 0.3, 0.3]) == pytest.approx(1.5)
     # A run slower throughout (a busy machine) but not after its middle: no slowdown.
@@ -195,7 +189,7 @@ def test_contention_slowdown_compares_a_run_after_its_middle_with_itself():
 
 
 def test_cost_split_ab_compares_a_revision_with_the_checkout_and_stops_where_they_differ(tmp_path, monkeypatch):
-    bench = _load("cost_split_ab")
+    bench = load("cost_split_ab")
     out = tmp_path / "ab.json"
     bench.main(["--base", "HEAD", "--cells", "2e3:4:8,3e3:3:5", "--rounds", "1", "--json-out", str(out)])
     cells = json.loads(out.read_text())["cells"]
@@ -226,7 +220,7 @@ def _kept_run(path, rate, compute, steps=10):
 
 
 def test_contention_results_come_again_from_kept_runs_and_a_missing_run_is_named(tmp_path):
-    bench = _load("contention")
+    bench = load("contention")
     runs = tmp_path / "runs"
     for rnd in range(2):
         _kept_run(runs / f"start-static-{rnd}", 1000.0, [0.1, 0.2])   # worker 1 twice as slow
@@ -256,7 +250,7 @@ def test_contention_results_come_again_from_kept_runs_and_a_missing_run_is_named
 
 
 def test_contention_settled_split_compares_the_weights_a_run_settled_on_with_the_best_fixed_split():
-    bench = _load("contention")
+    bench = load("contention")
 
     def step(weights, samples, compute):
         return {"weights": weights, "samples": samples, "compute": compute, "step_seconds": max(compute) + 0.01}
@@ -277,7 +271,7 @@ def test_contention_settled_split_compares_the_weights_a_run_settled_on_with_the
 
 
 def test_contention_fixed_split_is_the_most_a_split_planned_ahead_gains():
-    bench = _load("contention")
+    bench = load("contention")
 
     def run(computes):
         steps = [{"samples": [50, 50], "compute": c, "step_seconds": max(c) + 0.01} for c in computes]
@@ -317,7 +311,7 @@ def test_replaying_real_contention_runs_gives_their_own_decisions(tmp_path, caps
     # Round 2 of a TensorFlow batch with a busy process on worker 1's core from the start: a re-plan
     # at update 3, one at 149, and a refining move at 217 back to 1 : 0.48. The replay, through the
     # monitor training uses, decides the same at the same updates (one update before each switch).
-    bench = _load("replay_decisions")
+    bench = load("replay_decisions")
     got = bench.main([str(_kept(tmp_path, "contention_tf_none_start4_refine.tar.xz", "start-evenflow-1"))])
     assert got["run"] == [(3, (1.0, 0.48)), (149, (1.0, 0.38)), (217, (1.0, 0.48))]
     assert [(u, w) for u, w, _ in got["decided"]] == [(2, (1.0, 0.48)), (148, (1.0, 0.38)), (216, (1.0, 0.48))]
@@ -332,7 +326,7 @@ def test_a_replan_made_on_a_short_slowdown_is_refined_once_a_review_window_ran_u
     # confirmed change of speed; the re-plan made on them (1 : 0.32, too early to be reviewed) left
     # worker 0 the slower one by ~8% for the rest of the run, under the 1.10 threshold. Refined once
     # 16 updates ran under it, the split moves back toward the 1 : 0.48 the steps measure.
-    bench = _load("replay_decisions")
+    bench = load("replay_decisions")
     got = bench.main([str(_kept(tmp_path, "contention_tf_none_start4_refine.tar.xz", "start-evenflow-2"))])
     assert got["run"] == [(5, (1.0, 0.52)), (149, (1.0, 0.32))]
     (first, _, _), (change, _, _), (refined, weights, reason) = got["decided"]
@@ -341,7 +335,7 @@ def test_a_replan_made_on_a_short_slowdown_is_refined_once_a_review_window_ran_u
 
 
 def test_replay_decisions_refuses_what_it_cannot_replay(tmp_path):
-    bench = _load("replay_decisions")
+    bench = load("replay_decisions")
     with pytest.raises(SystemExit):
         bench.parse_args([str(tmp_path / "missing.jsonl")])
     telemetry = _kept(tmp_path, "contention_tf_none_start4_refine.tar.xz", "none-evenflow-0")
@@ -366,7 +360,7 @@ def test_tf_multiworker_runtime_stock_arms_put_tensorflows_own_behaviour_back(tm
     import subprocess
     import sys
 
-    bench = _load("tf_multiworker_runtime")
+    bench = load("tf_multiworker_runtime")
     probe = ("from evenflow.tf.input.reader import autotune_off_on_devices\nimport evenflow.tf.input.device_iterators as d\n"
              "from evenflow.tf.strategy import Communication\nimport evenflow.tf.strategy as s\n"
              "print(autotune_off_on_devices(), d.installed(), s._untimed(Communication(timeout_seconds=7)).timeout_seconds)")

@@ -2,26 +2,17 @@
 their figures (no GPU here, so no busy share). Timings never gate a test."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_busy.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_gpu_busy", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks import load  # noqa: E402
 
 
 def test_gpu_busy_runs_every_loop_on_the_cpu_and_writes_their_figures(tmp_path):
-    bench = _load()
+    bench = load("gpu_busy")
     out = tmp_path / "gpu.json"
     bench.main(bench.parse_args(["--device", "cpu", "--workloads", "arrays", "--models", "cnn", "--samples", "256",
                                  "--global-batch-size", "64", "--epochs", "2", "--rounds", "1",
@@ -35,7 +26,7 @@ def test_gpu_busy_runs_every_loop_on_the_cpu_and_writes_their_figures(tmp_path):
 
 
 def test_gpu_busy_refuses_unknown_workloads_and_too_few_epochs(capsys):
-    bench = _load()
+    bench = load("gpu_busy")
     for argv, words in ((["--workloads", "arrays,video"], "--workloads takes jpeg, arrays, got video"),
                         (["--epochs", "1"], "--epochs must be at least 2")):
         with pytest.raises(SystemExit) as e:

@@ -4,26 +4,17 @@ Timings never gate a test; only the shape of the output is checked.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "trainer_overhead_torch.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_trainer_overhead_torch", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks import load  # noqa: E402
 
 
 def test_trainer_overhead_torch_times_both_ratios_and_every_component(tmp_path):
-    bench = _load()
+    bench = load("trainer_overhead_torch")
     out = tmp_path / "overhead.json"
     args = bench.parse_args(["--samples", "256", "--global-batch-size", "32", "--steps", "3", "--repeats", "2",
                              "--breakdown", "--json-out", str(out)])
@@ -41,6 +32,6 @@ def test_trainer_overhead_torch_times_both_ratios_and_every_component(tmp_path):
 
 def test_trainer_overhead_torch_refuses_a_batch_the_ranks_cannot_split(capsys):
     with pytest.raises(SystemExit) as exit_:
-        _load().parse_args(["--global-batch-size", "33"])
+        load("trainer_overhead_torch").parse_args(["--global-batch-size", "33"])
     assert exit_.value.code == 2
     assert "--global-batch-size must be a multiple of the 2 ranks, got 33" in capsys.readouterr().err
