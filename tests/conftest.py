@@ -1,41 +1,42 @@
 """Suite-wide: which tests run alone.
 
 ``make test`` runs the suite in two passes: first every test not marked ``serial`` on two
-pytest-xdist workers (``-n 2 --dist loadfile``: a file's tests share one worker, so its
-module fixtures run once), then the ``serial`` tests one at a time. Serial are the tests whose
-assertions rest on measured speeds or short timings (a re-plan from measured speeds, an emulated
-slowdown, input wait, a node that must join before the other's epoch ends, a signal that must end a
-waiting worker within seconds) and those that would see the processes of other tests (a busy core
-found by its command line): run beside other tests, their timings or their view of the machine would
-be disturbed by work that is not theirs. The tests of cooperating processes with generous deadlines
-and no timing in their assertions run in the parallel pass, where their waits overlap other work:
-the parameter-server and sharded-parameter tests, the Slurm-launched runs, two ranks of your own DDP
+pytest-xdist workers (``-n 2 --dist loadfile``: a file's tests share one worker, so its module
+fixtures run once), then the ``serial`` tests one at a time. Serial are the tests whose assertions
+rest on measured speeds or short timings (a re-plan from measured speeds, an emulated slowdown,
+input wait, a node that must join before the other's epoch ends, a signal that must end a waiting
+worker within seconds) and those that would see the processes of other tests (a busy core found by
+its command line): run beside other tests, their timings or their view of the machine would be
+disturbed by work that is not theirs. The tests of cooperating processes with generous deadlines and
+no timing in their assertions run in the parallel pass, where their waits overlap other work: the
+parameter-server and sharded-parameter tests, the Slurm-launched runs, two ranks of your own DDP
 loop, the checkpoint and run-directory faults (one process at a time, killed at fixed points), the
 refusals of bad values, damaged records and other data (in this process, before or without any
-peer), and the crash-and-resume runs of tf/test_fault_tolerance.py (one process at a time, killed
-by its driver). So do, by the same rule, the tests of a lost, killed or stalled peer, whose wall
-is a collective timeout or a restart rather than CPU and whose deadlines allow several times their
-time on a busy machine: the Ray tests (one file, ray/test_ray_train.py, so that one worker starts the
+peer), and the crash-and-resume runs of tf/test_fault_tolerance.py (one process at a time, killed by
+its driver). So do, by the same rule, the tests of a lost, killed or stalled peer, whose wall is a
+collective timeout or a restart rather than CPU and whose deadlines allow several times their time
+on a busy machine: the Ray tests (one file, ray/test_ray_train.py, so that one worker starts the
 cluster once; a worker killed, Ray restarts the group: exit codes and audits asserted); the DDP
-ranks of torch/test_ddp.py (a killed rank is noticed by the broken connection in about a second,
-15 s allowed); all of tf/test_multiworker.py (a killed worker noticed within 35 s, a stalled one
-ending at its 20 s collective timeout, the 2-worker run checked against one worker); all of
-tf/test_keras_fit_multiworker.py (the 2-worker ``evenflow.tf.fit`` run checked against one
-process, a stalled worker ending at its 8 s collective timeout, a killed one noticed within 60 s);
-the workers or ranks refused for different data or seeds before their first step
+ranks of torch/test_ddp.py (a killed rank is noticed by the broken connection in about a second, 15
+s allowed); all of tf/test_multiworker.py (a killed worker noticed within 35 s, a stalled one ending
+at its 20 s collective timeout, the 2-worker run checked against one worker); all of
+tf/test_keras_fit_multiworker.py (the 2-worker ``evenflow.tf.fit`` run checked against one process,
+a stalled worker ending at its 8 s collective timeout, a killed one noticed within 60 s); the
+workers or ranks refused for different data or seeds before their first step
 (faults/test_data_agreement.py, the pre-flight test of tf/test_rebalance.py: 30 s collective
 timeouts, only exit codes and lines asserted); the 3 gloo ranks of torch/test_cli_resume.py, one
-killed at a fixed update (noticed by the broken connection, nothing timed); the lost node of torch/test_elastic_nodes.py (killed after the first
-checkpoint; the survivor's agent restarts it, nothing timed: 30 s collective timeout, exit codes,
-audit and summary asserted; the joining node, which must join before the first one's epoch ends,
-stays serial); the launcher's line prefixes, ports and bad input (tf/test_launcher.py; its exit
-codes, SIGKILL grace and pinned cores stay serial); the private and shared networks of
-``evenflow launch`` (faults/test_launch_network.py: two tiny workers, 20 s to start); the tests of
-tf/test_rebalance.py that time nothing (a refusal, the monitor's arithmetic, auto keeping the plan
-of logical devices); and the rows of cli/test_flag_table.py whose effect is not timed (their runs
-check outputs, exit codes and lines: 60 s collective timeouts, two runs at a time by design), while
-its re-plan and slowdown rows stay serial on two runs of their own. A ``file::test`` entry moves
-that test alone; the rest of its file stays serial.
+killed at a fixed update (noticed by the broken connection, nothing timed); the lost node of
+torch/test_elastic_nodes.py (killed after the first checkpoint; the survivor's agent restarts it,
+nothing timed: 30 s collective timeout, exit codes, audit and summary asserted; the joining node,
+which must join before the first one's epoch ends, stays serial); the launcher's line prefixes,
+ports and bad input (tf/test_launcher.py; its exit codes, SIGKILL grace and pinned cores stay
+serial); the private and shared networks of ``evenflow launch`` (faults/test_launch_network.py: two
+tiny workers, 20 s to start); the tests of tf/test_rebalance.py that time nothing (a refusal, the
+monitor's arithmetic, auto keeping the plan of logical devices); and the rows of
+cli/test_flag_table.py whose effect is not timed (their runs check outputs, exit codes and lines: 60
+s collective timeouts, two runs at a time by design), while its re-plan and slowdown rows stay
+serial on two runs of their own. A ``file::test`` entry moves that test alone; the rest of its file
+stays serial.
 """
 from __future__ import annotations
 
