@@ -27,10 +27,10 @@ a fence without a language.
   each ``pip install`` must name extras that ``pyproject.toml`` defines (``make demo`` and ``make test``
   themselves create a virtual environment and install packages, which a test must not do).
 - Set-up ``ray-cli``: ``evenflow train --engine ray`` commands, not run here (a Ray cluster and its
-  workers take a minute per command): tests/ray/test_ray_train.py (``--framework torch``) and
-  tests/ray/test_ray_tf.py (``--framework tf``) run such a command with a worker killed and audit it.
-  Each command of the block must parse with evenflow's own parser, and every flag it gives must be one
-  that the test of its framework passes.
+  workers take a minute per command): tests/ray/test_ray_train.py runs such a command with each framework,
+  a worker killed, and audits it. Each command of the block must parse with evenflow's own parser, and
+  every flag it gives must be one that the test of its framework passes (``--framework tf``: the flags of
+  tests/ray/_ray_tf_loop.py).
 - `````text``, `````toml`` and `````json`` blocks are output or file contents and do not run.
 
 Data that several blocks need (``data/digits``: ``evenflow convert builtin:digits data/digits
@@ -327,7 +327,7 @@ def _two_hosts(code: str) -> str:
 
 # The test that runs `evenflow train --engine ray` with each framework (the flags it passes are in these files).
 RAY_CLI_TESTS = {"torch": ("tests/ray/test_ray_train.py", "tests/ray/_ray_cli_kill.py"),
-                 "tf": ("tests/ray/test_ray_tf.py", "tests/ray/_ray_cli_kill.py")}
+                 "tf": ("tests/ray/_ray_tf_loop.py", "tests/ray/_ray_cli_kill.py")}
 
 
 def _check_ray_cli(code: str) -> None:

@@ -428,7 +428,7 @@ TABLE = {
     "cache_size": _both(("elsewhere", "tests/records/test_object_storage.py::test_train_from_the_store")),
     # Ray Train workers run PyTorch ranks or TensorFlow TF_CONFIG workers: trained (a worker lost) on a local Ray
     # cluster in tests/ray/.
-    **{key: {"tf": ("elsewhere", "tests/ray/test_ray_tf.py::test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_"
+    **{key: {"tf": ("elsewhere", "tests/ray/test_ray_train.py::test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_"
                                  "audit_is_clean"),
              "torch": ("elsewhere", "tests/ray/test_ray_train.py::test_cli_engine_ray_restarts_a_lost_worker_and_"
                                     "the_audit_is_clean")}

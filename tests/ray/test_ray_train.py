@@ -1,8 +1,12 @@
 """evenflow on Ray Train (one local cluster of 2 CPUs): a run grown onto more workers, a worker lost mid-epoch.
 
 Your own loop (``tests/ray/_ray_loop.py``: plan_sampler, evenflow.ray.report_checkpoint / restore) and
-``evenflow train --engine ray``: after Ray restarts the worker group, or a checkpoint resumes on more
-workers, every sample is trained exactly once per epoch. Hard timeouts: a hang fails the test.
+``evenflow train --engine ray`` with PyTorch ranks or TensorFlow workers (MultiWorkerMirroredStrategy,
+``TF_CONFIG`` set by Ray's ``TensorflowTrainer``): after Ray restarts the worker group, or a checkpoint
+resumes on more workers, every sample is trained exactly once per epoch (``evenflow audit`` for the
+command). A TensorFlow loop's own position goes through ``evenflow.ray.report_checkpoint`` /
+``restored_position``. One file, so that the suite's parallel pass (``--dist loadfile``) gives every test
+of the cluster to one worker and starts the cluster once. Hard timeouts: a hang fails the test.
 """
 from __future__ import annotations
 
@@ -12,10 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import evenflow.ray
+from evenflow.plan import Cursor
 from tests.ray._ray_loop import EPOCHS, N, committed_ids, train_loop
 from tests.ray._ray_cli_kill import train_killing_a_worker
+from tests.ray._ray_tf_loop import tf_cli_args, tf_position_loop
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _fit(tmp_path: Path, name: str, workers: int, max_failures: int = 0, **cfg):
@@ -77,3 +84,31 @@ def test_cli_engine_ray_restarts_a_lost_worker_and_the_audit_is_clean(ray_cluste
     assert report["clean"] is True, report
     summary = json.loads((out / "summary.json").read_text())
     assert summary["replicas"] == 2 and summary["resumed_from"] is not None, summary
+
+
+def test_cli_engine_ray_tf_restarts_a_lost_worker_and_the_audit_is_clean(ray_cluster, tmp_path):
+    pytest.importorskip("tensorflow")
+    out = tmp_path / "run"
+    report = train_killing_a_worker(tf_cli_args(ray_cluster), out, tmp_path,
+                                    "evenflow train --engine ray --framework tf")
+    assert report["clean"] is True and [e["samples"] for e in report["epochs"]] == [1797], report
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workers"] == 2 and summary["replicas"] == 2 and summary["resumed_from"] is not None, summary
+
+
+def test_a_tensorflow_loop_saves_its_own_position_in_the_ray_checkpoint(ray_cluster, tmp_path):
+    pytest.importorskip("tensorflow")
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.tensorflow import TensorflowTrainer
+
+    # One worker: rank 0's report holds the checkpoint; the other ranks' (none) runs in the 2-worker runs above.
+    result = TensorflowTrainer(tf_position_loop, scaling_config=ScalingConfig(num_workers=1),
+                               run_config=RunConfig(name="tf-position", storage_path=str(tmp_path))).fit()
+    assert result.error is None and result.checkpoint is not None
+    position = evenflow.ray.restored_position(result.checkpoint)
+    assert position == {"epoch": 1, "step": 3} and Cursor(**position) == Cursor(1, 3)
+
+
+def test_a_reader_without_a_position_and_no_position_is_refused_in_one_line():
+    with pytest.raises(TypeError, match=r"got NoneType; without one \(TensorFlow\) pass position="):
+        evenflow.ray.report_checkpoint({"loss": 0.5}, None)

@@ -220,13 +220,14 @@ def test_killing_one_of_two_workers_fails_the_other_fast_and_a_relaunch_resumes(
 
 
 def test_a_peer_that_stays_alive_but_stops_taking_part_ends_the_run_after_the_collective_timeout(tmp_path):
-    # Worker 1's replica is emulated 75x slow from step 3 (a 12 s step, alive and heartbeating), so
+    # Worker 1's replica is emulated 100x slow from step 3 (a 32 s step, alive and heartbeating), so
     # worker 0's update waits in its collectives: past --collective-timeout the watchdog aborts them and
-    # worker 0 stops with the one-line error. Threads stay few: no thread per collective.
-    timeout = 8
+    # worker 0 stops with the one-line error. Threads stay few: no thread per collective. The timeout is
+    # also the workers' start-up deadline: 20 s lets one start that much later on a busy machine.
+    timeout = 20
     addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
     cmd = [sys.executable, "-m", "evenflow", "train", "--dataset", "builtin:digits", "--epochs", "2",
-           "--replicas", "1", "--rebalance", "off", "--simulate-slow", "1:75@3", "--simulate-sample-ms", "5",
+           "--replicas", "1", "--rebalance", "off", "--simulate-slow", "1:100@3", "--simulate-sample-ms", "10",
            "--collective-timeout", str(timeout), "--output-dir", str(tmp_path / "run")]
     procs = [subprocess.Popen(["timeout", "-k", "5", "150", *cmd], env=dict(ENV, TF_CONFIG=tf_config(addresses, i)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]

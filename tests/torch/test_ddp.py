@@ -21,10 +21,11 @@ REBALANCE = [0, 3, [1.0, 2.0]]
 
 
 @pytest.fixture(scope="module")
-def runs(run_workers):
-    # The three runs at once (6 processes): most of their time is importing PyTorch.
+def runs(warm_workers):
+    # The three runs at once (6 processes), each rank forked from a process that has imported PyTorch
+    # (tests/_warm.py): importing it would be most of their time.
     worlds = (1, 2, 3)
-    groups = run_workers([(dict(SPEC, rebalance=REBALANCE if w == 2 else None), w, f"w{w}") for w in worlds])
+    groups = warm_workers([(dict(SPEC, rebalance=REBALANCE if w == 2 else None), w, f"w{w}") for w in worlds])
     out = {}
     for world, ranks in zip(worlds, groups):
         for r, run in enumerate(ranks):
@@ -108,10 +109,10 @@ def test_evaluation_counts_every_test_sample_once(runs):
         assert len(accuracies) == 1  # all-reduced: every rank reports the same figure
 
 
-def test_killed_rank_stops_the_others_with_a_clear_error_and_a_rerun_resumes_exactly(runs, run_workers):
-    ckpt = str(run_workers.root / "ckpt")
+def test_killed_rank_stops_the_others_with_a_clear_error_and_a_rerun_resumes_exactly(runs, warm_workers):
+    ckpt = str(warm_workers.root / "ckpt")
     spec = dict(SPEC, checkpoint_dir=ckpt, checkpoint_every=2, die_at=[2, 0, 5], pg_timeout=15)
-    (killed,) = run_workers([(spec, 3, "kill")], timeout=60)
+    (killed,) = warm_workers([(spec, 3, "kill")], timeout=60)
     assert killed[2].returncode == -9  # SIGKILL, as with kill -9
     for r in (0, 1):
         run = killed[r]
@@ -119,7 +120,7 @@ def test_killed_rank_stops_the_others_with_a_clear_error_and_a_rerun_resumes_exa
         assert "lost contact with another rank after Cursor(0, 5)" in run.stderr, run.stderr[-2000:]
         assert "ckpt-00000-000004" in run.stderr and "run the same command again" in run.stderr
         assert run.seconds - killed[2].seconds < spec["pg_timeout"]
-    (resumed,) = run_workers([(dict(spec, die_at=None, resume=True), 3, "resume")], timeout=60)
+    (resumed,) = warm_workers([(dict(spec, die_at=None, resume=True), 3, "resume")], timeout=60)
     plan = _plan()
     for r, run in enumerate(resumed):
         assert run.returncode == 0, run.stderr[-3000:]
