@@ -305,7 +305,7 @@ def _wrappers(workdir: Path, train_flags: str, script: str = "") -> None:
     TensorFlow, or torch): ``evenflow train`` and ``evenflow demo`` (with ``--framework torch``: torch), the
     workers ``evenflow launch`` starts with them, and ``torchrun``'s agent and ranks (which it starts as
     ``.bin/warm-torch -m MODULE`` with ``--no-python``, unbuffered as its ``python -u`` would). The other
-    commands, and a ``--verbose`` run (it sets TensorFlow's log level before the import), start fresh.
+    commands, and a ``--verbose`` run (it sets the frameworks' log levels before their import), start fresh.
     """
     bindir = workdir / ".bin"
     bindir.mkdir(exist_ok=True)
@@ -319,7 +319,8 @@ def _wrappers(workdir: Path, train_flags: str, script: str = "") -> None:
         f'case " $* " in *" --verbose "*) exec {py} -m evenflow "$@" ;; '
         f'*" --framework torch "*|*" --framework=torch "*) exec {torch} -m evenflow "$@" ;; esac\n'
         f'exec {tf} -m evenflow "$@"\n')
-    (bindir / "warm-torch").write_text(f'#!/bin/sh\nPYTHONUNBUFFERED=1 exec {torch} "$@"\n')
+    (bindir / "warm-torch").write_text(f'#!/bin/sh\ncase " $* " in *" --verbose "*) exec {py} -u "$@" ;; esac\n'
+                                       f'PYTHONUNBUFFERED=1 exec {torch} "$@"\n')
     # torchrun [OPTIONS] -m MODULE ARGS -> torchrun [OPTIONS] --no-python .bin/warm-torch -m MODULE ARGS
     (bindir / "torchrun").write_text(
         "#!/bin/sh\n"
@@ -327,8 +328,9 @@ def _wrappers(workdir: Path, train_flags: str, script: str = "") -> None:
         'moved=""\n'
         'for word in "$@"; do\n'
         '  [ -z "$moved" ] && set -- && moved=no\n'
-        '  if [ "$moved" = no ] && [ "$word" = -m ]; then set -- "$@" --no-python "$(dirname "$0")/warm-torch" -m; '
-        'moved=yes; else set -- "$@" "$word"; fi\n'
+        '  if [ "$moved" = no ] && [ "$word" = -m ]; then '
+        f'set -- "$@" --no-python {shlex.quote(str(bindir / "warm-torch"))} -m; moved=yes\n'
+        '  else set -- "$@" "$word"; fi\n'
         'done\n'
         f'exec {torch} -m torch.distributed.run "$@"\n')
     (bindir / "python").write_text(f'#!/bin/sh\nexec {py} "$@"\n')
