@@ -11,7 +11,7 @@ The first call in a test process (per framework and set of import-time variables
 TensorFlow runtime: no op has run, no device is set up), or ``torch`` for ``warm_python(env, "torch")``,
 and waits.
 Each command then starts a small *client* (``python _warm.py SOCKET PROGRAM...``, no TensorFlow)
-that hands the server its stdin, stdout and stderr, argv, environment and working directory; the
+that hands the server its stdin, stdout and stderr, argv, environment, working directory and cores; the
 server forks a child that becomes that program (a script, ``-m module`` or ``-c code``) with those
 descriptors and environment, and the client exits as the child does (its code, or the signal that
 ended it). The program still runs in a process of its own, with its own logical devices,
@@ -21,10 +21,12 @@ takes its child with it; a server whose test process is gone ends with its child
 The client runs the program in a fresh interpreter instead (``exec``), exactly as before, whenever
 the server is not there or the environment asks for something the server's import already fixed:
 a variable read while TensorFlow, Keras or Python start (``TF_*``, ``KERAS_*``, ``PYTHON*``,
-``OMP_*``, ...) that differs from the server's. Do not use it for what rests on the process itself
-being new or on its parent: kill tests that signal the pid they started (that pid is the client's),
-process groups, imports that must not happen (the server has imported its framework), and
-``evenflow ... --verbose`` (it sets TensorFlow's log level before the import).
+``OMP_*``, ...) that differs from the server's (``TF_CONFIG`` and ``PYTHONUNBUFFERED`` are each child's own,
+so the workers ``evenflow launch`` starts with a warm command start warm too). Do not use it for what rests
+on the process itself being new or on its parent: kill tests whose program must receive the signal they
+send the pid they started (that pid is the client's; a client killed by SIGKILL takes its program with
+it), process groups, imports that must not happen (the server has imported its framework),
+and ``evenflow ... --verbose`` (it sets TensorFlow's log level before the import).
 """
 from __future__ import annotations
 
@@ -46,13 +48,17 @@ SRC = HERE.parents[1] / "src"
 # Variables read while the interpreter, TensorFlow or Keras start up: a request whose value differs from the
 # server's runs in a fresh process.
 IMPORT_TIME = ("TF_", "KERAS_", "PYTHON", "OMP_", "KMP_", "MKL", "CUDA", "XLA_", "LD_", "TPU_", "EVENFLOW_VERBOSE")
+# ... except these, which each child honours over the server's: TF_CONFIG is read when a strategy or cluster
+# resolver is made, not at import (TensorFlow, Keras and torch read no TF_CONFIG while they import), and
+# PYTHONUNBUFFERED (which evenflow launch sets for its workers) is applied to the child's own stdout and stderr.
+PER_CHILD = ("TF_CONFIG", "PYTHONUNBUFFERED")
 # What a server imports, per framework ("python": nothing, for tests/test_warm.py).
 PRELOAD = {"tensorflow": ("tensorflow", "keras"), "torch": ("torch",), "python": ()}
 _servers: dict[tuple, tuple[subprocess.Popen, str]] = {}  # import-time variables -> (server, socket)
 
 
 def _import_env(env) -> dict:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in PER_CHILD}
 
 
 # ---------------------------------------------------------------- the test process's side
@@ -103,7 +109,8 @@ def _client(sock_path: str, program: list[str]) -> None:
         conn.connect(sock_path)
     except OSError:
         os.execv(sys.executable, fresh)
-    request = json.dumps({"argv": program, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    request = json.dumps({"argv": program, "env": dict(os.environ), "cwd": os.getcwd(), "cores": cores}).encode()
     socket.send_fds(conn, [len(request).to_bytes(8, "big") + request], [0, 1, 2])
     reply = b""
     while chunk := conn.recv(64):
@@ -184,10 +191,28 @@ def _fork_one(listener: socket.socket, children: dict, added: dict) -> list[str]
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
+    if request.get("cores") is not None:
+        os.sched_setaffinity(0, request["cores"])  # the cores the client may use (evenflow launch --pin-cores)
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.update(added)
+    _std_streams(unbuffered=bool(os.environ.get("PYTHONUNBUFFERED")))
     return request["argv"]
+
+
+def _std_streams(unbuffered: bool) -> None:
+    """``sys.stdout`` and ``sys.stderr`` on the child's descriptors, unbuffered where ``PYTHONUNBUFFERED`` asks, as a
+    fresh interpreter opens them (stdout line-buffered on a terminal, stderr always)."""
+    import io
+
+    for name in ("stdout", "stderr"):
+        old = getattr(sys, name)
+        raw = io.FileIO(old.fileno(), "w", closefd=False)
+        stream = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), encoding=old.encoding,
+                                  errors=old.errors, line_buffering=name == "stderr" or raw.isatty(),
+                                  write_through=unbuffered)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def _reap(children: dict) -> None:

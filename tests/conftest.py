@@ -72,13 +72,25 @@ SERIAL = ("faults/", "tf/test_rebalance.py", "tf/test_launcher.py", "torch/test_
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "serial: runs alone, after the parallel pass (see tests/conftest.py)")
+    # pytest-xdist hands out --dist loadfile's files by their number of tests unless told otherwise; FIRST's order
+    # (below) is the one that balances the two workers, so the files go in collection order.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
-# The longest files first (seconds of test time, measured): `--dist loadfile` hands whole files to
-# the two workers in collection order, and a long file handed out last would leave one worker idle.
-FIRST = ("test_doc_shell_blocks.py", "test_doc_blocks.py", "tf/test_ps.py", "faults/test_checkpoint_faults.py",
-         "tf/test_fault_tolerance.py", "tf/test_kernel_paths.py", "tf/test_keras_fit.py", "cli/test_records_train.py",
-         "torch/test_sharded.py")
+# The longest files of the parallel pass first, longest first (seconds of test time in measured runs):
+# `--dist loadfile` hands whole files to the two workers in collection order, so a long file handed out
+# last would leave one worker idle; the files not named here take a few seconds each.
+FIRST = ("test_doc_shell_blocks.py", "test_doc_blocks.py", "faults/test_checkpoint_faults.py",
+         "tf/test_kernel_paths.py", "cli/test_flag_table.py", "cli/test_text_cli.py", "tf/test_ps.py",
+         "faults/test_checkpoint_trust.py", "tf/test_fault_tolerance.py", "tf/test_keras_exact_steps.py",
+         "faults/test_data_agreement.py", "tf/test_multiworker.py", "benchmarks/test_benchmarks_run.py",
+         "tf/test_keras_fit.py", "cli/test_records_train.py", "tf/test_rebalance.py",
+         "tf/test_keras_fit_multiworker.py", "torch/test_cli_resume.py", "torch/test_elastic_nodes.py",
+         "cli/test_demo_train.py", "torch/test_sharded.py", "tf/test_text.py", "cli/test_eval_dataset.py",
+         "tf/test_exactly_once.py", "examples/test_keras_fit_mirrored.py", "run/test_monitor_options.py",
+         "torch/test_own_loop_ddp.py", "torch/test_torch_records_cli.py", "examples/test_variable_length_tokens.py",
+         "cli/test_token_records_cli.py", "tf/test_world_size.py")
 
 
 def _rank(item) -> int:

@@ -56,6 +56,7 @@ from pathlib import Path
 import pytest
 
 from evenflow.tf.launch.local import free_ports
+from tests._warm import warm_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -261,12 +262,26 @@ def test_python_block_runs(tmp_path, shared_data, key):
     setup, data = PY_SETUPS[marker]
     workdir = _workdir(tmp_path, data, shared_data)
     program = textwrap.dedent(setup) + "\n" + code + "\n"
+    env = _env(workdir)
     try:
-        proc = subprocess.run(["timeout", "-k", "5", "240", sys.executable, "-c", program], cwd=workdir,
-                              env=_env(workdir), capture_output=True, text=True, timeout=260)
+        proc = subprocess.run(["timeout", "-k", "5", "240", *_block_python(program, marker, env), "-c", program],
+                              cwd=workdir, env=env, capture_output=True, text=True, timeout=260)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{where}: the block did not finish within 240 s")
     assert proc.returncode == 0, f"{where}: the block failed:\n{proc.stderr[-3000:]}"
+
+
+def _block_python(program: str, marker: str, env: dict) -> list[str]:
+    """The interpreter a Python block runs in: started warm (tests/_warm.py) with the one framework it imports.
+
+    A block that imports both frameworks, or neither, and the Ray block (Ray's own processes import what they
+    need) start fresh.
+    """
+    uses = {fw for fw, pattern in (("tensorflow", r"\b(tensorflow|keras|evenflow\.tf)\b"), ("torch", r"\btorch\b"))
+            if re.search(pattern, program)}
+    if marker == "ray" or len(uses) != 1:
+        return [sys.executable]
+    return warm_python(env, uses.pop())
 
 
 def console_commands(code: str) -> str:
@@ -283,19 +298,41 @@ def console_commands(code: str) -> str:
     return "\n".join(out)
 
 
-def _wrappers(workdir: Path, train_flags: str) -> None:
-    """``evenflow``, ``torchrun`` and ``python`` on PATH, with the set-up's flags after train/demo."""
+def _wrappers(workdir: Path, train_flags: str, script: str = "") -> None:
+    """``evenflow``, ``torchrun`` and ``python`` on PATH, with the set-up's flags after train/demo.
+
+    The framework processes of ``script`` start warm (tests/_warm.py: forked from a process that has imported
+    TensorFlow, or torch): ``evenflow train`` and ``evenflow demo`` (with ``--framework torch``: torch), the
+    workers ``evenflow launch`` starts with them, and ``torchrun``'s agent and ranks (which it starts as
+    ``.bin/warm-torch -m MODULE`` with ``--no-python``, unbuffered as its ``python -u`` would). The other
+    commands, and a ``--verbose`` run (it sets the frameworks' log levels before their import), start fresh.
+    """
     bindir = workdir / ".bin"
     bindir.mkdir(exist_ok=True)
     py = shlex.quote(sys.executable)
     flags = train_flags
+    tf, torch = (shlex.join(warm_python(_env(workdir), fw)) if needed else py for fw, needed in (
+        ("tensorflow", re.search(r"\bevenflow (train|demo)\b", script)), ("torch", re.search(r"torch", script))))
     (bindir / "evenflow").write_text(
         "#!/bin/sh\n"
-        f'case "$1" in train|demo) exec {py} -m evenflow "$@" {flags} ;; *) exec {py} -m evenflow "$@" ;; esac\n')
+        f'case "$1" in train|demo) set -- "$@" {flags} ;; *) exec {py} -m evenflow "$@" ;; esac\n'
+        f'case " $* " in *" --verbose "*) exec {py} -m evenflow "$@" ;; '
+        f'*" --framework torch "*|*" --framework=torch "*) exec {torch} -m evenflow "$@" ;; esac\n'
+        f'exec {tf} -m evenflow "$@"\n')
+    (bindir / "warm-torch").write_text(f'#!/bin/sh\ncase " $* " in *" --verbose "*) exec {py} -u "$@" ;; esac\n'
+                                       f'PYTHONUNBUFFERED=1 exec {torch} "$@"\n')
+    # torchrun [OPTIONS] -m MODULE ARGS -> torchrun [OPTIONS] --no-python .bin/warm-torch -m MODULE ARGS
     (bindir / "torchrun").write_text(
         "#!/bin/sh\n"
-        f'case " $* " in *" evenflow train "*) exec {py} -m torch.distributed.run "$@" {flags} ;; '
-        f'*) exec {py} -m torch.distributed.run "$@" ;; esac\n')
+        f'case " $* " in *" evenflow train "*) set -- "$@" {flags} ;; esac\n'
+        'moved=""\n'
+        'for word in "$@"; do\n'
+        '  [ -z "$moved" ] && set -- && moved=no\n'
+        '  if [ "$moved" = no ] && [ "$word" = -m ]; then '
+        f'set -- "$@" --no-python {shlex.quote(str(bindir / "warm-torch"))} -m; moved=yes\n'
+        '  else set -- "$@" "$word"; fi\n'
+        'done\n'
+        f'exec {torch} -m torch.distributed.run "$@"\n')
     (bindir / "python").write_text(f'#!/bin/sh\nexec {py} "$@"\n')
     for f in bindir.iterdir():
         f.chmod(0o755)

@@ -25,12 +25,12 @@ def test_shell_blocks_run(tmp_path, shared_data, key):
             (docs._check_install if key[1] == "install" else docs._check_ray_cli)(b.code)
         return
     workdir = docs._workdir(tmp_path, setup.data, shared_data)
-    docs._wrappers(workdir, setup.train_flags)
     script = ["set -eu"] + list(setup.prepare)
     codes = [docs.console_commands(b.code) if b.lang == "console" else b.code for b in blocks]
     for text, smaller in setup.shrink:
         assert any(text in code for code in codes), f"{key}: set-up {key[1]!r} shrinks {text!r}, which no block holds"
         codes = [code.replace(text, smaller) for code in codes]
+    docs._wrappers(workdir, setup.train_flags, "\n".join(codes))
     for b, code in zip(blocks, codes):
         if key[1] == "two-hosts":
             code = docs._two_hosts(code)

@@ -76,3 +76,23 @@ def test_another_value_of_an_import_time_variable_runs_a_fresh_interpreter(varia
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and int(proc.stdout) == os.getpid(), proc.stderr  # the client became the program
     assert sys.executable in warm
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_tf_config_and_pythonunbuffered_are_the_childs_own(unbuffered):
+    """What ``evenflow launch`` sets per worker runs warm; PYTHONUNBUFFERED sends a partial line before a SIGKILL."""
+    code = "import os; print(os.getppid(), os.environ['TF_CONFIG'], end=''); os.kill(os.getpid(), 9)"
+    proc = subprocess.run([*warm_python(ENV, "python"), "-c", code],
+                          env=dict(ENV, TF_CONFIG='{"task": 1}', PYTHONUNBUFFERED=unbuffered), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert proc.stdout == (f'{_server_pid()} {{"task": 1}}' if unbuffered else ""), proc.stderr
+
+
+def test_the_program_runs_on_the_cores_its_client_may_use():
+    """evenflow launch --pin-cores pins the process it starts: the client; its program runs on the same cores."""
+    core = max(os.sched_getaffinity(0))
+    code = "import os; print(os.getppid(), os.sched_getaffinity(0))"
+    proc = subprocess.run([*warm_python(ENV, "python"), "-c", code], env=ENV, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    assert proc.returncode == 0 and proc.stdout.split() == [str(_server_pid()), f"{{{core}}}"], proc.stderr

@@ -37,6 +37,7 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("tensorflow")
 pytest.importorskip("torch")
 
+from tests._warm import warm_python  # noqa: E402
 from tests.torch.conftest import run_ranks  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -78,17 +79,24 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
 
 
-def _tf(root: Path, name: str, *argv: str, launch: bool = False) -> Run:
-    cmd = [sys.executable, "-m", "evenflow", "train", "--framework", "tf", *argv, "--output-dir", str(root / name)]
+def _python(framework: str, warm: bool) -> list[str]:
+    """The interpreter of a run's processes: ``warm`` ones fork from a process that has imported the framework
+    (tests/_warm.py; not for --verbose, which sets the frameworks' log levels before their import)."""
+    return warm_python(_env(), framework) if warm else [sys.executable]
+
+
+def _tf(root: Path, name: str, *argv: str, launch: bool = False, warm: bool = False) -> Run:
+    cmd = [*_python("tensorflow", warm), "-m", "evenflow", "train", "--framework", "tf", *argv, "--output-dir",
+           str(root / name)]
     if launch:
-        cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--replicas-per-worker", "1", "--",
-               *cmd[:3], *cmd[3:]]
+        cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--replicas-per-worker", "1", "--", *cmd]
     proc = subprocess.run(["timeout", "-k", "5", "240", *cmd], capture_output=True, text=True, env=_env(), cwd=root)
     return Run(proc.returncode, proc.stdout, proc.stderr, root / name)
 
 
-def _torch(root: Path, name: str, *argv: str, world: int = 2) -> Run:
-    cmd = [sys.executable, "-m", "evenflow", "train", "--framework", "torch", *argv, "--output-dir", str(root / name)]
+def _torch(root: Path, name: str, *argv: str, world: int = 2, warm: bool = False) -> Run:
+    cmd = [*_python("torch", warm), "-m", "evenflow", "train", "--framework", "torch", *argv, "--output-dir",
+           str(root / name)]
     if world == 1:
         proc = subprocess.run(["timeout", "-k", "5", "240", *cmd], capture_output=True, text=True, env=_env(),
                               cwd=root)
@@ -152,7 +160,8 @@ def timed_runs(inputs):
 @pytest.fixture(scope="module")
 def runs(inputs):
     """The runs that check nothing timed: two lanes at once, each a chain of runs; every run of several
-    processes (which picks free ports) is in lane `several`, beside the single processes of lane `one`."""
+    processes (which picks free ports) is in lane `several`, beside the single processes of lane `one`. All but
+    the two main runs (--verbose) start warm (tests/_warm.py)."""
     r = dict(inputs)
     root, data = r["root"], str(r["data"])
     nan = ("--config", str(root / "run.toml"), "--no-telemetry", "--restore-after", "2", "--restore-lr-factor", "0.25",
@@ -175,25 +184,26 @@ def runs(inputs):
         "torch": main_torch,
         "tf_workers": lambda: _tf(root, "tf_workers", "--dataset", "builtin:digits", "--epochs", "1", "--communication",
                                   "ring", "--bytes-per-pack", "65536", "--collective-timeout", "60", "--eval-dataset",
-                                  str(root / "digits_eval.npz"), launch=True),
+                                  str(root / "digits_eval.npz"), launch=True, warm=True),
         "torch_fresh": lambda: _torch(root, "torch_fresh", "--dataset", data, *COMMON, "--backend", "gloo",
                                       "--no-resume", "--epochs", "1", "--test-fraction", "0", "--split-seed", "0",
-                                      "--eval-dataset", str(root / "eval.npz")),
+                                      "--eval-dataset", str(root / "eval.npz"), warm=True),
         "torch_sharded": lambda: _torch(root, "torch_sharded", "--dataset", data, "--feature-key", "feat",
                                         "--label-key", "lab", "--replicas", "2", "--shard-parameters", "--epochs", "2",
                                         "--accumulate-steps", "2", "--checkpoint-every", "2", "--audit", "--precision",
-                                        "mixed_bfloat16"),
-        "torch_nan": lambda: _torch(root, "torch_nan", *nan, world=1),
+                                        "mixed_bfloat16", warm=True),
+        "torch_nan": lambda: _torch(root, "torch_nan", *nan, world=1, warm=True),
         "torch_apply_nan": lambda: _torch(root, "torch_apply", "--config", str(root / "run.toml"),
-                                          "--no-skip-nonfinite", world=1),
-        "skip_torch": lambda: _skip_corrupt_run("torch", root),
+                                          "--no-skip-nonfinite", world=1, warm=True),
+        "skip_torch": lambda: _skip_corrupt_run("torch", root, warm=True),
     }
     one = {
         "tf": main_tf,
-        "tf_nan": lambda: _tf(root, "tf_nan", *nan, "--communication", "ring"),
-        "tf_apply_nan": lambda: _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite"),
-        "tf_resume": lambda: _tf(root, "tf_resumed", "--dataset", data, *COMMON, "--epochs", "3"),
-        "skip_tf": lambda: _skip_corrupt_run("tf", root),
+        "tf_nan": lambda: _tf(root, "tf_nan", *nan, "--communication", "ring", warm=True),
+        "tf_apply_nan": lambda: _tf(root, "tf_apply", "--config", str(root / "run.toml"), "--no-skip-nonfinite",
+                                    warm=True),
+        "tf_resume": lambda: _tf(root, "tf_resumed", "--dataset", data, *COMMON, "--epochs", "3", warm=True),
+        "skip_tf": lambda: _skip_corrupt_run("tf", root, warm=True),
     }
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         lanes = [pool.submit(lambda lane: {name: run() for name, run in lane.items()}, lane) for lane in (several, one)]
@@ -511,7 +521,7 @@ def _check_sharded(r) -> None:
         assert code == 2 and len(lines) == 1 and fragment in lines[0] and not out.exists(), lines
 
 
-def _skip_corrupt_run(framework: str, root: Path) -> Run:
+def _skip_corrupt_run(framework: str, root: Path, warm: bool = False) -> Run:
     """builtin:digits as records with one payload byte of record 100 flipped, trained with --skip-corrupt."""
     from evenflow.data import convert
     from evenflow.records import RecordDataset
@@ -525,7 +535,7 @@ def _skip_corrupt_run(framework: str, root: Path) -> Run:
     runner = _tf if framework == "tf" else _torch
     extra = {} if framework == "tf" else {"world": 1}
     return runner(root, f"skip-{framework}", "--dataset", str(rec), "--skip-corrupt", "--epochs", "1", "--replicas",
-                  "1", **extra)
+                  "1", warm=warm, **extra)
 
 
 TIMED = sorted(key for key, row in TABLE.items() if row["tf"][0] == "timed" or row["torch"][0] == "timed")

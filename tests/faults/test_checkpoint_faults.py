@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._warm import warm_python
+
 pytest.importorskip("torch")
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -24,10 +26,11 @@ ARGS = ["--framework", "torch", "--dataset", "builtin:digits", "--epochs", "1", 
 
 
 def _train(run_dir: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = ["timeout", "-k", "5", "180", sys.executable, "-m", "evenflow", "train", *ARGS, *extra,
+    # Started warm (tests/_warm.py, torch imported); a run the fault kills kills itself with SIGKILL.
+    env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
+    cmd = ["timeout", "-k", "5", "180", *warm_python(env, "torch"), "-m", "evenflow", "train", *ARGS, *extra,
            "--output-dir", str(run_dir)]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC),
-                                                                     **(env or {})})
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
 def _audit_clean(run_dir: Path) -> bool:

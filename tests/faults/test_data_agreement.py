@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from evenflow.data.source import ArraySource, SubsetSource
 from evenflow.run.preflight import check_workers_agree, identity_chunks, plan_vector
 from evenflow.tf.launch.cluster import tf_config
 from evenflow.tf.launch.local import free_ports
+from tests._warm import warm_python
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ENV = dict(os.environ, PYTHONPATH=str(SRC), PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
@@ -62,7 +62,8 @@ def _train(framework: str, datasets: list[str], run_dir: Path) -> list[tuple[int
         args += ["--replicas", "1"]
         addresses = [f"127.0.0.1:{p}" for p in free_ports(2)]
         envs = [dict(ENV, TF_CONFIG=tf_config(addresses, i)) for i in range(2)]
-    procs = [subprocess.Popen(["timeout", "-k", "5", str(LIMIT), sys.executable, "-m", "evenflow", "train",
+    python = warm_python(ENV, "torch" if framework == "torch" else "tensorflow")  # started warm (tests/_warm.py)
+    procs = [subprocess.Popen(["timeout", "-k", "5", str(LIMIT), *python, "-m", "evenflow", "train",
                                "--dataset", dataset, *args], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
              for dataset, env in zip(datasets, envs)]
@@ -118,7 +119,8 @@ finish_distributed()
 def test_own_loop_ranks_with_different_arrays_are_refused_on_both(call, sources):
     pytest.importorskip("torch")
     port = free_ports(1)[0]
-    procs = [subprocess.Popen(["timeout", "-k", "5", str(LIMIT), sys.executable, "-c", _OWN_LOOP, sources, call],
+    procs = [subprocess.Popen(["timeout", "-k", "5", str(LIMIT), *warm_python(ENV, "torch"), "-c", _OWN_LOOP, sources,
+                               call],
                               env=dict(ENV, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
                                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
@@ -141,8 +143,9 @@ def test_a_ps_worker_and_server_never_read_the_dataset(tmp_path):
 
     def start(kind: str, dataset: str, output=subprocess.PIPE) -> subprocess.Popen:
         env = dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}))
-        # Each in a session of its own: the servers serve until stopped, and are stopped as a group.
-        return subprocess.Popen(["timeout", "-k", "5", str(LIMIT + 30), sys.executable, "-m", "evenflow", "train",
+        # Each in a session of its own: the servers serve until stopped, and are stopped as a group (started warm,
+        # tests/_warm.py: the SIGKILLed client takes its program with it).
+        return subprocess.Popen(["timeout", "-k", "5", str(LIMIT + 30), *warm_python(ENV), "-m", "evenflow", "train",
                                  "--strategy", "ps", "--dataset", dataset, "--epochs", "1",
                                  "--global-batch-size", "256", "--output-dir", str(run_dir)],
                                 env=env, stdout=output, stderr=output, text=True, start_new_session=True)

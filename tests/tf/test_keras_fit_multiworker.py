@@ -20,6 +20,7 @@ import pytest
 
 from evenflow.tf.launch.cluster import tf_config
 from evenflow.tf.launch.local import free_ports
+from tests._warm import warm_python
 
 pytestmark = pytest.mark.slow
 
@@ -50,9 +51,10 @@ def _weights(found: dict) -> list[np.ndarray]:
     return [found[f"w{i}"] for i in range(sum(1 for k in found if k.startswith("w")))]
 
 
-def _launch(tmp_path: Path, spec: str, out: str) -> subprocess.CompletedProcess:
+def _launch(tmp_path: Path, spec: str, out: str, warm: bool = False) -> subprocess.CompletedProcess:
+    """``evenflow launch`` of 2 workers; ``warm``: they start warm (tests/_warm.py)."""
     return _run([sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--grace", "2", "--",
-                 sys.executable, str(WORKER), spec, out], 240)
+                 *(warm_python(ENV) if warm else [sys.executable]), str(WORKER), spec, out], 240)
 
 
 def _audit(run_dir: Path) -> str:
@@ -65,7 +67,7 @@ def _audit(run_dir: Path) -> str:
 def one(tmp_path_factory):
     """What the one-process run (one replica, global batch 32) ends with: weights and history."""
     tmp = tmp_path_factory.mktemp("one")
-    done = _run([sys.executable, str(WORKER), _spec(tmp, "one", epochs=2), str(tmp / "one.npz")], 180)
+    done = _run([*warm_python(ENV), str(WORKER), _spec(tmp, "one", epochs=2), str(tmp / "one.npz")], 180)
     assert done.returncode == 0, done.stderr[-3000:]
     return _load(tmp / "one.npz")
 
@@ -76,7 +78,7 @@ def unbroken(tmp_path_factory, one):
     60 s collective timeout; these tests run in the suite's parallel pass, tests/conftest.py)."""
     tmp = tmp_path_factory.mktemp("unbroken")
     two = _launch(tmp, _spec(tmp, "two", epochs=2, output_dir=str(tmp / "run"), timeout=60),
-                  str(tmp / "two-{worker}.npz"))
+                  str(tmp / "two-{worker}.npz"), warm=True)
     assert two.returncode == 0, two.stderr[-4000:]
     return tmp, one, [_load(tmp / f"two-{w}.npz") for w in (0, 1)], two
 

@@ -20,6 +20,7 @@ import pytest
 
 from evenflow.tf.launch.cluster import tf_config
 from evenflow.tf.launch.local import free_ports
+from tests._warm import warm_python
 
 pytestmark = pytest.mark.slow
 
@@ -88,9 +89,10 @@ def test_two_workers_train_like_one_worker_and_each_replica_reads_its_row(tmp_pa
             "seed": 3, "lr": 0.2, "eval_n": 37, "timeout": 60.0}
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    reference = _run([sys.executable, str(WORKER), str(spec_path), str(tmp_path / "ref.npz")])
+    warm = warm_python(ENV)  # the three processes start warm (tests/_warm.py)
+    reference = _run([*warm, str(WORKER), str(spec_path), str(tmp_path / "ref.npz")])
     launcher = _run([sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--replicas-per-worker", "2",
-                     "--", sys.executable, str(WORKER), str(spec_path), str(tmp_path / "mw_{worker}.npz")])
+                     "--", *warm, str(WORKER), str(spec_path), str(tmp_path / "mw_{worker}.npz")])
     try:
         out, err = _wait(launcher, 150, "evenflow launch of 2 workers")
         _, ref_err = _wait(reference, 150, "the 1-worker reference run")
@@ -248,7 +250,7 @@ def test_accumulated_and_fp16_updates_equal_one_update_on_the_union(tmp_path):
     spec = {"mode": "accumulate", "n": 29, "classes": 3, "features": 5, "batch": 8, "seed": 1, "lr": 1.0, "k": 2}
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    proc = _run([sys.executable, str(WORKER), str(spec_path), str(tmp_path / "acc.npz")])
+    proc = _run([*warm_python(ENV), str(WORKER), str(spec_path), str(tmp_path / "acc.npz")])
     _, err = _wait(proc, 150, "the accumulation run")
     assert proc.returncode == 0, err[-4000:]
     found = _load(tmp_path / "acc.npz")

@@ -20,6 +20,7 @@ import pytest
 
 from evenflow.run import check_audit
 from evenflow.tf.launch.local import free_ports
+from tests._warm import warm_python
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +43,10 @@ def cluster():
     ports = free_ports(5)
     spec = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
             "ps": [f"127.0.0.1:{p}" for p in ports[3:5]]}
-    servers = {(kind, i): subprocess.Popen([sys.executable, "-m", "evenflow.tf.ps.training"], env=_env(spec, kind, i),
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Started warm (tests/_warm.py); the worker a test kills is killed by SIGKILL, which ends its program too.
+    servers = {(kind, i): subprocess.Popen([*warm_python(_env(spec, kind, i)), "-m", "evenflow.tf.ps.training"],
+                                           env=_env(spec, kind, i), stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
                for kind in ("worker", "ps") for i in range(2)}
     try:
         yield spec, servers
@@ -56,8 +59,9 @@ def cluster():
 def _chief(tmp: Path, spec: dict, cluster: dict, name: str, timeout: float = 150) -> tuple[subprocess.CompletedProcess, dict]:
     (tmp / f"{name}.json").write_text(json.dumps(spec))
     out = tmp / f"{name}.npz"
-    proc = subprocess.run(["timeout", "-k", "5", str(timeout), sys.executable, str(CHIEF), str(tmp / f"{name}.json"),
-                           str(out)], env=_env(cluster, "chief", 0), capture_output=True, text=True)
+    env = _env(cluster, "chief", 0)
+    proc = subprocess.run(["timeout", "-k", "5", str(timeout), *warm_python(env), str(CHIEF), str(tmp / f"{name}.json"),
+                           str(out)], env=env, capture_output=True, text=True)
     found = None
     if out.exists():
         with np.load(out) as z:
@@ -107,13 +111,14 @@ def test_a_killed_worker_leaves_the_other_to_finish_with_the_audit_exactly_once(
 
 
 def _launch_ps(run: Path, *flags: str) -> subprocess.CompletedProcess:
-    # Workers pinned one per core: a server with one core must still have the threads a closure needs.
-    cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--ps", "2", "--pin-cores", "--",
-           sys.executable, "-m",
-           "evenflow", "train", "--strategy", "ps", "--dataset", "builtin:digits", "--audit", "--output-dir", str(run),
-           *flags]
+    # Workers pinned one per core: a server with one core must still have the threads a closure needs. The
+    # tasks start warm (tests/_warm.py: on the cores the launcher pins, with the TF_CONFIG it gives each).
     env = dict(os.environ, PYTHONPATH=str(SRC), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("TF_CONFIG", None)
+    cmd = [sys.executable, "-m", "evenflow", "launch", "--workers", "2", "--ps", "2", "--pin-cores", "--",
+           *warm_python(env), "-m",
+           "evenflow", "train", "--strategy", "ps", "--dataset", "builtin:digits", "--audit", "--output-dir", str(run),
+           *flags]
     return subprocess.run(["timeout", "-k", "5", "240", *cmd], env=env, capture_output=True, text=True)
 
 

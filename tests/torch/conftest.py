@@ -40,6 +40,12 @@ def rank_env(rank: int, world: int, port: int) -> dict:
                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
 
 
+def rank_python() -> list[str]:
+    """The argv prefix that starts a rank warm: forked from a process that has imported torch (tests/_warm.py),
+    with this module's rank variables (a rank that kills itself, or is killed by SIGKILL, ends as a fresh one)."""
+    return warm_python(rank_env(0, 1, 0), "torch")
+
+
 @dataclass
 class RankRun:
     """What one rank process did: exit code, stderr, seconds until it exited, its results (if written)."""
@@ -93,8 +99,9 @@ def run_ranks(groups: list[tuple], timeout: float) -> list[list[RankRun]]:
 
 
 def one_and_two_ranks(worker: Path, root: Path, timeout: float) -> tuple[dict, list[dict]]:
-    """``python WORKER OUT.npz`` on 1 rank and on 2 ranks at once; what the one rank and each of the two wrote."""
-    groups = [(lambda r, w=w: [sys.executable, str(worker), str(root / f"w{w}-{r}.npz")], w,
+    """``python WORKER OUT.npz`` on 1 rank and on 2 ranks at once (started warm); what each rank wrote."""
+    python = rank_python()
+    groups = [(lambda r, w=w: [*python, str(worker), str(root / f"w{w}-{r}.npz")], w,
                lambda r, w=w: root / f"w{w}-{r}.npz") for w in (1, 2)]
     one, two = run_ranks(groups, timeout=timeout)
     for world, ranks in ((1, one), (2, two)):
@@ -138,7 +145,7 @@ def run_workers(tmp_path_factory):
 @pytest.fixture(scope="module")
 def warm_workers(tmp_path_factory):
     """``run_workers`` with each rank started warm: forked from a process that has imported torch (tests/_warm.py)."""
-    return _workers(tmp_path_factory.mktemp("ranks"), warm_python(rank_env(0, 1, 0), "torch"))
+    return _workers(tmp_path_factory.mktemp("ranks"), rank_python())
 
 
 def _workers(root: Path, python: list[str]):

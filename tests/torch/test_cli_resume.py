@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.torch.conftest import SRC, run_ranks
+from tests.torch.conftest import SRC, rank_python, run_ranks
 
 pytestmark = pytest.mark.slow
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -28,8 +28,10 @@ def runs(tmp_path_factory):
     x = rng.normal(size=(250, 6)).astype(np.float32)
     np.savez(root / "d.npz", x=x, y=(x[:, 0] > 0).astype(np.int64) + 2 * (x[:, 1] > 0))
 
+    python = rank_python()  # the ranks start warm; rank 1 kills itself with SIGKILL as a fresh process would
+
     def argv(run_dir):
-        return lambda r: [sys.executable, "-m", "evenflow", "train", "--framework", "torch", "--dataset",
+        return lambda r: [*python, "-m", "evenflow", "train", "--framework", "torch", "--dataset",
                           str(root / "d.npz"), "--model", "mlp", "--dropout", "0.3", "--deterministic", "--audit",
                           "--epochs", "2", "--global-batch-size", "32", "--checkpoint-every", "2", "--loader-workers",
                           "0", "--collective-timeout", "60", "--learning-rate", "0.01", "--output-dir",

@@ -5,13 +5,12 @@ for what it records).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.torch.conftest import run_ranks
+from tests.torch.conftest import rank_python, run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +20,7 @@ WORKER = Path(__file__).with_name("_exact_worker.py")
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     root = tmp_path_factory.mktemp("exact")
-    (runs,) = run_ranks([(lambda r: [sys.executable, str(WORKER), str(root / f"r{r}.npz")], 2,
+    (runs,) = run_ranks([(lambda r: [*rank_python(), str(WORKER), str(root / f"r{r}.npz")], 2,
                           lambda r: root / f"r{r}.npz")], timeout=120)
     for r, run in enumerate(runs):
         assert run.returncode == 0 and run.found is not None, f"rank {r} failed:\n{run.stderr[-3000:]}"

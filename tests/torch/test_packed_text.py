@@ -103,13 +103,12 @@ def test_the_trainer_trains_and_evaluates_a_packed_plan_counting_each_sample_onc
 
 
 def test_two_ddp_ranks_train_a_packed_plan_to_the_weights_of_one_process(tmp_path):
-    import sys
     from pathlib import Path
 
-    from tests.torch.conftest import run_ranks
+    from tests.torch.conftest import rank_python, run_ranks
 
-    worker = Path(__file__).with_name("_packed_worker.py")
-    groups = [(lambda r, w=w: [sys.executable, str(worker), str(tmp_path / f"w{w}-{r}.npz")], w,
+    worker, python = Path(__file__).with_name("_packed_worker.py"), rank_python()
+    groups = [(lambda r, w=w: [*python, str(worker), str(tmp_path / f"w{w}-{r}.npz")], w,
                lambda r, w=w: tmp_path / f"w{w}-{r}.npz") for w in (1, 2)]
     one, two = run_ranks(groups, timeout=150)
     for run in (*one, *two):
