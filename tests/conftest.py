@@ -81,10 +81,10 @@ def pytest_configure(config):
 # The longest files of the parallel pass first, longest first (seconds of test time in measured runs):
 # `--dist loadfile` hands whole files to the two workers in collection order, so a long file handed out
 # last would leave one worker idle; the files not named here take a few seconds each.
-FIRST = ("test_doc_shell_blocks.py", "test_doc_blocks.py", "faults/test_checkpoint_faults.py",
+FIRST = ("ray/test_ray_train.py", "test_doc_shell_blocks.py", "test_doc_blocks.py", "faults/test_checkpoint_faults.py",
          "tf/test_kernel_paths.py", "cli/test_flag_table.py", "cli/test_text_cli.py", "tf/test_ps.py",
          "faults/test_checkpoint_trust.py", "tf/test_fault_tolerance.py", "tf/test_keras_exact_steps.py",
-         "faults/test_data_agreement.py", "tf/test_multiworker.py", "benchmarks/test_benchmarks_run.py",
+         "faults/test_data_agreement.py", "tf/test_multiworker.py", "torch/test_ddp.py", "benchmarks/test_benchmarks_run.py",
          "tf/test_keras_fit.py", "cli/test_records_train.py", "tf/test_rebalance.py",
          "tf/test_keras_fit_multiworker.py", "torch/test_cli_resume.py", "torch/test_elastic_nodes.py",
          "cli/test_demo_train.py", "torch/test_sharded.py", "tf/test_text.py", "cli/test_eval_dataset.py",
