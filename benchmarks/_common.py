@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import subprocess
 from pathlib import Path
 
@@ -34,3 +35,10 @@ def write_result(result: dict, table: str, path: Path) -> dict:
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
     return result
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a process group or a local server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

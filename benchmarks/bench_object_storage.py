@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
-from _common import ROOT, machine, write_result  # noqa: E402
+from _common import ROOT, machine, write_result, free_port  # noqa: E402
 
 import evenflow as ef  # noqa: E402
 from evenflow.records import RecordDataset, RecordWriter  # noqa: E402
@@ -57,9 +57,7 @@ def write_set(folder: Path, shards: int, megabytes: float, record_bytes: int) ->
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", "from moto.server import main; main()", "-H", "127.0.0.1", "-p",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):

@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,7 +57,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
-from _common import machine, write_result  # noqa: E402
+from _common import machine, write_result, free_port  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -67,7 +66,6 @@ SRC = ROOT.parent / "src"
 CLASSES = 10
 WORKLOADS = ("jpeg", "arrays")
 MODELS = ("cnn", "resnet18")
-METHODS = ("evenflow-cli", "evenflow", "plain", "ddp")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -203,11 +201,8 @@ def plain_runner(args, workload: str, model_name: str, data: Path, ddp: bool):
     sampler = None
     if ddp:
         if not dist.is_initialized():
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                    init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+                                    init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
         sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=0)
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if device.type == "cuda" else None)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.global_batch_size, shuffle=sampler is None,
@@ -412,9 +407,11 @@ def _table(result: dict) -> str:
         if key == "jpeg/cnn":
             rows = {**rows, "evenflow-cli": result["cli"]}
         for method, calls in rows.items():
+            if not calls:  # not run before the deadline
+                continue
             busy = _median(c["busy"] for c in calls)
             ratio = ""
-            if method.startswith("evenflow"):
+            if method.startswith("evenflow") and best:
                 per = [c["samples_per_s"] / b for c, b in zip(calls, best)] if method == "evenflow" else \
                     [c["samples_per_s"] / statistics.median(best) for c in calls]
                 ratio = f"{statistics.median(per):.3f} ({', '.join(f'{r:.2f}' for r in per)})"

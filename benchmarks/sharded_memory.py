@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
+from _common import free_port  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -114,14 +116,8 @@ def rank_main(args) -> None:
     finish_distributed()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_mode(mode: str, args, tmp: Path) -> list[dict]:
-    port, procs = _free_port(), []
+    port, procs = free_port(), []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
-from _common import machine, write_result  # noqa: E402
+from _common import machine, write_result, free_port  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -321,11 +321,7 @@ def rank_main(args) -> None:
 
 # -- the driver ---------------------------------------------------------------------------------------
 def _launch(args, out: Path) -> dict:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = [sys.executable, str(Path(__file__).resolve()), *_forwarded(args)]
     procs = []
     for rank in range(WORLD):

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts also run as plain files
-from _common import machine, write_result  # noqa: E402
+from _common import machine, write_result, free_port  # noqa: E402
 from variable_length import random_ids, seeds_batches, stack  # noqa: E402
 
 SCHEMES = ("(a) shard+bucket", "(b) random", "(c) cost+bucket", "(c) +pad-lengths", "(d) packing", "(e) first-fit")
@@ -254,18 +253,12 @@ def rank_main(args) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(args, schemes: dict) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="evenflow-varlen-") as tmp:
         work = Path(tmp)
         np.savez(work / "schemes.npz", **{f"{k}_{e}_{key}": arr for k, name in enumerate(SCHEMES)
                                           for e, epoch in enumerate(schemes[name]) for key, arr in epoch.items()})
-        (work / "config.json").write_text(json.dumps({"port": _free_port()}))
+        (work / "config.json").write_text(json.dumps({"port": free_port()}))
         argv = [sys.executable, str(Path(__file__).resolve()), "--data", args.data, "--epochs", str(args.epochs),
                 "--lr", str(args.lr), "--seed", str(args.seed), "--work", str(work)]
         procs = [subprocess.Popen(argv + ["--rank", str(r)]) for r in range(2)]

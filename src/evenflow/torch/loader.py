@@ -315,7 +315,8 @@ class PlanLoader:
         return len(self.steps)
 
     def data_loader(self):
-        """The underlying ``torch.utils.data.DataLoader`` (one per call)."""
+        """The underlying ``torch.utils.data.DataLoader`` (one per call); its batches keep arrays of at most
+        :data:`INLINE_BYTES` as numpy, which iterating this loader turns into tensors."""
         torch = _torch()
         extra = {}
         if self.num_workers:
